@@ -1,0 +1,883 @@
+-- moonshard.config: load and validate a cluster config script.
+--
+-- A config script is a Lua file that returns a table (see DESIGN.md §3 and
+-- examples/). `M.load(path)` runs it, checks every field against the schema
+-- below and returns a normalized copy with every default filled in, or
+-- `nil, err` where `err` is one line:
+--
+--     FILE:LINE: FIELD.PATH: reason (got VALUE)
+--
+-- Unknown fields are errors, so a typo never silently falls back to a
+-- default. LINE comes from the script's source text: the field's key is
+-- looked up inside the table constructor of its parent (a small Lua lexer
+-- that skips strings and comments), so `entities.Counter.module` points into
+-- the `Counter = { ... }` block, not at some other entity's `module`. When
+-- the script does not end in `return { ... }` (say it builds the table in
+-- locals), a plain text search is used instead: the first line, at or after
+-- the parent key's line, holding the key as a whole word followed by `=`.
+-- Either way the fallback is the parent's line, then line 1.
+
+local type = type
+local pairs = pairs
+local ipairs = ipairs
+local next = next
+local error = error
+local pcall = pcall
+local tostring = tostring
+local tonumber = tonumber
+local setmetatable = setmetatable
+local getmetatable = getmetatable
+local setfenv = setfenv
+local loadfile = loadfile
+local floor = math.floor
+local huge = math.huge
+local min = math.min
+local sort = table.sort
+local concat = table.concat
+local format = string.format
+local find = string.find
+local match = string.match
+local gmatch = string.gmatch
+local gsub = string.gsub
+local sub = string.sub
+local byte = string.byte
+local io_open = io.open
+local G = _G
+local package = package
+
+local M = {}
+
+local INT_MAX = 2147483647
+local MAX_IDLE_SECONDS = 1e9
+
+-------------------------------------------------------------------------------
+-- Addresses
+
+local function is_ipv4(s)
+    local a, b, c, d = match(s, "^(%d+)%.(%d+)%.(%d+)%.(%d+)$")
+    if not a then
+        return false
+    end
+    for _, o in ipairs({ a, b, c, d }) do
+        -- No leading zeros: "010" means 8 to some parsers and 10 to others.
+        if #o > 3 or (#o > 1 and sub(o, 1, 1) == "0") or tonumber(o) > 255 then
+            return false
+        end
+    end
+    return true
+end
+
+-- Counts the colon-separated hex groups of `s`, or nil if one is malformed.
+local function ipv6_groups(s)
+    if s == "" then
+        return 0
+    end
+    local n = 0
+    for g in gmatch(s .. ":", "([^:]*):") do
+        if not match(g, "^%x%x?%x?%x?$") then
+            return nil
+        end
+        n = n + 1
+    end
+    return n
+end
+
+local function is_ipv6(h)
+    if h == "" or find(h, "[^%x:%.]") then
+        return false
+    end
+    if find(h, ".", 1, true) then
+        -- An embedded IPv4 tail ("::ffff:10.0.0.1") stands for two groups.
+        local head, v4 = match(h, "^(.*:)([^:]*)$")
+        if not head or not is_ipv4(v4) then
+            return false
+        end
+        h = head .. "0:0"
+    end
+    local a, b = find(h, "::", 1, true)
+    if not a then
+        return ipv6_groups(h) == 8
+    end
+    if find(h, "::", a + 1, true) then
+        return false
+    end
+    local left = ipv6_groups(sub(h, 1, a - 1))
+    local right = ipv6_groups(sub(h, b + 1))
+    return left ~= nil and right ~= nil and left + right <= 7
+end
+
+-- Splits "host:port". The host is an IPv4 literal, "localhost", or an IPv6
+-- literal in brackets (returned without them); the port is 1..65535.
+-- Returns host, port (a number), or nil and a reason.
+function M.parse_address(s)
+    if type(s) ~= "string" then
+        error("bad 'address' argument (string expected, got " .. type(s)
+              .. ")", 2)
+    end
+    local host, port
+    if sub(s, 1, 1) == "[" then
+        host, port = match(s, "^%[([^%]]*)%]:(.*)$")
+        if not host then
+            return nil, "expected \"[IPv6]:port\""
+        end
+        if not is_ipv6(host) then
+            return nil, "bad IPv6 address"
+        end
+    else
+        host, port = match(s, "^(.*):([^:]*)$")
+        if not host then
+            return nil, "expected \"host:port\""
+        end
+        if find(host, ":", 1, true) then
+            return nil, "an IPv6 host must be in brackets, as in [::1]:7101"
+        end
+        if host == "" then
+            return nil, "missing host"
+        end
+        if host ~= "localhost" and not is_ipv4(host) then
+            return nil, "host must be an IPv4 address, \"localhost\" or [IPv6]"
+        end
+    end
+    if not match(port, "^[1-9]%d?%d?%d?%d?$") or tonumber(port) > 65535 then
+        return nil, "port must be an integer in 1..65535"
+    end
+    return host, tonumber(port)
+end
+
+-------------------------------------------------------------------------------
+-- Finding the line of a field in the source text
+
+-- Tokens: { kind = "name"|"string"|"number"|"op", value = text, line = n }.
+-- Only as much of Lua as locating keys needs: strings and comments are
+-- skipped whole so brackets and keys inside them do not count.
+local function tokenize(src)
+    local toks, n = {}, 0
+    local pos, line, len = 1, 1, #src
+
+    local function push(kind, value, at_line)
+        n = n + 1
+        toks[n] = { kind = kind, value = value, line = at_line }
+    end
+
+    local function newlines(from, to)
+        local c = 0
+        for _ in gmatch(sub(src, from, to), "\n") do
+            c = c + 1
+        end
+        return c
+    end
+
+    -- Skips a long bracket "[==[ ... ]==]" opening at `p`; returns the
+    -- position after it, or nil when `p` does not open one.
+    local function long_bracket(p)
+        local level = match(src, "^%[(=*)%[", p)
+        if not level then
+            return nil
+        end
+        local _, e = find(src, "]" .. level .. "]", p, true)
+        e = e or len
+        line = line + newlines(p, e)
+        return e + 1
+    end
+
+    if sub(src, 1, 1) == "#" then -- shebang line
+        pos = find(src, "\n", 1, true) or len + 1
+    end
+
+    while pos <= len do
+        local c = sub(src, pos, pos)
+        if c == "\n" then
+            line = line + 1
+            pos = pos + 1
+        elseif find(c, "^%s") then
+            pos = pos + 1
+        elseif c == "-" and sub(src, pos + 1, pos + 1) == "-" then
+            pos = long_bracket(pos + 2)
+                or find(src, "\n", pos, true) or len + 1
+        elseif c == "\"" or c == "'" then
+            local start_line = line
+            local i = pos + 1
+            while i <= len do
+                local d = sub(src, i, i)
+                if d == "\\" then
+                    if sub(src, i + 1, i + 1) == "\n" then
+                        line = line + 1
+                    end
+                    i = i + 2
+                elseif d == c or d == "\n" then
+                    break
+                else
+                    i = i + 1
+                end
+            end
+            push("string", sub(src, pos + 1, i - 1), start_line)
+            pos = i + 1
+        elseif c == "[" and match(src, "^%[=*%[", pos) then
+            local start_line = line
+            local e = long_bracket(pos)
+            push("string", "", start_line)
+            pos = e
+        elseif find(c, "^%d") or (c == "." and find(src, "^%.%d", pos)) then
+            local e = pos
+            while true do
+                local d = sub(src, e + 1, e + 1)
+                if find(d, "^[%w_%.]") or ((d == "+" or d == "-")
+                        and find(sub(src, e, e), "^[eEpP]")) then
+                    e = e + 1
+                else
+                    break
+                end
+            end
+            push("number", sub(src, pos, e), line)
+            pos = e + 1
+        elseif find(c, "^[%a_]") then
+            local name = match(src, "^[%a_][%w_]*", pos)
+            push("name", name, line)
+            pos = pos + #name
+        else
+            local op = match(src, "^%.%.%.", pos)
+                or match(src, "^[=~<>]=", pos)
+                or match(src, "^%.%.", pos)
+                or match(src, "^::", pos)
+                or c
+            push("op", op, line)
+            pos = pos + #op
+        end
+    end
+    return toks
+end
+
+local OPENERS = { ["{"] = true, ["("] = true, ["["] = true,
+                  ["function"] = true, ["if"] = true, ["do"] = true,
+                  ["repeat"] = true }
+local CLOSERS = { ["}"] = true, [")"] = true, ["]"] = true,
+                  ["end"] = true, ["until"] = true }
+
+local function depth_delta(tok)
+    if tok.kind ~= "op" and tok.kind ~= "name" then
+        return 0
+    end
+    if OPENERS[tok.value] then
+        return 1
+    elseif CLOSERS[tok.value] then
+        return -1
+    end
+    return 0
+end
+
+local function is_op(tok, value)
+    return tok ~= nil and tok.kind == "op" and tok.value == value
+end
+
+-- Index of the `{` of the last top-level `return { ... }`, or nil.
+local function find_root(toks)
+    local depth, root = 0, nil
+    for i, tok in ipairs(toks) do
+        if depth == 0 and tok.kind == "name" and tok.value == "return"
+            and is_op(toks[i + 1], "{") then
+            root = i + 1
+        end
+        depth = depth + depth_delta(tok)
+    end
+    return root
+end
+
+-- Finds the field `key` (a string, or an integer for positional items) in
+-- the table constructor whose `{` is toks[open]. Returns the index of the
+-- token that names it (the key, or the value for a positional item) and
+-- the index of its value's first token; nil when absent.
+local function find_field(toks, open, key)
+    local depth = 0
+    local positional = 0
+    local at_item = true
+    local i = open + 1
+    while toks[i] do
+        local tok = toks[i]
+        if depth == 0 then
+            if is_op(tok, "}") then
+                return nil
+            end
+            if is_op(tok, ",") or is_op(tok, ";") then
+                at_item = true
+                i = i + 1
+                tok = toks[i]
+                if not tok then
+                    return nil
+                end
+            end
+            if at_item and not is_op(tok, "}") then
+                at_item = false
+                local k, value_at
+                if tok.kind == "name" and is_op(toks[i + 1], "=") then
+                    k, value_at = tok.value, i + 2
+                elseif is_op(tok, "[") and toks[i + 1]
+                    and is_op(toks[i + 2], "]") and is_op(toks[i + 3], "=") then
+                    local kt = toks[i + 1]
+                    if kt.kind == "string" then
+                        k = kt.value
+                    elseif kt.kind == "number" then
+                        k = tonumber(kt.value)
+                    end
+                    value_at = i + 4
+                else
+                    positional = positional + 1
+                    k, value_at = positional, i
+                end
+                if k == key and toks[value_at] then
+                    return i, value_at
+                end
+            end
+        end
+        depth = depth + depth_delta(tok)
+        if depth < 0 then
+            return nil
+        end
+        i = i + 1
+    end
+    return nil
+end
+
+local function split_lines(src)
+    local lines = {}
+    for l in gmatch(src .. "\n", "([^\n]*)\n") do
+        lines[#lines + 1] = l
+    end
+    return lines
+end
+
+-- The plain text search, for scripts that do not `return { ... }`.
+local function locate_by_text(src, path)
+    local lines = split_lines(src)
+    local line = 1
+    for _, key in ipairs(path) do
+        if type(key) ~= "string" then
+            break
+        end
+        local pattern = "%f[%w_]" .. gsub(key, "%W", "%%%0") .. "%s*=%f[^=]"
+        local found
+        for l = line, #lines do
+            if find(lines[l], pattern) then
+                found = l
+                break
+            end
+        end
+        if not found then
+            break
+        end
+        line = found
+    end
+    return line
+end
+
+-- Returns the line of the field at `path` (a list of keys) in `src`.
+local function locate(src, path)
+    if type(src) ~= "string" then
+        return 1
+    end
+    local toks = tokenize(src)
+    local open = find_root(toks)
+    if not open then
+        return locate_by_text(src, path)
+    end
+    local line = toks[open].line
+    for _, key in ipairs(path) do
+        if not open then
+            break
+        end
+        local at, value_at = find_field(toks, open, key)
+        if not at then
+            break
+        end
+        line = toks[at].line
+        open = is_op(toks[value_at], "{") and value_at or nil
+    end
+    return line
+end
+
+-- Line of the last top-level `return`, for "must return a table".
+local function locate_return(src)
+    if type(src) ~= "string" then
+        return 1
+    end
+    local toks = tokenize(src)
+    local depth, line = 0, 1
+    for _, tok in ipairs(toks) do
+        if depth == 0 and tok.kind == "name" and tok.value == "return" then
+            line = tok.line
+        end
+        depth = depth + depth_delta(tok)
+    end
+    return line
+end
+
+-------------------------------------------------------------------------------
+-- Error reporting
+
+local Failure = {}
+
+local ESCAPES = { ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t",
+                  ["\""] = "\\\"", ["\\"] = "\\\\" }
+
+local function show(v)
+    local t = type(v)
+    if t == "string" then
+        local s = v
+        if #s > 40 then
+            s = sub(s, 1, 37) .. "..."
+        end
+        s = gsub(s, "[%c\"\\]", function(ch)
+            return ESCAPES[ch] or format("\\%d", byte(ch))
+        end)
+        return "\"" .. s .. "\""
+    elseif t == "number" or t == "boolean" or t == "nil" then
+        return tostring(v)
+    end
+    return t
+end
+
+local function path_string(path)
+    local parts = {}
+    for i, key in ipairs(path) do
+        if type(key) == "string" and match(key, "^[%a_][%w_]*$") then
+            parts[#parts + 1] = (i > 1 and "." or "") .. key
+        elseif type(key) == "number" then
+            parts[#parts + 1] = "[" .. tostring(key) .. "]"
+        else
+            parts[#parts + 1] = "[" .. show(key) .. "]"
+        end
+    end
+    return concat(parts)
+end
+
+local function fail(path, reason, value)
+    error(setmetatable({ path = path, reason = reason, value = value },
+                       Failure), 0)
+end
+
+local function child(path, key)
+    local p = {}
+    for i = 1, #path do
+        p[i] = path[i]
+    end
+    p[#p + 1] = key
+    return p
+end
+
+-------------------------------------------------------------------------------
+-- Schema checks
+
+local function is_integer(v)
+    return type(v) == "number" and v == floor(v) and v > -huge and v < huge
+end
+
+local function is_list(t)
+    if type(t) ~= "table" then
+        return false
+    end
+    local count = 0
+    for _ in pairs(t) do
+        count = count + 1
+    end
+    for i = 1, count do
+        if t[i] == nil then
+            return false
+        end
+    end
+    return true
+end
+
+-- Edit distance, for "did you mean" hints on unknown fields.
+local function distance(a, b)
+    local prev = {}
+    for j = 0, #b do
+        prev[j] = j
+    end
+    for i = 1, #a do
+        local cur = { [0] = i }
+        for j = 1, #b do
+            local cost = byte(a, i) == byte(b, j) and 0 or 1
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+        end
+        prev = cur
+    end
+    return prev[#b]
+end
+
+local function sorted_keys(t)
+    local keys = {}
+    for k in pairs(t) do
+        keys[#keys + 1] = k
+    end
+    sort(keys, function(a, b)
+        local ta, tb = type(a), type(b)
+        if ta ~= tb then
+            return ta < tb
+        end
+        if ta == "string" or ta == "number" then
+            return a < b
+        end
+        return false
+    end)
+    return keys
+end
+
+-- Fails on the first key of `t` (in sorted order) not listed in `known`.
+local function check_known(t, path, known)
+    for _, k in ipairs(sorted_keys(t)) do
+        if not known[k] then
+            local reason = "unknown field"
+            if type(k) == "string" then
+                local best, best_d
+                for _, name in ipairs(sorted_keys(known)) do
+                    local d = distance(k, name)
+                    if d <= 2 and (not best_d or d < best_d) then
+                        best, best_d = name, d
+                    end
+                end
+                if best then
+                    reason = format("unknown field, did you mean %q?", best)
+                end
+            end
+            fail(child(path, k), reason, t[k])
+        end
+    end
+end
+
+local function check_table(v, path)
+    if type(v) ~= "table" then
+        fail(path, "must be a table", v)
+    end
+    return v
+end
+
+local function string_field(t, key, path, opts)
+    local v = t[key]
+    local p = child(path, key)
+    if v == nil then
+        if opts.required then
+            fail(p, "required", v)
+        end
+        return opts.default
+    end
+    if type(v) ~= "string" or v == "" then
+        fail(p, "must be a non-empty string", v)
+    end
+    if opts.pattern and not find(v, opts.pattern) then
+        fail(p, opts.pattern_reason, v)
+    end
+    return v
+end
+
+-- An integer in lo..hi. With `hint_lo` the common message only names the
+-- lower bound (hi is then a sanity cap for the C side).
+local function integer_field(t, key, path, lo, hi, default, hint_lo)
+    local v = t[key]
+    if v == nil then
+        return default
+    end
+    if not is_integer(v) or v < lo or v > hi then
+        local reason
+        if hint_lo and not (is_integer(v) and v > hi) then
+            reason = format("must be an integer >= %d", lo)
+        else
+            reason = format("must be an integer in %d..%d", lo, hi)
+        end
+        fail(child(path, key), reason, v)
+    end
+    return v
+end
+
+local function address_field(v, path, required)
+    if v == nil then
+        if required then
+            fail(path, "required", v)
+        end
+        return nil
+    end
+    if type(v) ~= "string" then
+        fail(path, "must be a \"host:port\" string", v)
+    end
+    local host, err = M.parse_address(v)
+    if not host then
+        fail(path, "must be \"host:port\": " .. err, v)
+    end
+    return v
+end
+
+local NAME_PATTERN = "^[%w_%.%-]+$"
+local NAME_REASON = "must contain only letters, digits, '_', '.' and '-'"
+local TYPE_PATTERN = "^[%a][%w_]*$"
+local MODULE_PATTERN = "^[%w_%-]+[%w_%-%.]*$"
+
+local TOP_FIELDS = {
+    cluster = true, secret = true, seeds = true, nodes = true,
+    entities = true, limits = true, gc_step_kb = true,
+}
+local NODE_FIELDS = { name = true, listen = true, http = true, roles = true }
+local ENTITY_FIELDS = {
+    module = true, shard_count = true, idle_timeout = true, on_error = true,
+    max_pending = true, slow_handler_ms = true,
+}
+local LIMIT_FIELDS = { max_message_bytes = true, json_max_depth = true }
+
+local function check_seeds(v, path)
+    if v == nil then
+        return nil
+    end
+    if not is_list(v) or #v == 0 then
+        fail(path, "must be a non-empty list of \"host:port\" strings"
+             .. " (leave it out to use the first node)", v)
+    end
+    local seeds = {}
+    for i, s in ipairs(v) do
+        seeds[i] = address_field(s, child(path, i), true)
+    end
+    return seeds
+end
+
+local function check_roles(v, path)
+    if v == nil then
+        return {}
+    end
+    if not is_list(v) then
+        fail(path, "must be a list of role names", v)
+    end
+    local roles, seen = {}, {}
+    for i, r in ipairs(v) do
+        local p = child(path, i)
+        if type(r) ~= "string" or r == "" then
+            fail(p, "must be a non-empty string", r)
+        end
+        if seen[r] then
+            fail(p, "duplicate role", r)
+        end
+        seen[r] = true
+        roles[i] = r
+    end
+    return roles
+end
+
+local function check_nodes(v, path)
+    if v == nil then
+        fail(path, "required", v)
+    end
+    if not is_list(v) or #v == 0 then
+        fail(path, "must be a non-empty list of node tables", v)
+    end
+    local nodes = {}
+    local names, addresses = {}, {}
+    for i, raw in ipairs(v) do
+        local p = child(path, i)
+        check_table(raw, p)
+        check_known(raw, p, NODE_FIELDS)
+        local name = string_field(raw, "name", p, {
+            required = true, pattern = NAME_PATTERN, pattern_reason = NAME_REASON,
+        })
+        if names[name] then
+            fail(child(p, "name"), "duplicate node name, also used by "
+                 .. path_string(names[name]), name)
+        end
+        names[name] = p
+        local node = { name = name }
+        for _, key in ipairs({ "listen", "http" }) do
+            local ap = child(p, key)
+            local addr = address_field(raw[key], ap, true)
+            if addresses[addr] then
+                fail(ap, "duplicate address, also used by "
+                     .. path_string(addresses[addr]), addr)
+            end
+            addresses[addr] = ap
+            node[key] = addr
+        end
+        node.roles = check_roles(raw.roles, child(p, "roles"))
+        nodes[i] = node
+    end
+    return nodes
+end
+
+local function check_entity(name, raw, path)
+    check_table(raw, path)
+    check_known(raw, path, ENTITY_FIELDS)
+    local e = { name = name }
+    e.module = string_field(raw, "module", path, {
+        required = true, pattern = MODULE_PATTERN,
+        pattern_reason = "must be a module name for require()",
+    })
+    e.shard_count = integer_field(raw, "shard_count", path, 1, 65536, 64)
+
+    local idle = raw.idle_timeout
+    if idle == nil then
+        idle = 120
+    end
+    if idle == false then
+        e.idle_timeout = false
+        e.idle_timeout_ms = 0
+    elseif type(idle) == "number" and idle > 0 and idle <= MAX_IDLE_SECONDS then
+        e.idle_timeout = idle
+        -- Round to milliseconds, but never down to 0, which means "never".
+        local ms = floor(idle * 1000 + 0.5)
+        e.idle_timeout_ms = ms > 0 and ms or 1
+    else
+        fail(child(path, "idle_timeout"), format(
+             "must be a number of seconds > 0 (at most %g), or false",
+             MAX_IDLE_SECONDS), idle)
+    end
+
+    local on_error = raw.on_error
+    if on_error == nil then
+        on_error = "resume"
+    end
+    if on_error ~= "resume" and on_error ~= "stop" then
+        fail(child(path, "on_error"), "must be \"resume\" or \"stop\"",
+             on_error)
+    end
+    e.on_error = on_error
+    e.max_pending = integer_field(raw, "max_pending", path, 1, 1000000, 10000)
+    e.slow_handler_ms = integer_field(raw, "slow_handler_ms", path, 1,
+                                      INT_MAX, 100, true)
+    return e
+end
+
+local function check_entities(v, path)
+    if v == nil then
+        fail(path, "required", v)
+    end
+    if type(v) ~= "table" or next(v) == nil then
+        fail(path, "must be a non-empty table of entity types", v)
+    end
+    local entities, list = {}, {}
+    for _, name in ipairs(sorted_keys(v)) do
+        local p = child(path, name)
+        if type(name) ~= "string" or not find(name, TYPE_PATTERN) then
+            fail(p, "entity type name must be a letter followed by letters,"
+                 .. " digits or '_'", name)
+        end
+        local e = check_entity(name, v[name], p)
+        entities[name] = e
+        list[#list + 1] = e
+    end
+    return entities, list
+end
+
+local function check_limits(v, path)
+    local t = v
+    if t == nil then
+        t = {}
+    end
+    check_table(t, path)
+    check_known(t, path, LIMIT_FIELDS)
+    return {
+        max_message_bytes = integer_field(t, "max_message_bytes", path,
+                                          64, 67108864, 1048576),
+        json_max_depth = integer_field(t, "json_max_depth", path,
+                                       1, 1000, 64),
+    }
+end
+
+local function check(t)
+    local root = {}
+    check_known(t, root, TOP_FIELDS)
+    local cfg = {}
+    cfg.cluster = string_field(t, "cluster", root, {
+        required = true, pattern = NAME_PATTERN, pattern_reason = NAME_REASON,
+    })
+    cfg.secret = string_field(t, "secret", root, {})
+    local seeds = check_seeds(t.seeds, { "seeds" })
+    cfg.nodes = check_nodes(t.nodes, { "nodes" })
+    -- Without seeds the first node forms the cluster and the others join it.
+    cfg.seeds = seeds or { cfg.nodes[1].listen }
+    cfg.entities, cfg.entity_list = check_entities(t.entities, { "entities" })
+    cfg.limits = check_limits(t.limits, { "limits" })
+    cfg.gc_step_kb = integer_field(t, "gc_step_kb", root, 1, INT_MAX, 64, true)
+    return cfg
+end
+
+-------------------------------------------------------------------------------
+-- Entry points
+
+-- Validates an already evaluated config table `t`. `file` names it in
+-- messages; `source` (optional) is the script's text, used to find lines.
+-- Returns the normalized config, or nil and a one-line error.
+function M.normalize(t, file, source)
+    file = file or "config"
+    if type(t) ~= "table" then
+        return nil, format("%s:%d: config script must return a table (got %s)",
+                           file, locate_return(source), show(t))
+    end
+    local ok, res = pcall(check, t)
+    if not ok then
+        if getmetatable(res) ~= Failure then
+            error(res, 0)
+        end
+        return nil, format("%s:%d: %s: %s (got %s)", file,
+                           locate(source, res.path), path_string(res.path),
+                           res.reason, show(res.value))
+    end
+    res.file = file
+    return res
+end
+
+local function add_search_dir(path)
+    local dir = match(path, "^(.*)/[^/]*$") or "."
+    if dir == "" then
+        dir = "/"
+    end
+    local prefix = dir .. "/?.lua;" .. dir .. "/?/init.lua;"
+    if not find(package.path, prefix, 1, true) then
+        package.path = prefix .. package.path
+    end
+end
+
+-- Runs the config script at `path` and validates its result. The script
+-- sees the normal globals (reads go to _G; its own global assignments stay
+-- in a private table so they cannot leak into the node's VM), and can
+-- require modules that sit beside it: the script's directory is prepended to
+-- package.path and stays there, since entity modules often live beside it.
+-- Returns the normalized config, or nil and a one-line error.
+function M.load(path)
+    if type(path) ~= "string" then
+        error("bad 'path' argument (string expected, got " .. type(path)
+              .. ")", 2)
+    end
+    local chunk, err = loadfile(path)
+    if not chunk then
+        return nil, err
+    end
+    local source
+    local f = io_open(path, "rb")
+    if f then
+        source = f:read("*a")
+        f:close()
+    end
+    add_search_dir(path)
+    setfenv(chunk, setmetatable({}, { __index = G }))
+    local ok, result = pcall(chunk)
+    if not ok then
+        if type(result) ~= "string" then
+            result = path .. ": " .. tostring(result)
+        end
+        return nil, result
+    end
+    return M.normalize(result, path, source)
+end
+
+-- Returns the node called `name` (the first node when `name` is nil), or
+-- nil and "no node named X in FILE".
+function M.find_node(cfg, name)
+    if type(cfg) ~= "table" or type(cfg.nodes) ~= "table" then
+        error("bad 'cfg' argument (normalized config expected)", 2)
+    end
+    if name ~= nil and type(name) ~= "string" then
+        error("bad 'name' argument (string expected, got " .. type(name)
+              .. ")", 2)
+    end
+    for _, node in ipairs(cfg.nodes) do
+        if name == nil or node.name == name then
+            return node
+        end
+    end
+    return nil, format("no node named %s in %s", tostring(name),
+                       cfg.file or "config")
+end
+
+return M

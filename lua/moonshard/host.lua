@@ -1,0 +1,290 @@
+-- moonshard.host: the Lua half of a node. It loads the behaviors, builds
+-- each entity's ctx, and runs the dispatch driver: a loop that pulls the
+-- next delivery from the C dispatcher (moonshard.core, preloaded by the
+-- host) and calls the behavior. Entity state lives in `states`, indexed by
+-- the entity's handle, never in the behavior's upvalues.
+--
+-- Handlers run inside driver coroutines. An ask yields the coroutine: the
+-- entity keeps it while it waits, and the host continues the shard queues
+-- with a fresh driver, so an ask suspends only that entity.
+
+local core = require "moonshard.core"
+local cjson = require "cjson"
+local errors = require "moonshard.error"
+
+local type, tostring, setmetatable, select = type, tostring, setmetatable, select
+local pcall, require = pcall, require
+local concat = table.concat
+local find = string.find
+local yield, running = coroutine.yield, coroutine.running
+
+local next_msg, done, reply_c = core.next, core.done, core.reply
+local tell_c, ask_c, after_c, cancel_c = core.tell, core.ask, core.after, core.cancel
+local stop_c, log_c, now_c, type_index = core.stop, core.log, core.now, core.type_index
+local ASK, IDLE, FREE = core.ASK, core.IDLE, core.FREE
+local KIND_STOP = 3
+
+local M = {}
+
+local behaviors = {}   -- [type index] = behavior module
+local type_names = {}  -- [type index] = name
+local states = {}      -- [handle] = state table
+local ctxs = {}        -- [handle] = ctx
+local detached = setmetatable({}, { __mode = "k" }) -- driver coroutines now owned by a waiting entity
+local node_name = "?"
+local default_ask_timeout = 5
+
+local decoder = cjson.new()
+local encoder = cjson.new()
+local decode, encode = decoder.decode, encoder.encode
+
+local function safe_decode(s)
+    local ok, v = pcall(decode, s)
+    if ok then return v end
+    return nil, v
+end
+
+local function errtable(code, message)
+    return errors.new(code, message)
+end
+
+-- ref ---------------------------------------------------------------------
+
+local Ref = {}
+Ref.__index = Ref
+
+function Ref:tell(msg)
+    if type(msg) ~= "table" then
+        error("bad 'msg' argument: a table is required", 2)
+    end
+    local ok, code, message = tell_c(self._t, self.id, encode(msg))
+    if ok then return true end
+    return nil, errtable(code, message)
+end
+
+function Ref:ask(msg, seconds)
+    if type(msg) ~= "table" then
+        error("bad 'msg' argument: a table is required", 2)
+    end
+    seconds = seconds or default_ask_timeout
+    if type(seconds) ~= "number" or seconds <= 0 or seconds ~= seconds then
+        error("bad 'seconds' argument: the ask timeout must be > 0", 2)
+    end
+    local co, main = running()
+    if not co or main then
+        error("ask is only possible inside a handler", 2)
+    end
+    local corr, code, message = ask_c(self._h, self._t, self.id, encode(msg),
+                                      seconds * 1000)
+    if not corr then return nil, errtable(code, message) end
+    detached[co] = true
+    local reply, err = yield(ASK)
+    if reply then
+        local v, derr = safe_decode(reply)
+        if v == nil and derr then
+            return nil, errtable("bad_json", "reply: " .. tostring(derr))
+        end
+        return v
+    end
+    local e = safe_decode(err)
+    if type(e) == "table" then
+        return nil, errtable(e.code or "error", e.message or "")
+    end
+    return nil, errtable("error", tostring(err))
+end
+
+-- ctx ---------------------------------------------------------------------
+
+local Ctx = {}
+Ctx.__index = Ctx
+
+function Ctx:reply(msg)
+    local ok, err = reply_c(self._h, encode(msg))
+    if not ok and err then error(err, 2) end
+end
+
+function Ctx:ref(tname, id)
+    if type(tname) ~= "string" then
+        error("bad 'type' argument: a string is required", 2)
+    end
+    if type(id) ~= "string" or id == "" then
+        error("bad 'id' argument: a non-empty string is required", 2)
+    end
+    local t = type_index(tname)
+    if not t then error("unknown entity type '" .. tname .. "'", 2) end
+    return setmetatable({ type = tname, id = id, _t = t, _h = self._h }, Ref)
+end
+
+function Ctx:after(seconds, msg)
+    if type(seconds) ~= "number" or seconds < 0 or seconds ~= seconds then
+        error("bad 'seconds' argument: a number >= 0 is required", 2)
+    end
+    if type(msg) ~= "table" then
+        error("bad 'msg' argument: a table is required", 2)
+    end
+    local id, err = after_c(self._h, seconds * 1000, encode(msg))
+    if not id then error(err, 2) end
+    return id
+end
+
+function Ctx:cancel(timer)
+    return cancel_c(self._h, timer)
+end
+
+function Ctx:stop()
+    stop_c(self._h)
+end
+
+function Ctx:log(level, ...)
+    local n = select("#", ...)
+    local parts = {}
+    for i = 1, n do parts[i] = tostring((select(i, ...))) end
+    log_c(self._h, level, concat(parts, " "))
+end
+
+function Ctx.now(_)
+    return now_c()
+end
+
+-- driver ------------------------------------------------------------------
+--
+-- Handlers are called directly, not through xpcall: that keeps the driver
+-- loop and the handler in one compiled trace. A handler that raises kills
+-- its driver coroutine; the host sees the error from lua_resume, logs it
+-- with the coroutine's traceback, calls M.on_error and starts a new driver.
+
+local function default_init()
+    return {}
+end
+
+local function handle(h, kind, payload, init, t, id, shard)
+    local b = behaviors[t]
+    if init then
+        local ctx = setmetatable({ type = type_names[t], id = id, shard = shard,
+                                   node = node_name, _h = h }, Ctx)
+        ctxs[h] = ctx
+        local st = (b.init or default_init)(ctx)
+        if type(st) ~= "table" then
+            error("init must return a table, got " .. type(st))
+        end
+        states[h] = st
+    end
+    if kind == KIND_STOP then
+        local stopped = b.stopped
+        if stopped then stopped(states[h], ctxs[h]) end
+        states[h], ctxs[h] = nil, nil
+        return
+    end
+    local msg = decode(payload)
+    if type(msg) ~= "table" then
+        error("bad message: not a JSON object")
+    end
+    local res = b.receive(states[h], msg, ctxs[h])
+    if res ~= nil and type(res) == "table" then
+        states[h] = res
+    end
+end
+
+function M.driver()
+    local me = running()
+    local prev = 0
+    while true do
+        local h, kind, payload, init, t, id, shard = next_msg(prev)
+        if not h then
+            prev = 0
+            yield(IDLE)
+        else
+            handle(h, kind, payload, init, t, id, shard)
+            if detached[me] then
+                detached[me] = nil
+                done(h)
+                prev = 0
+                yield(FREE)
+            else
+                prev = h
+            end
+        end
+    end
+end
+
+-- Called by the host after a handler of entity h raised `e` (its driver
+-- coroutine is dead). Returns the error text and whether the entity failed
+-- to activate (init raised). `kind` is the delivery's kind, 0 if unknown.
+function M.on_error(h, e, kind)
+    local msg = tostring(e)
+    if kind == KIND_STOP then
+        states[h], ctxs[h] = nil, nil
+        return msg, false
+    end
+    if states[h] == nil then
+        ctxs[h] = nil
+        return msg, true
+    end
+    return msg, false
+end
+
+-- setup -------------------------------------------------------------------
+
+local function check_behavior(mod)
+    if type(mod) ~= "table" then
+        return nil, "the module must return a table, got " .. type(mod)
+    end
+    if type(mod.receive) ~= "function" then
+        return nil, "the module has no receive(state, msg, ctx) function"
+    end
+    for _, f in ipairs({ "init", "stopped" }) do
+        if mod[f] ~= nil and type(mod[f]) ~= "function" then
+            return nil, "'" .. f .. "' must be a function"
+        end
+    end
+    return mod
+end
+
+-- Loads every behavior. `types` is the config's entity_list (index 0-based
+-- in C order). Returns a list of {index=, name=, err=} for modules that
+-- failed; those types stay unavailable.
+function M.start(opts)
+    node_name = opts.node
+    decoder.decode_max_depth(opts.json_max_depth)
+    encoder.encode_max_depth(opts.json_max_depth)
+    local failed = {}
+    for i, t in ipairs(opts.types) do
+        local idx = i - 1
+        type_names[idx] = t.name
+        local ok, mod = pcall(require, t.module)
+        local err
+        if ok then
+            mod, err = check_behavior(mod)
+        else
+            err = tostring(mod)
+        end
+        if mod then
+            behaviors[idx] = mod
+        else
+            failed[#failed + 1] = { index = idx, name = t.name,
+                                    module = t.module, err = err }
+        end
+    end
+    return failed
+end
+
+-- Checks an incoming payload: nil when it is a JSON object, else a code
+-- ("bad_json" | "not_object") and the reason.
+function M.check(payload)
+    local ok, v = pcall(decode, payload)
+    if not ok then return "bad_json", tostring(v) end
+    if type(v) ~= "table" or not find(payload, "^%s*{") then
+        return "not_object", "the message must be a JSON object, got "
+            .. (type(v) == "table" and "an array" or type(v))
+    end
+    return nil
+end
+
+-- Number of entities with Lua state (for tests and the bench).
+function M.state_count()
+    local n = 0
+    for _ in pairs(states) do n = n + 1 end
+    return n
+end
+
+return M

@@ -1,0 +1,239 @@
+/*
+ * bench.c -- `moonshard bench local`: one node in this process, counter
+ * entities, no HTTP. Every figure is printed next to a baseline measured
+ * in the same run.
+ */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moonshard.h"
+
+static const char PAYLOAD[] = "{\"type\":\"incr\"}";
+static const char GET[] = "{\"type\":\"get\"}";
+
+struct bench {
+    uv_loop_t *loop;
+    struct ms_node *node;
+    int type;
+    char **ids;
+    size_t *idlen;
+    long nids;
+    long asks_left, asks_done, asks_failed, next_id;
+};
+
+static double now_s(void)
+{
+    return (double)uv_hrtime() / 1e9;
+}
+
+static long rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, rss = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+            rss = 0;
+        fclose(f);
+    }
+    return rss * sysconf(_SC_PAGESIZE);
+}
+
+/* Runs the loop until every accepted message was handled. */
+static void drain(struct bench *b)
+{
+    struct ms_stats s;
+    do {
+        uv_run(b->loop, UV_RUN_NOWAIT);
+        ms_node_stats(b->node, &s);
+    } while (ms_node_pending(b->node) > 0 || s.delivered < s.routed);
+}
+
+static int tell_all(struct bench *b, long messages)
+{
+    const long chunk = 20000;
+    for (long i = 0; i < messages;) {
+        long end = i + chunk < messages ? i + chunk : messages;
+        for (; i < end; i++) {
+            long k = i % b->nids;
+            int rc = ms_node_tell(b->node, b->type, b->ids[k], b->idlen[k],
+                                  PAYLOAD, sizeof PAYLOAD - 1);
+            if (rc < 0) {
+                fprintf(stderr, "bench: tell failed: %s\n", ms_strerror(rc));
+                return rc;
+            }
+        }
+        drain(b);
+    }
+    return 0;
+}
+
+static void ask_one(struct bench *b);
+
+static void on_reply(void *data, int err, const char *payload, size_t len)
+{
+    struct bench *b = data;
+    (void)payload;
+    (void)len;
+    b->asks_done++;
+    if (err)
+        b->asks_failed++;
+    if (b->asks_left > 0)
+        ask_one(b);
+}
+
+static void ask_one(struct bench *b)
+{
+    long k = b->next_id++ % b->nids;
+    b->asks_left--;
+    int rc = ms_node_ask(b->node, b->type, b->ids[k], b->idlen[k], GET,
+                         sizeof GET - 1, 10000, on_reply, b);
+    if (rc < 0) {
+        b->asks_done++;
+        b->asks_failed++;
+    }
+}
+
+static int write_config(char *dir, char *path, size_t len, long ids)
+{
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(path, len, "%s/bench.lua", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f,
+            "return {\n"
+            "    cluster = \"bench\",\n"
+            "    nodes = { { name = \"bench\", listen = \"127.0.0.1:1\","
+            " http = \"127.0.0.1:2\" } },\n"
+            "    entities = {\n"
+            "        Counter = { module = \"counter\", shard_count = 64,\n"
+            "                    idle_timeout = false, max_pending = %ld },\n"
+            "    },\n"
+            "}\n",
+            ids + 20000);
+    fclose(f);
+    return 0;
+}
+
+int ms_bench_main(int argc, char **argv)
+{
+    long nids = 100000, messages = 2000000, nasks = 500000;
+    if (argc < 1 || strcmp(argv[0], "local") != 0) {
+        fprintf(stderr, "usage: moonshard bench local [--ids N] "
+                "[--messages N]\n");
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--ids") == 0 && i + 1 < argc)
+            nids = atol(argv[++i]);
+        else if (strcmp(argv[i], "--messages") == 0 && i + 1 < argc)
+            messages = atol(argv[++i]);
+        else {
+            fprintf(stderr, "moonshard bench: unknown option '%s'\n",
+                    argv[i]);
+            return 2;
+        }
+    }
+    if (nids < 1000 || messages < nids) {
+        fprintf(stderr, "moonshard bench: need --ids >= 1000 and "
+                "--messages >= --ids\n");
+        return 2;
+    }
+    char dir[] = "/tmp/moonshard-bench-XXXXXX", path[256];
+    if (write_config(dir, path, sizeof path, nids) < 0) {
+        perror("moonshard bench: cannot write its config");
+        return 1;
+    }
+    struct bench b;
+    memset(&b, 0, sizeof b);
+    b.loop = uv_default_loop();
+    struct ms_node_options opts = {path, NULL, 1};
+    char err[1024];
+    int rc = ms_node_new(&b.node, b.loop, &opts, err, sizeof err);
+    unlink(path);
+    rmdir(dir);
+    if (rc < 0) {
+        fprintf(stderr, "moonshard bench: %s\n", err);
+        return 1;
+    }
+    b.type = ms_node_type(b.node, "Counter", 7);
+    b.nids = nids;
+    b.ids = calloc((size_t)nids, sizeof *b.ids);
+    b.idlen = calloc((size_t)nids, sizeof *b.idlen);
+    for (long i = 0; i < nids; i++) {
+        char buf[32];
+        int n = snprintf(buf, sizeof buf, "c-%ld", i + 1);
+        b.ids[i] = strdup(buf);
+        b.idlen[i] = (size_t)n;
+    }
+
+    /* floor: same VM, same behavior, same payload, no runtime */
+    char arg[256], *out = NULL;
+    snprintf(arg, sizeof arg, "counter %ld %ld %s", nids, messages, PAYLOAD);
+    rc = ms_node_call_lua(b.node, "moonshard.bench", "floor", arg, &out, err,
+                          sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "moonshard bench: floor failed: %s\n", err);
+        return 1;
+    }
+    double floor_rate = atof(out);
+    free(out);
+
+    ms_node_lua_gc(b.node);
+    long rss0 = rss_bytes();
+    double t0 = now_s();
+    if (tell_all(&b, nids) < 0)
+        return 1;
+    double act_s = now_s() - t0;
+    ms_node_lua_gc(b.node);
+    long rss1 = rss_bytes();
+
+    t0 = now_s();
+    if (tell_all(&b, messages) < 0)
+        return 1;
+    double tell_s = now_s() - t0;
+
+    const long window = 1000;
+    b.asks_left = nasks;
+    t0 = now_s();
+    for (long i = 0; i < window && b.asks_left > 0; i++)
+        ask_one(&b);
+    while (b.asks_done < nasks)
+        uv_run(b.loop, UV_RUN_NOWAIT);
+    double ask_s = now_s() - t0;
+
+    struct ms_stats st;
+    ms_node_stats(b.node, &st);
+    double tell_rate = (double)messages / tell_s;
+    printf("moonshard bench local: one node, Counter entities, %ld ids, "
+           "64 shards\n", nids);
+    printf("  floor (LuaJIT loop: cjson.decode + counter.receive): "
+           "%12.0f msg/s\n", floor_rate);
+    printf("  tells through the runtime (%ld over %ld ids):   %12.0f msg/s"
+           "   ratio to floor %.2f (target >= 0.50)\n",
+           messages, nids, tell_rate, tell_rate / floor_rate);
+    printf("  asks (%ld, %ld in flight):                  %12.0f asks/s"
+           "  ratio to floor %.2f  failed %ld\n",
+           nasks, window, (double)nasks / ask_s,
+           (double)nasks / ask_s / floor_rate, b.asks_failed);
+    printf("  activations (first message to %ld ids):      %12.0f /s\n",
+           nids, (double)nids / act_s);
+    printf("  memory per idle activated entity (RSS delta):  %8.0f bytes"
+           "   (target <= 1024)\n",
+           (double)(rss1 - rss0) / (double)nids);
+    printf("  entities active: %llu, handler errors: %llu\n",
+           (unsigned long long)st.active_entities,
+           (unsigned long long)st.handler_errors);
+    ms_node_close(b.node);
+    uv_run(b.loop, UV_RUN_DEFAULT);
+    for (long i = 0; i < nids; i++)
+        free(b.ids[i]);
+    free(b.ids);
+    free(b.idlen);
+    return st.handler_errors || b.asks_failed ? 1 : 0;
+}

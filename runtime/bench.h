@@ -1,0 +1,12 @@
+/*
+ * bench.h -- `moonshard bench`: throughput and memory figures with a
+ * baseline measured in the same run.
+ */
+#ifndef MS_BENCH_H
+#define MS_BENCH_H
+
+/* Runs `moonshard bench local [--ids N] [--messages N]`; argv[0] is the
+ * bench's name. Prints the figures; returns the exit code. */
+int ms_bench_main(int argc, char **argv);
+
+#endif

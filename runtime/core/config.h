@@ -1,0 +1,38 @@
+/*
+ * config.h -- the node's settings as plain C data, read once from the
+ * validated Lua config (lua/moonshard/config.lua) by the bridge.
+ */
+#ifndef MS_CORE_CONFIG_H
+#define MS_CORE_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ms_type_config {
+    char name[64];
+    char module[128];
+    uint32_t shard_count;
+    uint64_t idle_timeout_ms;  /* 0: never */
+    int on_error_stop;
+    uint32_t max_pending;
+    uint32_t slow_handler_ms;
+};
+
+struct ms_config {
+    char path[1024];
+    char cluster[64];
+    char node_name[64];
+    char listen[128];
+    char http_host[128];
+    int http_port;
+    int nnodes;                /* nodes listed in the script */
+    int ntypes;
+    struct ms_type_config *types; /* owned; free with ms_config_free */
+    size_t max_message;
+    int json_max_depth;
+    int gc_step_kb;
+};
+
+void ms_config_free(struct ms_config *c);
+
+#endif

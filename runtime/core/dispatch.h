@@ -1,0 +1,160 @@
+/*
+ * dispatch.h -- the per-shard FIFO dispatcher (sans-IO).
+ *
+ * It owns the shards' FIFO queues, the entity table, each entity's mailbox,
+ * pending asks and entity timers. It never calls Lua, libuv or the clock:
+ * the caller passes `now_ms` and drives it. The bridge pulls deliveries with
+ * ms_dispatch_next(), runs the handler, and reports back with
+ * ms_dispatch_done() (and reply/fail/suspend on the way).
+ *
+ * Order: messages of one shard are taken in the order they were accepted;
+ * an entity handles one message at a time; a message for an entity that is
+ * busy (its handler suspended in an ask) waits in that entity's mailbox, so
+ * one entity's wait never blocks the rest of its shard, and one sender's
+ * messages to one entity are handled in send order.
+ */
+#ifndef MS_CORE_DISPATCH_H
+#define MS_CORE_DISPATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../moonshard.h"
+
+enum { MS_KIND_TELL = 1, MS_KIND_ASK = 2, MS_KIND_STOP = 3 };
+
+#define MS_MAX_ID 512 /* bytes of an entity id */
+
+struct ms_dispatch_type {
+    const char *name;         /* borrowed for the dispatcher's life */
+    uint32_t shard_count;
+    uint64_t idle_timeout_ms; /* 0: never */
+    int on_error_stop;        /* 1: passivate the entity after an error */
+    uint32_t max_pending;     /* accepted, unhandled messages per shard */
+};
+
+struct ms_dispatch;
+
+/* Where the end of an ask goes: a C callback, or a suspended entity. */
+struct ms_waiter {
+    ms_ask_cb cb;    /* non-NULL: call it */
+    void *data;
+    uint32_t h;      /* cb == NULL: resume entity handle h */
+};
+
+/* One message handed to the bridge; fields are valid until done(). */
+struct ms_delivery {
+    uint32_t h;          /* entity handle, >= 1, reused after free */
+    uint32_t type;
+    uint32_t shard;
+    int kind;            /* MS_KIND_* */
+    int init;            /* 1: activate (call init) before this message */
+    const char *id;
+    size_t idlen;
+    const char *payload; /* NUL-terminated JSON; NULL for STOP */
+    size_t len;
+};
+
+/* A finished ask whose waiter is an entity: resume it with this. */
+struct ms_resume {
+    uint32_t h;
+    int err;             /* 0: payload is the reply */
+    const char *payload; /* reply JSON, or error JSON object */
+    size_t len;
+};
+
+/* Creates a dispatcher for `ntypes` types (copied; names borrowed).
+ * Returns NULL when out of memory. */
+struct ms_dispatch *ms_dispatch_new(const struct ms_dispatch_type *types,
+                                    int ntypes, size_t max_message);
+/* Frees everything. Pending asks are ended with MS_ECANCELED first. */
+void ms_dispatch_free(struct ms_dispatch *d);
+
+int ms_dispatch_type_index(struct ms_dispatch *d, const char *name,
+                           size_t len);
+const char *ms_dispatch_type_name(struct ms_dispatch *d, int type);
+/* Marks a type unavailable (its module failed to load): sends to it fail
+ * with MS_EUNAVAIL. */
+void ms_dispatch_set_unavailable(struct ms_dispatch *d, int type, int yes);
+
+/* Accepts a tell. The payload is copied. Returns 0 or MS_ENOTYPE, MS_E2BIG,
+ * MS_EOVERFLOW, MS_EUNAVAIL, MS_ENOMEM. */
+int ms_dispatch_tell(struct ms_dispatch *d, int type, const char *id,
+                     size_t idlen, const char *json, size_t len);
+
+/* Accepts an ask; the waiter is told exactly once, never from inside this
+ * call. Returns the ask's id (> 0) or a negative code (waiter not told). An
+ * entity asking itself gets MS_ESELF. */
+int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
+                        size_t idlen, const char *json, size_t len,
+                        uint64_t timeout_ms, uint64_t now_ms,
+                        const struct ms_waiter *w);
+
+/* Accepts an ordered stop request (passivate after earlier messages). */
+int ms_dispatch_stop(struct ms_dispatch *d, int type, const char *id,
+                     size_t idlen);
+
+/* Takes the next message to handle. Returns 1 and fills `out`, or 0 when
+ * nothing is ready. */
+int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out);
+
+/* The handler of entity h finished its current message (returned, raised
+ * or stopped). An ask it did not answer ends with MS_ENOREPLY. */
+void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms);
+
+/* Reply to the ask being handled by h. Returns 0, 1 when the current
+ * message is not an ask (the reply is dropped), or MS_EINVAL when h
+ * already replied. */
+int ms_dispatch_reply(struct ms_dispatch *d, uint32_t h, const char *json,
+                      size_t len);
+
+/* The handler of h raised `message`. Counts it, ends a pending ask with
+ * MS_EHANDLER, and applies the type's failure policy. `init_failed`: the
+ * entity did not activate. */
+void ms_dispatch_fail(struct ms_dispatch *d, uint32_t h, const char *message,
+                      int init_failed);
+
+/* ctx:stop(): passivate h after its current message. */
+void ms_dispatch_stop_self(struct ms_dispatch *d, uint32_t h);
+
+/* ctx:after(): a tell to self after delay_ms. Returns a timer id > 0 or a
+ * negative code. Entity timers are cancelled when it passivates. */
+int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
+                          uint64_t delay_ms, const char *json, size_t len,
+                          uint64_t now_ms);
+/* ctx:cancel(): returns 1 if the timer was pending, 0 otherwise. */
+int ms_dispatch_cancel(struct ms_dispatch *d, uint32_t h, int64_t timer);
+
+/* Fires due timers, ends asks past their deadline and queues idle
+ * entities for passivation. */
+void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms);
+
+/* Milliseconds until the next deadline (timer, ask or idle timeout) from
+ * now_ms, or -1 when there is none. */
+int64_t ms_dispatch_next_deadline(struct ms_dispatch *d, uint64_t now_ms);
+
+/* Takes the next finished ask of an entity waiter. Returns 1 and fills
+ * `out` (valid until the next call), or 0. */
+int ms_dispatch_next_resume(struct ms_dispatch *d, struct ms_resume *out);
+
+/* 1 when deliveries or resumes are ready to run now. */
+int ms_dispatch_has_work(struct ms_dispatch *d);
+
+/* Queues a stop for every active entity that is not busy; ends every
+ * pending ask with MS_ECANCELED. Used on shutdown. Returns the number of
+ * entities still active. */
+uint64_t ms_dispatch_shutdown(struct ms_dispatch *d);
+
+/* Identity of handle h, for logs; returns 0 when h is not live. */
+int ms_dispatch_entity(struct ms_dispatch *d, uint32_t h, int *type,
+                       const char **id, size_t *idlen, uint32_t *shard);
+
+void ms_dispatch_stats(struct ms_dispatch *d, struct ms_stats *out);
+struct ms_stats *ms_dispatch_counters(struct ms_dispatch *d);
+uint64_t ms_dispatch_pending(struct ms_dispatch *d);
+
+/* Writes {"code":"...","message":"..."} (JSON-escaped) into buf; returns
+ * the length (truncated to buflen - 1). */
+size_t ms_error_json(char *buf, size_t buflen, int err, const char *message);
+
+#endif

@@ -1,0 +1,1106 @@
+/*
+ * http.c -- the node's HTTP gateway: libuv TCP, parsed by http-parser.
+ *
+ * One connection answers one request at a time. When a request is complete
+ * the parser is paused and reading stops; the bytes that followed it
+ * (pipelined requests) are kept in `rest` and parsed once the response has
+ * been written. Responses therefore leave in request order without a queue,
+ * and a slow ask holds back only its own connection.
+ *
+ * Lifetime: a connection is reference counted. Its TCP handle holds one
+ * reference, dropped in the close callback; a pending ask holds another,
+ * dropped by the ask callback. An ask that ends after its connection closed
+ * sees `closing`, drops the reply and frees the memory if it was last.
+ *
+ * A connection that must close after its response (error, `Connection:
+ * close`, HTTP/1.0) shuts down its write side and discards input until the
+ * peer closes, so the kernel does not reset the connection over unread
+ * request bytes before the client has read the response.
+ */
+#include "http.h"
+
+#include <http_parser.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * URL plus header names and values of one request, in bytes. A larger head
+ * gets 431 and the connection is closed. The URL is the only part of the
+ * head we keep, so this also bounds the URL buffer; http-parser's own limit
+ * (80 KiB) stays in force behind ours.
+ */
+#define HEAD_MAX (16 * 1024)
+#define ID_MAX 512                  /* bytes of a decoded entity id */
+#define READ_BUF (64 * 1024)        /* one read, shared by all connections */
+#define LINGER_MAX (1024 * 1024)    /* input discarded before a hard close */
+#define BACKLOG 511
+#define TIMEOUT_DEFAULT_MS 5000
+#define TIMEOUT_MAX_S 300.0
+#define KEEPALIVE_PROBE_S 60        /* TCP keepalive finds vanished peers */
+
+#define JSON "application/json"
+#define OK_BODY "{\"ok\":true}"
+
+struct conn {
+    uv_tcp_t tcp;
+    uv_shutdown_t shutdown;
+    http_parser parser;
+    struct ms_http *h;          /* NULL once the handle is closed */
+    struct conn *prev, *next;   /* h->conns, while not closing */
+    int refs;                   /* the handle + a pending ask */
+    unsigned busy : 1;          /* a request is being answered */
+    unsigned reading : 1;
+    unsigned keep_alive : 1;    /* of the current request */
+    unsigned lingering : 1;     /* response out, waiting for the peer's EOF */
+    unsigned closing : 1;       /* uv_close called */
+    size_t head_bytes;          /* URL + header bytes of this request */
+    char *url;                  /* request target, not NUL-terminated */
+    size_t url_len, url_cap;
+    char *body;                 /* request body, freed once answered */
+    size_t body_len, body_cap;
+    size_t body_expect;         /* Content-Length, or 0 when absent */
+    char *rest;                 /* unparsed input held while busy */
+    size_t rest_len;
+    size_t discarded;           /* bytes read while lingering */
+};
+
+struct ms_http {
+    uv_tcp_t listener;
+    uv_loop_t *loop;
+    struct ms_node *node;
+    struct conn *conns;
+    int handles;                /* open handles: listener + connections */
+    int closing;
+    char address[64];           /* "host:port" bound, for the help page */
+    char rbuf[READ_BUF];
+};
+
+/* Write request and response bytes in one allocation. */
+struct wreq {
+    uv_write_t req;
+    char data[];
+};
+
+/* One piece of a response body. */
+struct part {
+    const char *p;
+    size_t n;
+};
+
+static int on_message_begin(http_parser *p);
+static int on_url(http_parser *p, const char *at, size_t len);
+static int on_header(http_parser *p, const char *at, size_t len);
+static int on_headers_complete(http_parser *p);
+static int on_body(http_parser *p, const char *at, size_t len);
+static int on_message_complete(http_parser *p);
+
+static const http_parser_settings settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header,
+    .on_header_value = on_header,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+static void on_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static void __attribute__((format(printf, 3, 4)))
+set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static int streq(const char *s, size_t n, const char *lit)
+{
+    return strlen(lit) == n && memcmp(s, lit, n) == 0;
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 if there is none. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    size_t k, i;
+
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xC2 && s[0] <= 0xDF)
+        k = 2;
+    else if (s[0] >= 0xE0 && s[0] <= 0xEF)
+        k = 3;
+    else if (s[0] >= 0xF0 && s[0] <= 0xF4)
+        k = 4;
+    else
+        return 0;
+    if (n < k)
+        return 0;
+    for (i = 1; i < k; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    /* overlong forms, surrogates, code points above U+10FFFF */
+    if ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] > 0x9F) ||
+        (s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return k;
+}
+
+/*
+ * Appends s[0..len) to out[*n..cap) as the inside of a JSON string. Bytes
+ * that are not valid UTF-8 become U+FFFD, so the result is always valid
+ * JSON. Stops early, at a character boundary, rather than overflow.
+ */
+static void put_escaped(char *out, size_t cap, size_t *n, const char *s,
+                        size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+
+    while (i < len) {
+        char tmp[8];
+        const char *src = tmp;
+        size_t k, adv = 1;
+
+        if (u[i] == '"' || u[i] == '\\') {
+            tmp[0] = '\\';
+            tmp[1] = (char)u[i];
+            k = 2;
+        } else if (u[i] == '\n' || u[i] == '\r' || u[i] == '\t') {
+            tmp[0] = '\\';
+            tmp[1] = u[i] == '\n' ? 'n' : u[i] == '\r' ? 'r' : 't';
+            k = 2;
+        } else if (u[i] < 0x20) {
+            snprintf(tmp, sizeof tmp, "\\u%04x", u[i]);
+            k = 6;
+        } else if ((adv = utf8_len(u + i, len - i)) == 0) {
+            src = "\\ufffd";
+            k = 6;
+            adv = 1;
+        } else {
+            src = s + i;
+            k = adv;
+        }
+        if (k > cap - *n)
+            break;
+        memcpy(out + *n, src, k);
+        *n += k;
+        i += adv;
+    }
+}
+
+static int hexval(int ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes s[0..*n) in place. Returns 0, or -1 on a bad escape. */
+static int pct_decode(char *s, size_t *n)
+{
+    size_t i, o = 0;
+
+    for (i = 0; i < *n; i++) {
+        if (s[i] == '%') {
+            int hi, lo;
+
+            if (*n - i < 3 || (hi = hexval(s[i + 1])) < 0 ||
+                (lo = hexval(s[i + 2])) < 0)
+                return -1;
+            s[o++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            s[o++] = s[i];
+        }
+    }
+    *n = o;
+    return 0;
+}
+
+/*
+ * Reads `timeout=SECONDS` from the query string into *ms (default 5 s).
+ * Returns 0, or -1 unless the value is a plain decimal number of seconds
+ * with 0 < SECONDS <= 300 (no "inf", "nan", hex or blanks).
+ */
+static int parse_timeout(const char *q, size_t qlen, uint64_t *ms)
+{
+    size_t i = 0;
+
+    *ms = TIMEOUT_DEFAULT_MS;
+    while (i < qlen) {
+        size_t j = i, vn;
+        const char *v;
+        char tmp[32], *end;
+        double s;
+
+        while (j < qlen && q[j] != '&')
+            j++;
+        if (streq(q + i, j - i, "timeout"))
+            return -1;
+        if (j - i < 8 || memcmp(q + i, "timeout=", 8) != 0) {
+            i = j + 1;
+            continue;
+        }
+        v = q + i + 8;
+        vn = j - i - 8;
+        if (vn == 0 || vn >= sizeof tmp)
+            return -1;
+        memcpy(tmp, v, vn);
+        tmp[vn] = '\0';
+        if (strspn(tmp, "0123456789.eE+-") != vn ||
+            !((tmp[0] >= '0' && tmp[0] <= '9') || tmp[0] == '.'))
+            return -1;
+        s = strtod(tmp, &end);
+        if (*end != '\0' || !(s > 0 && s <= TIMEOUT_MAX_S))
+            return -1;
+        *ms = (uint64_t)(s * 1000.0 + 0.5);
+        if (*ms == 0)
+            *ms = 1;
+        i = j + 1;
+    }
+    return 0;
+}
+
+/* The HTTP status of a node error code. */
+static int err_status(int err)
+{
+    switch (err) {
+    case MS_EBADJSON:
+    case MS_ENOTTABLE:
+    case MS_EINVAL:
+        return 400;
+    case MS_ENOTYPE:
+        return 404;
+    case MS_E2BIG:
+        return 413;
+    case MS_ENOREPLY:
+        return 502;
+    case MS_EOVERFLOW:
+    case MS_EUNAVAIL:
+    case MS_ECANCELED:
+        return 503;
+    case MS_ETIMEDOUT:
+        return 504;
+    default: /* MS_EHANDLER, MS_ENOMEM, ... */
+        return 500;
+    }
+}
+
+/* ---- connection lifetime ------------------------------------------------ */
+
+static void handle_closed(struct ms_http *h)
+{
+    if (--h->handles == 0)
+        free(h);
+}
+
+static void on_listener_closed(uv_handle_t *hd)
+{
+    handle_closed(hd->data);
+}
+
+static void drop_body(struct conn *c)
+{
+    free(c->body);
+    c->body = NULL;
+    c->body_len = c->body_cap = 0;
+}
+
+static void conn_unref(struct conn *c)
+{
+    if (--c->refs > 0)
+        return;
+    free(c->url);
+    free(c->body);
+    free(c->rest);
+    free(c);
+}
+
+static void on_conn_closed(uv_handle_t *hd)
+{
+    struct conn *c = hd->data;
+    struct ms_http *h = c->h;
+
+    c->h = NULL;
+    conn_unref(c);
+    handle_closed(h);
+}
+
+static void conn_close(struct conn *c)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->h->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void read_start(struct conn *c)
+{
+    if (c->reading || c->closing)
+        return;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->reading = 1;
+}
+
+static void read_stop(struct conn *c)
+{
+    if (!c->reading)
+        return;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = 0;
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    struct conn *c = req->data;
+
+    if (c->closing)
+        return;
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    read_start(c); /* on_read discards until EOF */
+}
+
+/* Half-closes after the last response; see the comment at the top. */
+static void linger(struct conn *c)
+{
+    free(c->rest);
+    c->rest = NULL;
+    c->rest_len = 0;
+    c->lingering = 1;
+    c->shutdown.data = c;
+    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) != 0)
+        conn_close(c);
+}
+
+/* ---- responses ---------------------------------------------------------- */
+
+static void feed(struct conn *c, const char *data, size_t len);
+
+/* Parses what arrived while the last request was answered, then reads. */
+static void resume(struct conn *c)
+{
+    char *rest = c->rest;
+    size_t len = c->rest_len;
+
+    c->rest = NULL;
+    c->rest_len = 0;
+    http_parser_pause(&c->parser, 0);
+    if (rest != NULL) {
+        feed(c, rest, len);
+        free(rest);
+    }
+    if (!c->busy)
+        read_start(c);
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct conn *c = req->data;
+
+    free(req); /* the struct wreq */
+    if (c->closing)
+        return;
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    if (!c->keep_alive) {
+        linger(c);
+        return;
+    }
+    c->busy = 0;
+    resume(c);
+}
+
+/*
+ * Queues the response to the current request: a status line, headers and
+ * the body made of `parts`. `extra` is NULL or more header lines, each
+ * ending in CRLF. Frees the request body, which nothing needs any more.
+ */
+static void respond_v(struct conn *c, int status, const char *ctype,
+                      const char *extra, const struct part *parts, int n)
+{
+    char head[256];
+    size_t len = 0, off;
+    struct wreq *w;
+    uv_buf_t b;
+    int hn, i;
+
+    c->busy = 1;
+    drop_body(c);
+    if (c->closing)
+        return;
+    for (i = 0; i < n; i++)
+        len += parts[i].n;
+    hn = snprintf(head, sizeof head,
+                  "HTTP/1.1 %d %s\r\n"
+                  "Content-Type: %s\r\n"
+                  "Content-Length: %zu\r\n"
+                  "%s"
+                  "Connection: %s\r\n"
+                  "\r\n",
+                  status, http_status_str((enum http_status)status), ctype,
+                  len, extra ? extra : "",
+                  c->keep_alive ? "keep-alive" : "close");
+    if (hn < 0 || (size_t)hn >= sizeof head) {
+        conn_close(c);
+        return;
+    }
+    w = malloc(sizeof *w + (size_t)hn + len);
+    if (w == NULL) {
+        conn_close(c);
+        return;
+    }
+    memcpy(w->data, head, (size_t)hn);
+    off = (size_t)hn;
+    for (i = 0; i < n; i++) {
+        memcpy(w->data + off, parts[i].p, parts[i].n);
+        off += parts[i].n;
+    }
+    w->req.data = c;
+    b = uv_buf_init(w->data, (unsigned int)off);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
+        free(w);
+        conn_close(c);
+    }
+}
+
+static void respond(struct conn *c, int status, const char *ctype,
+                    const char *body, size_t len)
+{
+    struct part p = {body, len};
+
+    respond_v(c, status, ctype, NULL, &p, 1);
+}
+
+/* {"error":{"code":"<code>","message":"<msg>"}}, both JSON-escaped. */
+static void respond_error_x(struct conn *c, int status, const char *extra,
+                            const char *code, const char *msg)
+{
+    /* msg has at most 511 bytes (respond_error), each escaped to at most
+     * 6, so the message is never cut; put_escaped guards anyway. */
+    char body[4096];
+    size_t n, cap = sizeof body - 3;
+    struct part p;
+
+    n = strlen("{\"error\":{\"code\":\"");
+    memcpy(body, "{\"error\":{\"code\":\"", n);
+    put_escaped(body, 128, &n, code, strlen(code));
+    memcpy(body + n, "\",\"message\":\"", 13);
+    n += 13;
+    put_escaped(body, cap, &n, msg, strlen(msg));
+    memcpy(body + n, "\"}}", 3);
+    n += 3;
+    p.p = body;
+    p.n = n;
+    respond_v(c, status, JSON, extra, &p, 1);
+}
+
+static void __attribute__((format(printf, 4, 5)))
+respond_error(struct conn *c, int status, const char *code, const char *fmt,
+              ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    respond_error_x(c, status, NULL, code, msg);
+}
+
+static void respond_node_error(struct conn *c, int err)
+{
+    respond_error(c, err_status(err), ms_errname(err), "%s",
+                  ms_strerror(err));
+}
+
+static void not_allowed(struct conn *c, const char *method)
+{
+    char extra[32], msg[64];
+
+    snprintf(extra, sizeof extra, "Allow: %s\r\n", method);
+    snprintf(msg, sizeof msg, "this endpoint takes %s", method);
+    respond_error_x(c, 405, extra, "method_not_allowed", msg);
+}
+
+/* ---- endpoints ---------------------------------------------------------- */
+
+static void on_ask(void *data, int err, const char *payload, size_t len)
+{
+    struct conn *c = data;
+
+    if (!c->closing) {
+        if (err == 0) {
+            respond(c, 200, JSON, payload, len);
+        } else if (payload != NULL && len > 0) {
+            /* payload is already {"code": ..., "message": ...} */
+            struct part p[3] = {
+                {"{\"error\":", 9}, {payload, len}, {"}", 1}};
+
+            respond_v(c, err_status(err), JSON, NULL, p, 3);
+        } else {
+            respond_node_error(c, err);
+        }
+    }
+    conn_unref(c);
+}
+
+static void get_index(struct conn *c)
+{
+    const char *a = c->h->address;
+    char text[2048];
+    int n;
+
+    n = snprintf(text, sizeof text,
+        "moonshard node %s -- HTTP gateway\n"
+        "\n"
+        "Send a message to an entity (202, no reply):\n"
+        "  curl -X POST -d '{\"type\":\"incr\"}' "
+        "http://%s/v1/entities/Counter/c1/tell\n"
+        "Ask an entity and wait for its reply (timeout in seconds, "
+        "default 5, at most 300):\n"
+        "  curl -X POST -d '{\"type\":\"get\"}' "
+        "'http://%s/v1/entities/Counter/c1/ask?timeout=5'\n"
+        "Passivate an entity:\n"
+        "  curl -X POST http://%s/v1/entities/Counter/c1/stop\n"
+        "Node counters and health:\n"
+        "  curl http://%s/v1/stats\n"
+        "  curl http://%s/v1/health\n"
+        "\n"
+        "Bodies are JSON objects. Errors come back as\n"
+        "{\"error\":{\"code\":...,\"message\":...}} with a 4xx or 5xx "
+        "status.\n"
+        "The same from a shell: moonshard tell|ask|stop|status "
+        "[--node %s] ...\n",
+        ms_node_name(c->h->node), a, a, a, a, a, a);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof text)
+        n = (int)sizeof text - 1;
+    respond(c, 200, "text/plain; charset=utf-8", text, (size_t)n);
+}
+
+static void get_stats(struct conn *c)
+{
+    char small[2048], *big;
+    size_t need;
+
+    need = ms_node_stats_json(c->h->node, small, sizeof small);
+    if (need < sizeof small) {
+        respond(c, 200, JSON, small, need);
+        return;
+    }
+    big = malloc(need + 1);
+    if (big == NULL) {
+        respond_node_error(c, MS_ENOMEM);
+        return;
+    }
+    if (ms_node_stats_json(c->h->node, big, need + 1) < need)
+        need = strlen(big);
+    respond(c, 200, JSON, big, need);
+    free(big);
+}
+
+static void get_health(struct conn *c)
+{
+    const char *name = ms_node_name(c->h->node);
+    char body[1024];
+    size_t n = 0, cap = sizeof body - 2;
+
+    n = strlen("{\"ok\":true,\"node\":\"");
+    memcpy(body, "{\"ok\":true,\"node\":\"", n);
+    put_escaped(body, cap, &n, name, strlen(name));
+    memcpy(body + n, "\"}", 2);
+    respond(c, 200, JSON, body, n + 2);
+}
+
+/*
+ * POST /v1/entities/{type}/{id}/{action}: `seg` is "{type}/{id}/{action}",
+ * still percent-encoded, inside c->url (decoded in place).
+ */
+static void post_entity(struct conn *c, char *seg, size_t len,
+                        const char *query, size_t qlen)
+{
+    struct ms_node *node = c->h->node;
+    char *type, *id, *action, *slash, reason[256];
+    size_t tlen, idlen, alen;
+    uint64_t timeout_ms = 0;
+    int t, rc;
+
+    type = seg;
+    slash = memchr(type, '/', len);
+    if (slash == NULL)
+        goto not_found;
+    tlen = (size_t)(slash - type);
+    id = slash + 1;
+    slash = memchr(id, '/', len - tlen - 1);
+    if (slash == NULL)
+        goto not_found;
+    idlen = (size_t)(slash - id);
+    action = slash + 1;
+    alen = len - tlen - idlen - 2;
+    if (memchr(action, '/', alen) != NULL ||
+        !(streq(action, alen, "tell") || streq(action, alen, "ask") ||
+          streq(action, alen, "stop")))
+        goto not_found;
+    if (c->parser.method != HTTP_POST) {
+        not_allowed(c, "POST");
+        return;
+    }
+
+    if (pct_decode(type, &tlen) != 0 || pct_decode(id, &idlen) != 0) {
+        respond_error(c, 400, "bad_request", "bad percent-escape in path");
+        return;
+    }
+    if (idlen == 0 || idlen > ID_MAX) {
+        respond_error(c, 400, "bad_request",
+                      "entity id must be 1 to %d bytes long", ID_MAX);
+        return;
+    }
+    t = ms_node_type(node, type, tlen);
+    if (t < 0) {
+        respond_error(c, 404, ms_errname(MS_ENOTYPE),
+                      "unknown entity type '%.*s'",
+                      (int)(tlen > 100 ? 100 : tlen), type);
+        return;
+    }
+
+    if (action[0] == 's') {
+        rc = ms_node_stop_entity(node, t, id, idlen);
+        if (rc < 0)
+            respond_node_error(c, rc);
+        else
+            respond(c, 202, JSON, OK_BODY, strlen(OK_BODY));
+        return;
+    }
+
+    if (action[0] == 'a' && parse_timeout(query, qlen, &timeout_ms) != 0) {
+        respond_error(c, 400, "bad_timeout",
+                      "timeout must be a number of seconds, > 0 and <= %g",
+                      TIMEOUT_MAX_S);
+        return;
+    }
+    reason[0] = '\0';
+    rc = ms_node_check_message(node, c->body, c->body_len, reason,
+                               sizeof reason);
+    if (rc == MS_EBADJSON) {
+        respond_error(c, 400, ms_errname(rc), "body is not valid JSON: %s",
+                      reason);
+        return;
+    }
+    if (rc < 0) {
+        respond_error(c, err_status(rc), ms_errname(rc), "%s",
+                      reason[0] ? reason : "body must be a JSON object");
+        return;
+    }
+
+    if (action[0] == 't') {
+        rc = ms_node_tell(node, t, id, idlen, c->body, c->body_len);
+        if (rc < 0)
+            respond_node_error(c, rc);
+        else
+            respond(c, 202, JSON, OK_BODY, strlen(OK_BODY));
+        return;
+    }
+
+    /* The ask's reference keeps `c` alive until on_ask, even if the
+     * connection closes first; the body stays until the reply too. */
+    c->refs++;
+    rc = ms_node_ask(node, t, id, idlen, c->body, c->body_len, timeout_ms,
+                     on_ask, c);
+    if (rc < 0) {
+        c->refs--;
+        respond_node_error(c, rc);
+    }
+    return;
+
+not_found:
+    respond_error(c, 404, "not_found",
+                  "no such endpoint; GET / lists them");
+}
+
+static void route(struct conn *c)
+{
+    struct http_parser_url u;
+    char *path;
+    const char *query = "";
+    size_t plen, qlen = 0;
+    int get = c->parser.method == HTTP_GET;
+
+    http_parser_url_init(&u);
+    if (c->url_len == 0 ||
+        http_parser_parse_url(c->url, c->url_len,
+                              c->parser.method == HTTP_CONNECT, &u) != 0 ||
+        !(u.field_set & (1 << UF_PATH))) {
+        respond_error(c, 400, "bad_request", "malformed request target");
+        return;
+    }
+    path = c->url + u.field_data[UF_PATH].off;
+    plen = u.field_data[UF_PATH].len;
+    if (u.field_set & (1 << UF_QUERY)) {
+        query = c->url + u.field_data[UF_QUERY].off;
+        qlen = u.field_data[UF_QUERY].len;
+    }
+
+    if (streq(path, plen, "/")) {
+        if (get)
+            get_index(c);
+        else
+            not_allowed(c, "GET");
+    } else if (streq(path, plen, "/v1/stats")) {
+        if (get)
+            get_stats(c);
+        else
+            not_allowed(c, "GET");
+    } else if (streq(path, plen, "/v1/health")) {
+        if (get)
+            get_health(c);
+        else
+            not_allowed(c, "GET");
+    } else if (plen > 13 && memcmp(path, "/v1/entities/", 13) == 0) {
+        post_entity(c, path + 13, plen - 13, query, qlen);
+    } else {
+        respond_error(c, 404, "not_found",
+                      "no such endpoint; GET / lists them");
+    }
+}
+
+/* ---- parser callbacks --------------------------------------------------- */
+
+/* Counts head bytes; past HEAD_MAX answers 431 and fails the parser. */
+static int head_add(struct conn *c, size_t len)
+{
+    if (len > HEAD_MAX - c->head_bytes) {
+        c->keep_alive = 0;
+        respond_error(c, 431, "too_large",
+                      "request line and headers exceed %d bytes", HEAD_MAX);
+        return -1;
+    }
+    c->head_bytes += len;
+    return 0;
+}
+
+static int on_message_begin(http_parser *p)
+{
+    struct conn *c = p->data;
+
+    c->head_bytes = 0;
+    c->url_len = 0;
+    c->body_expect = 0;
+    c->keep_alive = 0;
+    drop_body(c);
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len)
+{
+    struct conn *c = p->data;
+
+    if (head_add(c, len) != 0)
+        return -1;
+    if (c->url_len + len > c->url_cap) {
+        /* bounded: url_len + len <= head_bytes <= HEAD_MAX */
+        size_t cap = c->url_cap ? c->url_cap * 2 : 256;
+        char *u;
+
+        if (cap < c->url_len + len)
+            cap = c->url_len + len;
+        if (cap > HEAD_MAX)
+            cap = HEAD_MAX;
+        u = realloc(c->url, cap);
+        if (u == NULL) {
+            conn_close(c);
+            return -1;
+        }
+        c->url = u;
+        c->url_cap = cap;
+    }
+    memcpy(c->url + c->url_len, at, len);
+    c->url_len += len;
+    return 0;
+}
+
+static int on_header(http_parser *p, const char *at, size_t len)
+{
+    (void)at;
+    return head_add(p->data, len);
+}
+
+static int on_headers_complete(http_parser *p)
+{
+    struct conn *c = p->data;
+    size_t max = ms_node_max_message(c->h->node);
+
+    c->keep_alive = http_should_keep_alive(p) && !p->upgrade;
+    if ((p->flags & F_CONTENTLENGTH) && p->content_length > max) {
+        c->keep_alive = 0;
+        respond_error(c, 413, "too_large",
+                      "body is larger than %zu bytes", max);
+        return -1;
+    }
+    if (p->flags & F_CONTENTLENGTH)
+        c->body_expect = (size_t)p->content_length;
+    return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+    struct conn *c = p->data;
+    size_t max = ms_node_max_message(c->h->node);
+
+    /* Content-Length was checked; this catches chunked bodies. */
+    if (c->body_len > max || len > max - c->body_len) {
+        c->keep_alive = 0;
+        respond_error(c, 413, "too_large",
+                      "body is larger than %zu bytes", max);
+        return -1;
+    }
+    if (len > c->body_cap - c->body_len) {
+        size_t need = c->body_len + len, cap;
+        char *b;
+
+        if (c->body_expect >= need)
+            cap = c->body_expect; /* checked against max above */
+        else
+            cap = c->body_cap > 2048 ? c->body_cap * 2 : 4096;
+        if (cap < need)
+            cap = need;
+        if (cap > max)
+            cap = max;
+        b = realloc(c->body, cap);
+        if (b == NULL) {
+            conn_close(c);
+            return -1;
+        }
+        c->body = b;
+        c->body_cap = cap;
+    }
+    memcpy(c->body + c->body_len, at, len);
+    c->body_len += len;
+    return 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+    struct conn *c = p->data;
+
+    /* One request at a time: the parser stops right after this message
+     * and feed() keeps the rest for later. */
+    http_parser_pause(p, 1);
+    c->busy = 1;
+    route(c);
+    return 0;
+}
+
+/* ---- I/O ---------------------------------------------------------------- */
+
+/* Runs the parser over new input; see the comment at the top. */
+static void feed(struct conn *c, const char *data, size_t len)
+{
+    size_t n = http_parser_execute(&c->parser, &settings, data, len);
+
+    if (c->closing)
+        return;
+    if (c->busy) {
+        /* A request is being answered (parser paused), or a callback
+         * answered an error and failed the parser (keep_alive is 0). */
+        read_stop(c);
+        if (c->keep_alive && n < len) {
+            c->rest = malloc(len - n);
+            if (c->rest == NULL) {
+                conn_close(c);
+                return;
+            }
+            memcpy(c->rest, data + n, len - n);
+            c->rest_len = len - n;
+        }
+        return;
+    }
+    if (HTTP_PARSER_ERRNO(&c->parser) != HPE_OK) {
+        c->keep_alive = 0;
+        read_stop(c);
+        respond_error(c, 400, "bad_request", "%s",
+                      http_errno_description(HTTP_PARSER_ERRNO(&c->parser)));
+    }
+}
+
+static void on_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf)
+{
+    struct conn *c = hd->data;
+
+    /* libuv reads, then calls on_read, before it allocates again, and
+     * on_read copies what it keeps: one buffer serves every connection. */
+    (void)suggested;
+    buf->base = c->h->rbuf;
+    buf->len = sizeof c->h->rbuf;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *c = s->data;
+
+    if (nread < 0) { /* EOF or error */
+        conn_close(c);
+        return;
+    }
+    if (c->lingering) {
+        c->discarded += (size_t)nread;
+        if (c->discarded > LINGER_MAX)
+            conn_close(c);
+        return;
+    }
+    if (nread > 0)
+        feed(c, buf->base, (size_t)nread);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct ms_http *h = server->data;
+    struct conn *c;
+
+    if (status < 0 || h->closing)
+        return;
+    /* Out of memory: the connection waits in the backlog. */
+    c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return;
+    if (uv_tcp_init(h->loop, &c->tcp) != 0) {
+        free(c);
+        return;
+    }
+    c->tcp.data = c;
+    c->h = h;
+    c->refs = 1;
+    h->handles++;
+    c->next = h->conns;
+    if (h->conns)
+        h->conns->prev = c;
+    h->conns = c;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+        conn_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_PROBE_S);
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    read_start(c);
+}
+
+/* ---- public ------------------------------------------------------------- */
+
+/*
+ * Binds a listener on host:port and serves the gateway of `node` on `loop`.
+ * `host` must be an IPv4 or IPv6 literal; `node` is borrowed and must
+ * outlive the gateway. Returns 0 and sets *out (released with
+ * ms_http_close), or a negative libuv code with a one-line reason in `err`;
+ * on failure the half-made listener is closed and freed by the loop.
+ */
+int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
+                  const char *host, int port, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    struct ms_http *h;
+    int rc, sslen = (int)sizeof ss;
+    char ip[48];
+
+    *out = NULL;
+    if (host == NULL || port < 0 || port > 65535) {
+        set_err(err, errlen, "bad HTTP address %s:%d", host ? host : "",
+                port);
+        return UV_EINVAL;
+    }
+    memset(&ss, 0, sizeof ss);
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0) {
+        set_err(err, errlen,
+                "HTTP host '%s' is not an IPv4 or IPv6 address", host);
+        return UV_EINVAL;
+    }
+    /* libuv writes without MSG_NOSIGNAL: a client that goes away while
+     * its response is written must not kill the node with SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
+    h = calloc(1, sizeof *h);
+    if (h == NULL) {
+        set_err(err, errlen, "out of memory");
+        return UV_ENOMEM;
+    }
+    h->loop = loop;
+    h->node = node;
+    rc = uv_tcp_init(loop, &h->listener);
+    if (rc != 0) {
+        set_err(err, errlen, "HTTP listener: %s", uv_strerror(rc));
+        free(h);
+        return rc;
+    }
+    h->listener.data = h;
+    h->handles = 1;
+    rc = uv_tcp_bind(&h->listener, (const struct sockaddr *)&ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&h->listener, BACKLOG, on_connection);
+    if (rc == 0)
+        rc = uv_tcp_getsockname(&h->listener, (struct sockaddr *)&ss, &sslen);
+    if (rc != 0) {
+        set_err(err, errlen, "cannot listen on HTTP %s:%d: %s", host, port,
+                uv_strerror(rc));
+        h->closing = 1;
+        uv_close((uv_handle_t *)&h->listener, on_listener_closed);
+        return rc;
+    }
+    if (ss.ss_family == AF_INET6) {
+        uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip);
+        snprintf(h->address, sizeof h->address, "[%s]:%d", ip,
+                 ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
+    } else {
+        uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof ip);
+        snprintf(h->address, sizeof h->address, "%s:%d", ip,
+                 ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    }
+    *out = h;
+    return 0;
+}
+
+/*
+ * Stops listening and closes every connection at once (a response being
+ * written is cut off). Pending asks keep their connection's memory alive
+ * and drop the reply when they end. The gateway is freed by the last close
+ * callback; `h` must not be used after this call. NULL is a no-op.
+ */
+void ms_http_close(struct ms_http *h)
+{
+    if (h == NULL || h->closing)
+        return;
+    h->closing = 1;
+    while (h->conns != NULL)
+        conn_close(h->conns);
+    uv_close((uv_handle_t *)&h->listener, on_listener_closed);
+}

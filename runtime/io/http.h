@@ -1,0 +1,29 @@
+/*
+ * http.h -- the node's HTTP gateway (io layer), parsed with the
+ * http-parser library. Endpoints are documented in README.md.
+ */
+#ifndef MS_IO_HTTP_H
+#define MS_IO_HTTP_H
+
+#include <stddef.h>
+#include <uv.h>
+
+#include "../moonshard.h"
+
+struct ms_http;
+
+/*
+ * Binds a listener on host:port (IPv4 or IPv6 literal) on `loop` and serves
+ * the gateway of `node`. The node is borrowed and must outlive the gateway.
+ * Returns 0 and sets *out, or a negative libuv code with a one-line reason
+ * in `err`.
+ */
+int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
+                  const char *host, int port, char *err, size_t errlen);
+
+/* Closes the listener and every connection; asks still pending are
+ * answered by the node (their callbacks see a closed connection and drop
+ * the reply). Frees the gateway from the close callbacks. */
+void ms_http_close(struct ms_http *h);
+
+#endif

@@ -1,0 +1,339 @@
+/*
+ * node.c -- one node: binds the dispatcher and the Lua bridge to libuv.
+ *
+ * The loop runs dispatch work from an idle handle that is active only
+ * while work is ready (so the loop still blocks in poll when there is
+ * none), fires deadlines from one timer armed at the dispatcher's next
+ * deadline, and steps the Lua GC from a prepare handle after busy rounds.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/config.h"
+#include "../core/dispatch.h"
+#include "../core/log.h"
+#include "../lua/bridge.h"
+#include "../moonshard.h"
+#include "http.h"
+
+#define ROUND_BUDGET 4096
+
+struct ms_node {
+    uv_loop_t *loop;
+    struct ms_config cfg;
+    struct ms_dispatch *d;
+    struct ms_bridge *b;
+    struct ms_http *http;
+    uv_idle_t work;
+    uv_timer_t tick;
+    uv_prepare_t gc;
+    int working;
+    int busy_since_gc;
+    int closing;
+    int open_handles;
+    char http_address[160];
+};
+
+void ms_config_free(struct ms_config *c)
+{
+    free(c->types);
+    c->types = NULL;
+}
+
+/* Where lua/ and entities/ live: $MOONSHARD_HOME, else the source tree
+ * the binary was built from, else the folder above the binary. */
+static void find_home(char *buf, size_t len)
+{
+    const char *env = getenv("MOONSHARD_HOME");
+    if (env && *env) {
+        snprintf(buf, len, "%s", env);
+        return;
+    }
+#ifdef MS_SOURCE_DIR
+    char probe[PATH_MAX];
+    snprintf(probe, sizeof probe, "%s/lua/moonshard/host.lua", MS_SOURCE_DIR);
+    if (access(probe, R_OK) == 0) {
+        snprintf(buf, len, "%s", MS_SOURCE_DIR);
+        return;
+    }
+#endif
+    char exe[PATH_MAX - 16];
+    size_t n = sizeof exe;
+    if (uv_exepath(exe, &n) == 0) {
+        char *s = strrchr(exe, '/');
+        if (s)
+            *s = 0;
+        snprintf(buf, len, "%s/..", exe);
+        return;
+    }
+    snprintf(buf, len, ".");
+}
+
+static void arm(struct ms_node *n);
+
+static void on_work(uv_idle_t *h)
+{
+    struct ms_node *n = h->data;
+    ms_dispatch_expire(n->d, uv_now(n->loop));
+    ms_bridge_run(n->b, ROUND_BUDGET);
+    n->busy_since_gc = 1;
+    arm(n);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    struct ms_node *n = t->data;
+    ms_dispatch_expire(n->d, uv_now(n->loop));
+    arm(n);
+}
+
+static void on_prepare(uv_prepare_t *p)
+{
+    struct ms_node *n = p->data;
+    if (n->busy_since_gc && !n->working) {
+        n->busy_since_gc = 0;
+        ms_bridge_gc_step(n->b, n->cfg.gc_step_kb);
+    }
+}
+
+/* Starts or stops the idle handle and re-arms the deadline timer. */
+static void arm(struct ms_node *n)
+{
+    if (n->closing)
+        return;
+    int has = ms_dispatch_has_work(n->d);
+    if (has && !n->working) {
+        uv_idle_start(&n->work, on_work);
+        n->working = 1;
+    } else if (!has && n->working) {
+        uv_idle_stop(&n->work);
+        n->working = 0;
+    }
+    int64_t in = ms_dispatch_next_deadline(n->d, uv_now(n->loop));
+    if (in >= 0)
+        uv_timer_start(&n->tick, on_tick, (uint64_t)in, 0);
+    else
+        uv_timer_stop(&n->tick);
+}
+
+int ms_node_new(struct ms_node **out, uv_loop_t *loop,
+                const struct ms_node_options *opts, char *err, size_t errlen)
+{
+    struct ms_node *n = calloc(1, sizeof *n);
+    if (!n) {
+        snprintf(err, errlen, "out of memory");
+        return MS_ENOMEM;
+    }
+    n->loop = loop;
+    char home[PATH_MAX];
+    find_home(home, sizeof home);
+    int rc = ms_bridge_new(&n->b, loop, home);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot start the Lua VM: %s", ms_strerror(rc));
+        free(n);
+        return rc;
+    }
+    rc = ms_bridge_load_config(n->b, opts->config_path, opts->node_name,
+                               &n->cfg, err, errlen);
+    if (rc < 0)
+        goto fail;
+    ms_log_setup(n->cfg.node_name, MS_LOG_INFO);
+    struct ms_dispatch_type *types = calloc((size_t)n->cfg.ntypes + 1,
+                                            sizeof *types);
+    if (!types) {
+        rc = MS_ENOMEM;
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < n->cfg.ntypes; i++) {
+        struct ms_type_config *t = &n->cfg.types[i];
+        types[i].name = t->name;
+        types[i].shard_count = t->shard_count;
+        types[i].idle_timeout_ms = t->idle_timeout_ms;
+        types[i].on_error_stop = t->on_error_stop;
+        types[i].max_pending = t->max_pending;
+    }
+    n->d = ms_dispatch_new(types, n->cfg.ntypes, n->cfg.max_message);
+    free(types);
+    if (!n->d) {
+        rc = MS_ENOMEM;
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    rc = ms_bridge_start(n->b, n->d, &n->cfg, err, errlen);
+    if (rc < 0)
+        goto fail;
+    uv_idle_init(loop, &n->work);
+    uv_timer_init(loop, &n->tick);
+    uv_prepare_init(loop, &n->gc);
+    n->work.data = n->tick.data = n->gc.data = n;
+    uv_prepare_start(&n->gc, on_prepare);
+    if (!opts->no_http) {
+        rc = ms_http_start(&n->http, loop, n, n->cfg.http_host,
+                           n->cfg.http_port, err, errlen);
+        if (rc < 0) {
+            n->open_handles = 3;
+            n->closing = 1;
+            /* handles are initialised: close them properly */
+            ms_node_close(n);
+            return rc;
+        }
+        snprintf(n->http_address, sizeof n->http_address, "%s:%d",
+                 n->cfg.http_host, n->cfg.http_port);
+    }
+    *out = n;
+    return 0;
+fail:
+    ms_dispatch_free(n->d);
+    ms_bridge_free(n->b);
+    ms_config_free(&n->cfg);
+    free(n);
+    return rc;
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    struct ms_node *n = h->data;
+    if (--n->open_handles > 0)
+        return;
+    ms_dispatch_free(n->d);
+    ms_bridge_free(n->b);
+    ms_config_free(&n->cfg);
+    free(n);
+}
+
+void ms_node_close(struct ms_node *n)
+{
+    n->closing = 1;
+    if (n->http) {
+        ms_http_close(n->http);
+        n->http = NULL;
+    }
+    /* passivate everything: cancelled asks resume their waiters, idle
+     * entities get a stop; run rounds until nothing is left to do */
+    ms_dispatch_shutdown(n->d);
+    for (int i = 0; i < 10000 && ms_dispatch_has_work(n->d); i++) {
+        ms_bridge_run(n->b, ROUND_BUDGET);
+        ms_dispatch_shutdown(n->d);
+    }
+    n->open_handles = 3;
+    uv_close((uv_handle_t *)&n->work, on_closed);
+    uv_close((uv_handle_t *)&n->tick, on_closed);
+    uv_close((uv_handle_t *)&n->gc, on_closed);
+}
+
+/* ---- the public API over the dispatcher --------------------------------- */
+
+static int kick(struct ms_node *n, int rc)
+{
+    if (rc >= 0)
+        arm(n);
+    return rc;
+}
+
+int ms_node_type(struct ms_node *n, const char *name, size_t len)
+{
+    return ms_dispatch_type_index(n->d, name, len);
+}
+
+const char *ms_node_name(struct ms_node *n)
+{
+    return n->cfg.node_name;
+}
+
+const char *ms_node_http_address(struct ms_node *n)
+{
+    return n->http_address;
+}
+
+size_t ms_node_max_message(struct ms_node *n)
+{
+    return n->cfg.max_message;
+}
+
+int ms_node_check_message(struct ms_node *n, const char *json, size_t len,
+                          char *err, size_t errlen)
+{
+    return ms_bridge_check(n->b, json, len, err, errlen);
+}
+
+int ms_node_tell(struct ms_node *n, int type, const char *id, size_t idlen,
+                 const char *json, size_t len)
+{
+    if (n->closing)
+        return MS_ECANCELED;
+    return kick(n, ms_dispatch_tell(n->d, type, id, idlen, json, len));
+}
+
+int ms_node_ask(struct ms_node *n, int type, const char *id, size_t idlen,
+                const char *json, size_t len, uint64_t timeout_ms,
+                ms_ask_cb cb, void *data)
+{
+    if (n->closing)
+        return MS_ECANCELED;
+    if (timeout_ms == 0 || !cb)
+        return MS_EINVAL;
+    struct ms_waiter w = {cb, data, 0};
+    int64_t rc = ms_dispatch_ask(n->d, type, id, idlen, json, len,
+                                 timeout_ms, uv_now(n->loop), &w);
+    return kick(n, rc < 0 ? (int)rc : 0);
+}
+
+int ms_node_stop_entity(struct ms_node *n, int type, const char *id,
+                        size_t idlen)
+{
+    if (n->closing)
+        return MS_ECANCELED;
+    return kick(n, ms_dispatch_stop(n->d, type, id, idlen));
+}
+
+void ms_node_stats(struct ms_node *n, struct ms_stats *out)
+{
+    ms_dispatch_stats(n->d, out);
+}
+
+size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
+{
+    struct ms_stats s;
+    ms_dispatch_stats(n->d, &s);
+    int len = snprintf(
+        buf, buflen,
+        "{\"node\":\"%s\",\"cluster\":\"%s\",\"version\":\"%s\","
+        "\"routed\":%llu,\"delivered\":%llu,\"activations\":%llu,"
+        "\"passivations\":%llu,\"active_entities\":%llu,"
+        "\"handler_errors\":%llu,\"asks_started\":%llu,"
+        "\"asks_timed_out\":%llu,\"overflows\":%llu,"
+        "\"slow_handlers\":%llu,\"timers_fired\":%llu,\"pending\":%llu}",
+        n->cfg.node_name, n->cfg.cluster, MS_VERSION,
+        (unsigned long long)s.routed, (unsigned long long)s.delivered,
+        (unsigned long long)s.activations, (unsigned long long)s.passivations,
+        (unsigned long long)s.active_entities,
+        (unsigned long long)s.handler_errors,
+        (unsigned long long)s.asks_started,
+        (unsigned long long)s.asks_timed_out,
+        (unsigned long long)s.overflows, (unsigned long long)s.slow_handlers,
+        (unsigned long long)s.timers_fired,
+        (unsigned long long)ms_dispatch_pending(n->d));
+    return len < 0 ? 0 : (size_t)len;
+}
+
+uint64_t ms_node_pending(struct ms_node *n)
+{
+    return ms_dispatch_pending(n->d);
+}
+
+int ms_node_call_lua(struct ms_node *n, const char *module, const char *fn,
+                     const char *arg, char **out, char *err, size_t errlen)
+{
+    int rc = ms_bridge_call(n->b, module, fn, arg, out, err, errlen);
+    arm(n);
+    return rc;
+}
+
+size_t ms_node_lua_gc(struct ms_node *n)
+{
+    return ms_bridge_gc_full(n->b);
+}

@@ -1,0 +1,760 @@
+/*
+ * bridge.c -- the node's LuaJIT VM and the moonshard.core leaf functions.
+ *
+ * Driver coroutines: Lua's moonshard.host.driver loops over core.next().
+ * The bridge resumes the current driver; when it yields IDLE the round is
+ * over; when it yields ASK the entity being handled keeps that coroutine
+ * (its handle -> registry ref in `co_of`) and a fresh driver continues;
+ * when a resumed entity finishes, its coroutine yields FREE and returns to
+ * the pool.
+ */
+#include "bridge.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "../core/log.h"
+
+#define POOL_MAX 16
+
+struct ms_bridge {
+    lua_State *L;
+    uv_loop_t *loop;
+    struct ms_dispatch *d;
+    const struct ms_config *cfg;
+    char home[512];
+
+    int driver_fn;     /* registry ref: moonshard.host.driver */
+    int check_fn;      /* registry ref: moonshard.host.check */
+    int on_error_fn;   /* registry ref: moonshard.host.on_error */
+    int traceback_fn;  /* registry ref: debug.traceback */
+    int cur_driver;    /* registry ref of the driver in use, or LUA_NOREF */
+    int pool[POOL_MAX];
+    int npool;
+    int *co_of;        /* [handle] -> registry ref of a waiting coroutine */
+    uint32_t nco;
+
+    uint32_t cur_h;       /* entity whose handler runs now */
+    int cur_kind;         /* its delivery's kind; 0 after a resume */
+    uint64_t cur_start_ns;
+    int budget;
+    int handled;
+    uint64_t slow;
+};
+
+static struct ms_bridge *B; /* the leaf functions' bridge */
+
+/* Sentinels yielded by driver coroutines; their addresses are the keys. */
+static char tok_ask, tok_idle, tok_free;
+
+/* ---- the one protected-call wrapper --------------------------------- */
+
+/* Calls the function below `nargs` arguments on the stack with a
+ * traceback handler. Returns 0 with `nres` results on the stack, or a
+ * negative code with the error text in `err` and the stack restored.
+ * stack in: fn, args...   out: results... (or nothing) */
+static int pcall(lua_State *L, int nargs, int nres, char *err, size_t errlen)
+{
+    int base = lua_gettop(L) - nargs;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, B->traceback_fn);
+    lua_insert(L, base); /* stack: traceback, fn, args... */
+    int rc = lua_pcall(L, nargs, nres, base);
+    lua_remove(L, base);
+    if (rc == 0)
+        return 0;
+    const char *msg = lua_tostring(L, -1);
+    if (err)
+        snprintf(err, errlen, "%s%s",
+                 rc == LUA_ERRMEM ? "out of memory: " :
+                 rc == LUA_ERRERR ? "error in error handler: " : "",
+                 msg ? msg : "(error object is not a string)");
+    lua_pop(L, 1);
+    return rc == LUA_ERRMEM ? MS_ENOMEM : MS_EINVAL;
+}
+
+/* ---- helpers --------------------------------------------------------- */
+
+static uint64_t now_ms(void)
+{
+    return uv_now(B->loop);
+}
+
+static void entity_fields(uint32_t h, char *buf, size_t len)
+{
+    int type;
+    const char *id;
+    size_t idlen;
+    uint32_t shard;
+    if (ms_dispatch_entity(B->d, h, &type, &id, &idlen, &shard))
+        snprintf(buf, len, "type=%s shard=%u id=%.*s",
+                 ms_dispatch_type_name(B->d, type), shard,
+                 (int)(idlen > 128 ? 128 : idlen), id);
+    else
+        snprintf(buf, len, "handle=%u", h);
+}
+
+static int push_err(lua_State *L, int err)
+{
+    lua_pushnil(L);
+    lua_pushstring(L, ms_errname(err));
+    lua_pushstring(L, ms_strerror(err));
+    return 3;
+}
+
+/* Finishes entity h's current message: timing, then the dispatcher. */
+static void finish(uint32_t h)
+{
+    uint64_t took_ms = (uv_hrtime() - B->cur_start_ns) / 1000000;
+    int type;
+    const char *id;
+    size_t idlen;
+    uint32_t shard;
+    if (ms_dispatch_entity(B->d, h, &type, &id, &idlen, &shard) &&
+        took_ms >= B->cfg->types[type].slow_handler_ms) {
+        char f[256];
+        entity_fields(h, f, sizeof f);
+        ms_log(MS_LOG_WARN, f, "slow handler: %llu ms",
+               (unsigned long long)took_ms);
+        B->slow++;
+        ms_dispatch_counters(B->d)->slow_handlers++;
+    }
+    ms_dispatch_done(B->d, h, now_ms());
+    B->handled++;
+}
+
+/* ---- moonshard.core leaf functions ----------------------------------- */
+
+/* core.next(prev) -> h, kind, payload, init, type [, id, shard] | nothing */
+static int l_next(lua_State *L)
+{
+    uint32_t prev = (uint32_t)lua_tointeger(L, 1);
+    if (prev)
+        finish(prev);
+    if (B->budget <= 0)
+        return 0;
+    struct ms_delivery dl;
+    if (!ms_dispatch_next(B->d, &dl))
+        return 0;
+    B->budget--;
+    B->cur_h = dl.h;
+    B->cur_kind = dl.kind;
+    B->cur_start_ns = uv_hrtime();
+    lua_pushinteger(L, dl.h);
+    lua_pushinteger(L, dl.kind);
+    if (dl.payload)
+        lua_pushlstring(L, dl.payload, dl.len);
+    else
+        lua_pushnil(L);
+    lua_pushboolean(L, dl.init);
+    lua_pushinteger(L, dl.type);
+    if (!dl.init)
+        return 5;
+    lua_pushlstring(L, dl.id, dl.idlen);
+    lua_pushinteger(L, dl.shard);
+    return 7;
+}
+
+/* core.done(h): a detached coroutine finished its message. */
+static int l_done(lua_State *L)
+{
+    finish((uint32_t)luaL_checkinteger(L, 1));
+    return 0;
+}
+
+/* core.fail(h, message, init_failed) */
+static int l_fail(lua_State *L)
+{
+    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
+    const char *msg = luaL_checkstring(L, 2);
+    ms_dispatch_fail(B->d, h, msg, lua_toboolean(L, 3));
+    return 0;
+}
+
+/* core.reply(h, json) -> true | false, err */
+static int l_reply(lua_State *L)
+{
+    size_t len;
+    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
+    const char *json = luaL_checklstring(L, 2, &len);
+    int rc = ms_dispatch_reply(B->d, h, json, len);
+    if (rc < 0) {
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, "ctx:reply called twice for one message");
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* core.tell(type, id, json) -> true | nil, code, message */
+static int l_tell(lua_State *L)
+{
+    size_t idlen, len;
+    int type = (int)luaL_checkinteger(L, 1);
+    const char *id = luaL_checklstring(L, 2, &idlen);
+    const char *json = luaL_checklstring(L, 3, &len);
+    int rc = ms_dispatch_tell(B->d, type, id, idlen, json, len);
+    if (rc < 0)
+        return push_err(L, rc);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* core.ask(h, type, id, json, timeout_ms) -> corr | nil, code, message */
+static int l_ask(lua_State *L)
+{
+    size_t idlen, len;
+    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
+    int type = (int)luaL_checkinteger(L, 2);
+    const char *id = luaL_checklstring(L, 3, &idlen);
+    const char *json = luaL_checklstring(L, 4, &len);
+    lua_Number t = luaL_checknumber(L, 5);
+    uint64_t timeout_ms = t < 1 ? 1 : (uint64_t)t;
+    struct ms_waiter w = {NULL, NULL, h};
+    int64_t corr = ms_dispatch_ask(B->d, type, id, idlen, json, len,
+                                   timeout_ms, now_ms(), &w);
+    if (corr < 0)
+        return push_err(L, (int)corr);
+    lua_pushnumber(L, (lua_Number)corr);
+    return 1;
+}
+
+/* core.after(h, ms, json) -> timer id | nil, message */
+static int l_after(lua_State *L)
+{
+    size_t len;
+    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
+    lua_Number ms = luaL_checknumber(L, 2);
+    const char *json = luaL_checklstring(L, 3, &len);
+    int64_t id = ms_dispatch_after(B->d, h, ms < 0 ? 0 : (uint64_t)ms, json,
+                                   len, now_ms());
+    if (id < 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, ms_strerror((int)id));
+        return 2;
+    }
+    lua_pushnumber(L, (lua_Number)id);
+    return 1;
+}
+
+/* core.cancel(h, timer) -> boolean */
+static int l_cancel(lua_State *L)
+{
+    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
+    int64_t id = (int64_t)luaL_optnumber(L, 2, 0);
+    lua_pushboolean(L, ms_dispatch_cancel(B->d, h, id));
+    return 1;
+}
+
+/* core.stop(h) */
+static int l_stop(lua_State *L)
+{
+    ms_dispatch_stop_self(B->d, (uint32_t)luaL_checkinteger(L, 1));
+    return 0;
+}
+
+/* core.log(h, level, text) */
+static int l_log(lua_State *L)
+{
+    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
+    int level = ms_log_level(luaL_checkstring(L, 2));
+    if (level < 0)
+        return luaL_error(L, "bad log level '%s' (debug, info, warn, error)",
+                          lua_tostring(L, 2));
+    char f[256];
+    entity_fields(h, f, sizeof f);
+    ms_log(level, f, "%s", luaL_checkstring(L, 3));
+    return 0;
+}
+
+/* core.now() -> wall-clock seconds */
+static int l_now(lua_State *L)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    lua_pushnumber(L, (lua_Number)tv.tv_sec + tv.tv_usec / 1e6);
+    return 1;
+}
+
+/* core.type_index(name) -> index | nil */
+static int l_type_index(lua_State *L)
+{
+    size_t len;
+    const char *name = luaL_checklstring(L, 1, &len);
+    int t = ms_dispatch_type_index(B->d, name, len);
+    if (t < 0)
+        return 0;
+    lua_pushinteger(L, t);
+    return 1;
+}
+
+static int open_core(lua_State *L)
+{
+    static const luaL_Reg fns[] = {
+        {"next", l_next},     {"done", l_done},     {"fail", l_fail},
+        {"reply", l_reply},   {"tell", l_tell},     {"ask", l_ask},
+        {"after", l_after},   {"cancel", l_cancel}, {"stop", l_stop},
+        {"log", l_log},       {"now", l_now},
+        {"type_index", l_type_index},
+        {NULL, NULL},
+    };
+    lua_newtable(L);
+    luaL_register(L, NULL, fns);
+    lua_pushlightuserdata(L, &tok_ask);
+    lua_setfield(L, -2, "ASK");
+    lua_pushlightuserdata(L, &tok_idle);
+    lua_setfield(L, -2, "IDLE");
+    lua_pushlightuserdata(L, &tok_free);
+    lua_setfield(L, -2, "FREE");
+    return 1;
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home)
+{
+    if (B)
+        return MS_EINVAL;
+    struct ms_bridge *b = calloc(1, sizeof *b);
+    if (!b)
+        return MS_ENOMEM;
+    b->L = luaL_newstate();
+    if (!b->L) {
+        free(b);
+        return MS_ENOMEM;
+    }
+    b->loop = loop;
+    b->cur_driver = LUA_NOREF;
+    snprintf(b->home, sizeof b->home, "%s", home);
+    lua_State *L = b->L;
+    luaL_openlibs(L);
+    /* stack: package.preload */
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "preload");
+    lua_pushcfunction(L, open_core);
+    lua_setfield(L, -2, "moonshard.core");
+    lua_pop(L, 1);
+    /* package.path: lua/, entities/ first; the config folder is added by
+     * moonshard.config when the script loads */
+    lua_getfield(L, -1, "path");
+    lua_pushfstring(L, "%s/lua/?.lua;%s/lua/?/init.lua;%s/entities/?.lua;%s",
+                    home, home, home, lua_tostring(L, -1));
+    lua_setfield(L, -3, "path");
+    lua_pop(L, 2);
+    lua_getglobal(L, "debug");
+    lua_getfield(L, -1, "traceback");
+    b->traceback_fn = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pop(L, 1);
+    B = b;
+    *out = b;
+    return 0;
+}
+
+void ms_bridge_free(struct ms_bridge *b)
+{
+    if (!b)
+        return;
+    lua_close(b->L);
+    free(b->co_of);
+    free(b);
+    if (B == b)
+        B = NULL;
+}
+
+/* Calls require(name).fn with the stack arguments; leaves `nres` results.
+ * stack in: args...  out: results... */
+static int call_module(lua_State *L, const char *module, const char *fn,
+                       int nargs, int nres, char *err, size_t errlen)
+{
+    lua_getglobal(L, "require");
+    lua_pushstring(L, module);
+    int rc = pcall(L, 1, 1, err, errlen);
+    if (rc < 0) {
+        lua_pop(L, nargs);
+        return rc;
+    }
+    lua_getfield(L, -1, fn);
+    lua_remove(L, -2);
+    if (!lua_isfunction(L, -1)) {
+        snprintf(err, errlen, "%s.%s is not a function", module, fn);
+        lua_pop(L, nargs + 1);
+        return MS_EINVAL;
+    }
+    lua_insert(L, -1 - nargs); /* stack: fn, args... */
+    return pcall(L, nargs, nres, err, errlen);
+}
+
+static void copy_field(lua_State *L, int idx, const char *k, char *dst,
+                       size_t len)
+{
+    lua_getfield(L, idx, k);
+    const char *s = lua_tostring(L, -1);
+    snprintf(dst, len, "%s", s ? s : "");
+    lua_pop(L, 1);
+}
+
+static lua_Number num_field(lua_State *L, int idx, const char *k)
+{
+    lua_getfield(L, idx, k);
+    lua_Number v = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+int ms_bridge_load_config(struct ms_bridge *b, const char *path,
+                          const char *node_name, struct ms_config *cfg,
+                          char *err, size_t errlen)
+{
+    lua_State *L = b->L;
+    int top = lua_gettop(L);
+    memset(cfg, 0, sizeof *cfg);
+    lua_pushstring(L, path);
+    if (call_module(L, "moonshard.config", "load", 1, 2, err, errlen) < 0)
+        return MS_ECONFIG;
+    if (lua_isnil(L, -2)) {
+        snprintf(err, errlen, "%s", lua_tostring(L, -1));
+        lua_settop(L, top);
+        return MS_ECONFIG;
+    }
+    lua_pop(L, 1);
+    int c = lua_gettop(L); /* stack: cfg */
+    lua_pushvalue(L, c);
+    if (node_name)
+        lua_pushstring(L, node_name);
+    else
+        lua_pushnil(L);
+    if (call_module(L, "moonshard.config", "find_node", 2, 2, err,
+                    errlen) < 0) {
+        lua_settop(L, top);
+        return MS_ECONFIG;
+    }
+    if (lua_isnil(L, -2)) {
+        snprintf(err, errlen, "%s", lua_tostring(L, -1));
+        lua_settop(L, top);
+        return MS_ECONFIG;
+    }
+    lua_pop(L, 1);
+    int nd = lua_gettop(L); /* stack: cfg, node */
+    snprintf(cfg->path, sizeof cfg->path, "%s", path);
+    copy_field(L, c, "cluster", cfg->cluster, sizeof cfg->cluster);
+    copy_field(L, nd, "name", cfg->node_name, sizeof cfg->node_name);
+    copy_field(L, nd, "listen", cfg->listen, sizeof cfg->listen);
+    char http[128];
+    copy_field(L, nd, "http", http, sizeof http);
+    char *colon = strrchr(http, ':');
+    if (colon) {
+        *colon = 0;
+        char *h = http;
+        if (*h == '[') { /* [::1] */
+            h++;
+            h[strlen(h) - 1] = 0;
+        }
+        snprintf(cfg->http_host, sizeof cfg->http_host, "%s", h);
+        cfg->http_port = atoi(colon + 1);
+    }
+    lua_getfield(L, c, "nodes");
+    cfg->nnodes = (int)lua_objlen(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, c, "limits");
+    cfg->max_message = (size_t)num_field(L, -1, "max_message_bytes");
+    cfg->json_max_depth = (int)num_field(L, -1, "json_max_depth");
+    lua_pop(L, 1);
+    cfg->gc_step_kb = (int)num_field(L, c, "gc_step_kb");
+    lua_getfield(L, c, "entity_list");
+    int el = lua_gettop(L);
+    cfg->ntypes = (int)lua_objlen(L, el);
+    cfg->types = calloc((size_t)cfg->ntypes + 1, sizeof *cfg->types);
+    if (!cfg->types) {
+        lua_settop(L, top);
+        return MS_ENOMEM;
+    }
+    for (int i = 0; i < cfg->ntypes; i++) {
+        struct ms_type_config *t = &cfg->types[i];
+        lua_rawgeti(L, el, i + 1);
+        copy_field(L, -1, "name", t->name, sizeof t->name);
+        copy_field(L, -1, "module", t->module, sizeof t->module);
+        t->shard_count = (uint32_t)num_field(L, -1, "shard_count");
+        t->idle_timeout_ms = (uint64_t)num_field(L, -1, "idle_timeout_ms");
+        t->max_pending = (uint32_t)num_field(L, -1, "max_pending");
+        t->slow_handler_ms = (uint32_t)num_field(L, -1, "slow_handler_ms");
+        char on_error[16];
+        copy_field(L, -1, "on_error", on_error, sizeof on_error);
+        t->on_error_stop = strcmp(on_error, "stop") == 0;
+        lua_pop(L, 1);
+    }
+    lua_settop(L, top);
+    return 0;
+}
+
+int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,
+                    const struct ms_config *cfg, char *err, size_t errlen)
+{
+    lua_State *L = b->L;
+    int top = lua_gettop(L);
+    b->d = d;
+    b->cfg = cfg;
+    /* stack: opts */
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, cfg->node_name);
+    lua_setfield(L, -2, "node");
+    lua_pushinteger(L, cfg->json_max_depth);
+    lua_setfield(L, -2, "json_max_depth");
+    lua_createtable(L, cfg->ntypes, 0);
+    for (int i = 0; i < cfg->ntypes; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushstring(L, cfg->types[i].name);
+        lua_setfield(L, -2, "name");
+        lua_pushstring(L, cfg->types[i].module);
+        lua_setfield(L, -2, "module");
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "types");
+    if (call_module(L, "moonshard.host", "start", 1, 1, err, errlen) < 0)
+        return MS_EINVAL;
+    /* stack: failed */
+    int n = (int)lua_objlen(L, -1);
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, -1, i);
+        int t = (int)num_field(L, -1, "index");
+        lua_getfield(L, -1, "err");
+        char f[128];
+        snprintf(f, sizeof f, "type=%s", cfg->types[t].name);
+        ms_log(MS_LOG_ERROR, f,
+               "behavior module '%s' failed to load, the type is "
+               "unavailable: %s",
+               cfg->types[t].module, lua_tostring(L, -1));
+        ms_dispatch_set_unavailable(d, t, 1);
+        lua_pop(L, 2);
+    }
+    lua_settop(L, top);
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "moonshard.host");
+    if (pcall(L, 1, 1, err, errlen) < 0)
+        return MS_EINVAL;
+    lua_getfield(L, -1, "driver");
+    b->driver_fn = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_getfield(L, -1, "check");
+    b->check_fn = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_getfield(L, -1, "on_error");
+    b->on_error_fn = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_settop(L, top);
+    return 0;
+}
+
+/* ---- running --------------------------------------------------------- */
+
+/* A driver from the pool, or a new one. Returns its registry ref. */
+static int take_driver(struct ms_bridge *b)
+{
+    if (b->npool)
+        return b->pool[--b->npool];
+    lua_State *L = b->L;
+    lua_State *co = lua_newthread(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, b->driver_fn);
+    lua_xmove(L, co, 1); /* co stack: driver */
+    return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+static void release(struct ms_bridge *b, int ref)
+{
+    if (b->npool < POOL_MAX)
+        b->pool[b->npool++] = ref;
+    else
+        luaL_unref(b->L, LUA_REGISTRYINDEX, ref);
+}
+
+static int keep_waiting(struct ms_bridge *b, uint32_t h, int ref)
+{
+    if (h >= b->nco) {
+        uint32_t n = b->nco ? b->nco : 1024;
+        while (n <= h)
+            n *= 2;
+        int *p = realloc(b->co_of, n * sizeof *p);
+        if (!p)
+            return MS_ENOMEM;
+        for (uint32_t i = b->nco; i < n; i++)
+            p[i] = LUA_NOREF;
+        b->co_of = p;
+        b->nco = n;
+    }
+    b->co_of[h] = ref;
+    return 0;
+}
+
+enum { R_IDLE, R_ASK, R_FREE, R_DEAD };
+
+/* Resumes coroutine `co` with `nargs` values already on its stack. On
+ * R_DEAD the error value stays on co's stack for abandon(). */
+static int resume(struct ms_bridge *b, lua_State *co, int nargs)
+{
+    int rc = lua_resume(co, nargs);
+    if (rc == LUA_YIELD) {
+        void *tok = lua_touserdata(co, 1);
+        lua_settop(co, 0);
+        if (tok == &tok_idle)
+            return R_IDLE;
+        if (tok == &tok_ask)
+            return R_ASK;
+        if (tok == &tok_free)
+            return R_FREE;
+        lua_pushstring(co, "a handler yielded outside of an ask; the "
+                       "message is abandoned");
+        (void)b;
+        return R_DEAD;
+    }
+    return R_DEAD;
+}
+
+/* The coroutine that ran entity h's message raised (or misbehaved): log
+ * the error with its traceback, let Lua clean up the entity's tables,
+ * fail the message, finish it so the entity is not stuck, and drop the
+ * coroutine. */
+static void abandon(struct ms_bridge *b, int ref, lua_State *co, uint32_t h,
+                    int kind)
+{
+    lua_State *L = b->L;
+    int top = lua_gettop(L);
+    char f[256], err[512];
+    entity_fields(h, f, sizeof f);
+    /* stack: on_error, h, e, kind */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, b->on_error_fn);
+    lua_pushinteger(L, h);
+    if (lua_gettop(co) > 0)
+        lua_xmove(co, L, 1);
+    else
+        lua_pushstring(L, "(no error value)");
+    lua_pushinteger(L, kind);
+    const char *msg = "internal error";
+    int init_failed = 0;
+    if (pcall(L, 3, 2, err, sizeof err) == 0) {
+        msg = lua_tostring(L, -2);
+        init_failed = lua_toboolean(L, -1);
+    } else {
+        msg = err;
+    }
+    luaL_traceback(L, co, msg, 0);
+    ms_log(MS_LOG_ERROR, f, "handler error: %s", lua_tostring(L, -1));
+    lua_pop(L, 1);
+    if (h) {
+        ms_dispatch_fail(b->d, h, msg, init_failed);
+        finish(h);
+    }
+    lua_settop(L, top);
+    luaL_unref(L, LUA_REGISTRYINDEX, ref);
+}
+
+int ms_bridge_run(struct ms_bridge *b, int budget)
+{
+    lua_State *L = b->L;
+    b->handled = 0;
+    struct ms_resume r;
+    while (ms_dispatch_next_resume(b->d, &r)) {
+        if (r.h >= b->nco || b->co_of[r.h] == LUA_NOREF)
+            continue;
+        int ref = b->co_of[r.h];
+        b->co_of[r.h] = LUA_NOREF;
+        lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+        lua_State *co = lua_tothread(L, -1);
+        lua_pop(L, 1);
+        if (r.err == 0) {
+            lua_pushlstring(co, r.payload, r.len);
+            lua_pushnil(co);
+        } else {
+            lua_pushnil(co);
+            lua_pushlstring(co, r.payload, r.len);
+        }
+        b->cur_h = r.h;
+        b->cur_kind = 0;
+        b->cur_start_ns = uv_hrtime();
+        b->budget = budget;
+        switch (resume(b, co, 2)) {
+        case R_ASK:
+            if (keep_waiting(b, r.h, ref) < 0)
+                abandon(b, ref, co, r.h, 0);
+            break;
+        case R_FREE:
+            release(b, ref);
+            break;
+        default:
+            abandon(b, ref, co, r.h, 0);
+        }
+    }
+    b->budget = budget;
+    while (b->budget > 0) {
+        if (b->cur_driver == LUA_NOREF)
+            b->cur_driver = take_driver(b);
+        int ref = b->cur_driver;
+        lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+        lua_State *co = lua_tothread(L, -1);
+        lua_pop(L, 1);
+        b->cur_h = 0;
+        int st = resume(b, co, 0);
+        if (st == R_IDLE)
+            break;
+        b->cur_driver = LUA_NOREF;
+        if (st != R_ASK || keep_waiting(b, b->cur_h, ref) < 0)
+            abandon(b, ref, co, b->cur_h, b->cur_kind);
+    }
+    return b->handled;
+}
+
+void ms_bridge_gc_step(struct ms_bridge *b, int kb)
+{
+    lua_gc(b->L, LUA_GCSTEP, kb);
+}
+
+size_t ms_bridge_gc_full(struct ms_bridge *b)
+{
+    lua_gc(b->L, LUA_GCCOLLECT, 0);
+    return (size_t)lua_gc(b->L, LUA_GCCOUNT, 0) * 1024 +
+           (size_t)lua_gc(b->L, LUA_GCCOUNTB, 0);
+}
+
+int ms_bridge_check(struct ms_bridge *b, const char *json, size_t len,
+                    char *err, size_t errlen)
+{
+    lua_State *L = b->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, b->check_fn);
+    lua_pushlstring(L, json, len);
+    if (pcall(L, 1, 2, err, errlen) < 0)
+        return MS_EBADJSON;
+    int rc = 0;
+    if (!lua_isnil(L, -2)) {
+        const char *code = lua_tostring(L, -2);
+        rc = code && strcmp(code, "not_object") == 0 ? MS_ENOTTABLE
+                                                     : MS_EBADJSON;
+        snprintf(err, errlen, "%s", lua_tostring(L, -1));
+    }
+    lua_pop(L, 2);
+    return rc;
+}
+
+int ms_bridge_call(struct ms_bridge *b, const char *module, const char *fn,
+                   const char *arg, char **out, char *err, size_t errlen)
+{
+    lua_State *L = b->L;
+    lua_pushstring(L, arg ? arg : "");
+    int rc = call_module(L, module, fn, 1, 1, err, errlen);
+    if (rc < 0)
+        return rc;
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    *out = malloc(len + 1);
+    if (*out) {
+        memcpy(*out, s ? s : "", s ? len : 0);
+        (*out)[s ? len : 0] = 0;
+    }
+    lua_pop(L, 1);
+    return *out ? 0 : MS_ENOMEM;
+}
+
+uint64_t ms_bridge_slow_count(struct ms_bridge *b)
+{
+    return b->slow;
+}

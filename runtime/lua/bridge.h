@@ -1,0 +1,67 @@
+/*
+ * bridge.h -- the C/Lua boundary: the only part of the host that includes
+ * lua.h. It owns the node's lua_State, calls Lua through one protected
+ * wrapper, and exposes the dispatcher to Lua as leaf functions
+ * (moonshard.core) that only enqueue and never call back into Lua.
+ *
+ * One bridge per process: the leaf functions reach it through a static.
+ */
+#ifndef MS_LUA_BRIDGE_H
+#define MS_LUA_BRIDGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "../core/config.h"
+#include "../core/dispatch.h"
+
+struct ms_bridge;
+
+/* Creates the Lua VM with package paths for `home`/lua, `home`/entities
+ * and the config file's folder. Returns 0 or MS_ENOMEM / MS_EINVAL (a
+ * second bridge in one process). */
+int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home);
+
+/* Closes the VM and frees the bridge. */
+void ms_bridge_free(struct ms_bridge *b);
+
+/*
+ * Loads and validates the config script at `path` through
+ * moonshard.config, and fills `cfg` for node `node_name` (NULL: the first
+ * node). Returns 0, or MS_ECONFIG with the one-line reason ("FILE:LINE:
+ * field: ...") in `err`. On success the caller owns cfg's allocations
+ * (ms_config_free).
+ */
+int ms_bridge_load_config(struct ms_bridge *b, const char *path,
+                          const char *node_name, struct ms_config *cfg,
+                          char *err, size_t errlen);
+
+/* Binds the dispatcher (borrowed) and loads every behavior module. A
+ * module that fails to load is logged and its type marked unavailable;
+ * this never fails the node. Returns 0 or a negative code with `err`. */
+int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,
+                    const struct ms_config *cfg, char *err, size_t errlen);
+
+/* Runs ready work: resumes entities whose asks finished, then up to
+ * `budget` deliveries. Returns the number of messages handled. */
+int ms_bridge_run(struct ms_bridge *b, int budget);
+
+/* One incremental GC step of `kb` kilobytes (called when the loop idles). */
+void ms_bridge_gc_step(struct ms_bridge *b, int kb);
+
+/* Full collection; returns the Lua heap in bytes. */
+size_t ms_bridge_gc_full(struct ms_bridge *b);
+
+/* See ms_node_check_message. */
+int ms_bridge_check(struct ms_bridge *b, const char *json, size_t len,
+                    char *err, size_t errlen);
+
+/* See ms_node_call_lua. */
+int ms_bridge_call(struct ms_bridge *b, const char *module, const char *fn,
+                   const char *arg, char **out, char *err, size_t errlen);
+
+/* Slow handlers seen so far are counted here. */
+uint64_t ms_bridge_slow_count(struct ms_bridge *b);
+
+#endif

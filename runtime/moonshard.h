@@ -1,0 +1,164 @@
+/*
+ * moonshard.h -- the public C API of a moonshard node.
+ *
+ * A node is one OS process with one libuv loop and one LuaJIT VM. It hosts
+ * entities, addressed by (type, id), whose behaviors are Lua modules. This
+ * header is what the I/O front ends (HTTP gateway, CLI, bench) program
+ * against; everything else is private to its subsystem.
+ *
+ * Threading: every function here must be called on the node's loop thread.
+ */
+#ifndef MOONSHARD_H
+#define MOONSHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#define MS_VERSION "0.1.0"
+
+/* Error codes: 0 or negative. libuv's codes are reused where they fit. */
+#define MS_ETIMEDOUT UV_ETIMEDOUT   /* an ask ran out of time */
+#define MS_ECANCELED UV_ECANCELED   /* an ask was cancelled (node stopping) */
+#define MS_EINVAL UV_EINVAL         /* bad argument (timeout <= 0, ...) */
+#define MS_E2BIG UV_E2BIG           /* payload or id above its limit */
+#define MS_ENOMEM UV_ENOMEM         /* out of memory */
+#define MS_EOVERFLOW (-4100)        /* shard mailbox full */
+#define MS_ENOTYPE (-4101)          /* unknown entity type */
+#define MS_EHANDLER (-4102)         /* the entity's handler raised */
+#define MS_ENOREPLY (-4103)         /* handler finished an ask without reply */
+#define MS_EBADJSON (-4104)         /* payload is not valid JSON */
+#define MS_ENOTTABLE (-4105)        /* payload is JSON but not an object */
+#define MS_EUNAVAIL (-4106)         /* behavior module failed to load */
+#define MS_ESELF (-4107)            /* an entity asked itself (deadlock) */
+#define MS_ECONFIG (-4108)          /* configuration error */
+
+/* Returns a static, human-readable text for an MS_E* or libuv code. */
+const char *ms_strerror(int err);
+
+/* Returns the stable snake_case name of an error code ("timeout",
+ * "handler_error", ...), used as the `code` field of error tables. */
+const char *ms_errname(int err);
+
+/* The 64-bit FNV-1a hash of `len` bytes at `p`. */
+uint64_t ms_fnv1a64(const void *p, size_t len);
+
+/* The shard of an entity id: ms_fnv1a64(id) % shard_count. */
+uint32_t ms_shard_of(const void *id, size_t len, uint32_t shard_count);
+
+struct ms_node;
+
+/* Counters of one node; all monotonic except active_entities. */
+struct ms_stats {
+    uint64_t routed;          /* tells and asks accepted */
+    uint64_t delivered;       /* messages handed to a handler */
+    uint64_t activations;
+    uint64_t passivations;
+    uint64_t active_entities; /* gauge */
+    uint64_t handler_errors;
+    uint64_t asks_started;
+    uint64_t asks_timed_out;
+    uint64_t overflows;       /* sends refused because a mailbox was full */
+    uint64_t slow_handlers;
+    uint64_t timers_fired;
+};
+
+/*
+ * Called exactly once when an ask ends. `err` is 0 and `payload` the reply
+ * JSON, or `err` is negative and `payload` a JSON object
+ * {"code": ..., "message": ...} describing the failure. `payload` is borrowed
+ * until the callback returns. The callback may call ms_node_tell/ask/stop
+ * (they only enqueue) but must not free the node.
+ */
+typedef void (*ms_ask_cb)(void *data, int err, const char *payload,
+                          size_t len);
+
+/* Options of ms_node_new; see lua/moonshard/config.lua for their meaning. */
+struct ms_node_options {
+    const char *config_path; /* cluster config script; required */
+    const char *node_name;   /* which node of config.nodes; NULL: first */
+    int no_http;             /* 1: do not start the HTTP gateway (bench) */
+};
+
+/*
+ * Loads the config script, starts the Lua VM, loads the behaviors and binds
+ * the HTTP gateway on `loop`. On failure returns a negative code, writes a
+ * one-line reason into `err` (including the config file and line where it
+ * applies) and starts nothing. On success `*out` is owned by the caller and
+ * released with ms_node_close().
+ */
+int ms_node_new(struct ms_node **out, uv_loop_t *loop,
+                const struct ms_node_options *opts, char *err,
+                size_t errlen);
+
+/* Stops accepting work, cancels pending asks (MS_ECANCELED), passivates
+ * every entity (calling `stopped`), closes all handles and frees the node
+ * once the loop has run the close callbacks. */
+void ms_node_close(struct ms_node *n);
+
+/* Index of an entity type by name, or MS_ENOTYPE. */
+int ms_node_type(struct ms_node *n, const char *name, size_t len);
+
+/* Name of the node (config.nodes[i].name), borrowed for the node's life. */
+const char *ms_node_name(struct ms_node *n);
+
+/* HTTP address the gateway listens on ("127.0.0.1:7201"), or "". */
+const char *ms_node_http_address(struct ms_node *n);
+
+/* Largest accepted payload in bytes (limits.max_message_bytes). */
+size_t ms_node_max_message(struct ms_node *n);
+
+/*
+ * Checks that `json` is a JSON object within the decoder's limits, without
+ * delivering it. Returns 0, MS_EBADJSON or MS_ENOTTABLE; on failure writes
+ * the decoder's reason into `err`.
+ */
+int ms_node_check_message(struct ms_node *n, const char *json, size_t len,
+                          char *err, size_t errlen);
+
+/*
+ * Sends a one-way message. The payload is copied; the caller keeps its
+ * buffers. Returns 0 once the message is accepted into its shard's FIFO, or
+ * MS_ENOTYPE, MS_E2BIG, MS_EOVERFLOW, MS_EUNAVAIL.
+ */
+int ms_node_tell(struct ms_node *n, int type, const char *id, size_t idlen,
+                 const char *json, size_t len);
+
+/*
+ * Sends a request; `cb` is called exactly once, never before this function
+ * returns. `timeout_ms` must be > 0 (else MS_EINVAL). On a negative return
+ * `cb` is not called.
+ */
+int ms_node_ask(struct ms_node *n, int type, const char *id, size_t idlen,
+                const char *json, size_t len, uint64_t timeout_ms,
+                ms_ask_cb cb, void *data);
+
+/* Asks the entity to passivate after the messages accepted before this
+ * request (an explicit, ordered stop). A no-op for an inactive entity. */
+int ms_node_stop_entity(struct ms_node *n, int type, const char *id,
+                        size_t idlen);
+
+/* Copies the node's counters. */
+void ms_node_stats(struct ms_node *n, struct ms_stats *out);
+
+/* Writes the node's stats as one JSON object into buf (NUL-terminated,
+ * truncated to buflen). Returns the length it needed. */
+size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen);
+
+/* Number of messages accepted but not yet handled (all shards). */
+uint64_t ms_node_pending(struct ms_node *n);
+
+/*
+ * Calls `fn` of Lua module `module` with one string argument and returns
+ * its string result, newly allocated into *out (caller frees). Used by the
+ * bench and by tests. Returns 0, or a negative code with the Lua error
+ * text in `err`.
+ */
+int ms_node_call_lua(struct ms_node *n, const char *module, const char *fn,
+                     const char *arg, char **out, char *err, size_t errlen);
+
+/* Runs a full Lua garbage collection; returns the Lua heap size in bytes. */
+size_t ms_node_lua_gc(struct ms_node *n);
+
+#endif

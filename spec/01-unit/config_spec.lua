@@ -1,0 +1,454 @@
+local config = require "moonshard.config"
+
+-- A valid config; cases below edit it. A line ending in "--@" marks where
+-- the error is expected.
+local BASE = [[
+-- a test cluster
+local unused = { module = "decoy", shard_count = 1 }
+
+return {
+    cluster = "demo",
+    secret = "s3cret",
+    nodes = {
+        { name = "n1", listen = "127.0.0.1:7101", http = "127.0.0.1:7201",
+          roles = { "backend" } },
+        {
+            name = "n2",
+            listen = "127.0.0.1:7102",
+            http = "127.0.0.1:7202",
+        },
+    },
+    entities = {
+        Counter = {
+            module = "counter",
+            shard_count = 16,
+            on_error = "stop",
+        },
+        Order = {
+            module = "order",
+            shard_count = 32,
+            idle_timeout = 2.5,
+        },
+    },
+    limits = {
+        json_max_depth = 16,
+    },
+}
+]]
+
+local function replace(src, old, new)
+    local a, b = src:find(old, 1, true)
+    assert(a, "template has no " .. old)
+    assert(not src:find(old, b + 1, true), "template has two " .. old)
+    return src:sub(1, a - 1) .. new .. src:sub(b + 1)
+end
+
+local function marked_line(src)
+    local n = 0
+    for line in (src .. "\n"):gmatch("([^\n]*)\n") do
+        n = n + 1
+        if line:find("--@", 1, true) then
+            return n
+        end
+    end
+    error("no --@ marker")
+end
+
+local created = {}
+
+-- Writes `src` to a fresh temp file and returns its path.
+local function write_temp(src, suffix)
+    local base = os.tmpname()
+    local path = base .. (suffix or ".lua")
+    created[#created + 1] = base
+    created[#created + 1] = path
+    local f = assert(io.open(path, "w"))
+    f:write(src)
+    f:close()
+    return path, base
+end
+
+describe("moonshard.config", function()
+    local saved_path
+
+    before_each(function()
+        saved_path = package.path
+    end)
+
+    after_each(function()
+        package.path = saved_path
+        for _, p in ipairs(created) do
+            os.remove(p)
+        end
+        created = {}
+    end)
+
+    describe("load", function()
+        it("loads a valid file and fills every default", function()
+            local path = write_temp(BASE)
+            local cfg = assert(config.load(path))
+            assert.equal("demo", cfg.cluster)
+            assert.equal("s3cret", cfg.secret)
+            assert.equal(path, cfg.file)
+            assert.same({ "127.0.0.1:7101" }, cfg.seeds)
+            assert.same({ name = "n2", listen = "127.0.0.1:7102",
+                          http = "127.0.0.1:7202", roles = {} }, cfg.nodes[2])
+            assert.same({ "backend" }, cfg.nodes[1].roles)
+            assert.same({ max_message_bytes = 1048576, json_max_depth = 16 },
+                        cfg.limits)
+            assert.equal(64, cfg.gc_step_kb)
+        end)
+
+        it("lists entity types sorted by name with defaults filled", function()
+            local cfg = assert(config.load(write_temp(BASE)))
+            assert.equal(2, #cfg.entity_list)
+            local counter, order = cfg.entity_list[1], cfg.entity_list[2]
+            assert.same({
+                name = "Counter", module = "counter", shard_count = 16,
+                idle_timeout = 120, idle_timeout_ms = 120000,
+                on_error = "stop", max_pending = 10000, slow_handler_ms = 100,
+            }, counter)
+            assert.equal("Order", order.name)
+            assert.equal(2500, order.idle_timeout_ms)
+            assert.equal("resume", order.on_error)
+            assert.equal(counter, cfg.entities.Counter)
+        end)
+
+        it("uses idle_timeout_ms 0 for idle_timeout = false", function()
+            local src = replace(BASE, "idle_timeout = 2.5", "idle_timeout = false")
+            local cfg = assert(config.load(write_temp(src)))
+            assert.equal(0, cfg.entities.Order.idle_timeout_ms)
+            assert.is_false(cfg.entities.Order.idle_timeout)
+        end)
+
+        it("never rounds a tiny idle_timeout down to 'never'", function()
+            local src = replace(BASE, "idle_timeout = 2.5", "idle_timeout = 1e-4")
+            local cfg = assert(config.load(write_temp(src)))
+            assert.equal(1, cfg.entities.Order.idle_timeout_ms)
+        end)
+
+        it("keeps explicit seeds, limits and gc_step_kb", function()
+            local src = replace(BASE, [[secret = "s3cret",]], [[
+seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
+    gc_step_kb = 8,]])
+            src = replace(src, "json_max_depth = 16,",
+                          "json_max_depth = 16, max_message_bytes = 64,")
+            local cfg = assert(config.load(write_temp(src)))
+            assert.same({ "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
+                        cfg.seeds)
+            assert.equal(8, cfg.gc_step_kb)
+            assert.equal(64, cfg.limits.max_message_bytes)
+            assert.is_nil(cfg.secret)
+        end)
+
+        it("lets the script require modules beside it", function()
+            -- Both temp files land in the same directory.
+            local _, base = write_temp("return { name = 'from-module' }")
+            local module_name = base:match("([^/]+)$")
+            local src = replace(BASE, [[cluster = "demo",]],
+                "cluster = require(" .. string.format("%q", module_name)
+                .. ").name,")
+            local cfg, err = config.load(write_temp(src))
+            package.loaded[module_name] = nil
+            assert.is_nil(err)
+            assert.equal("from-module", cfg.cluster)
+        end)
+
+        it("gives the script the normal globals", function()
+            local src = replace(BASE, [[secret = "s3cret",]],
+                [[secret = os.getenv("MOONSHARD_NO_SUCH_VAR") or tostring(#"abc"),]])
+            local cfg = assert(config.load(write_temp(src)))
+            assert.equal("3", cfg.secret)
+        end)
+
+        it("keeps the script's own globals out of _G", function()
+            local src = "moonshard_config_leak = true\n" .. BASE
+            assert(config.load(write_temp(src)))
+            assert.is_nil(rawget(_G, "moonshard_config_leak"))
+        end)
+
+        it("returns the Lua message for a syntax error", function()
+            local src = replace(BASE, [[cluster = "demo",]], [[cluster = "demo" "x" = 1,]])
+            local path = write_temp(src)
+            local cfg, err = config.load(path)
+            assert.is_nil(cfg)
+            assert.matches(path:gsub("%p", "%%%0") .. ":5:", err)
+        end)
+
+        it("returns the Lua message for a runtime error", function()
+            local src = replace(BASE, [[secret = "s3cret",]],
+                                [[secret = nil .. "x", --@]])
+            local path = write_temp(src)
+            local cfg, err = config.load(path)
+            assert.is_nil(cfg)
+            assert.matches(path:gsub("%p", "%%%0") .. ":" .. marked_line(src)
+                           .. ": attempt to concatenate", err)
+        end)
+
+        it("rejects a script that does not return a table", function()
+            local path = write_temp("local x = 1\nreturn 'demo'\n")
+            local cfg, err = config.load(path)
+            assert.is_nil(cfg)
+            assert.equal(path .. ":2: config script must return a table"
+                         .. " (got \"demo\")", err)
+        end)
+
+        it("reports a missing file", function()
+            local cfg, err = config.load("/nonexistent/moonshard/cluster.lua")
+            assert.is_nil(cfg)
+            assert.matches("/nonexistent/moonshard/cluster.lua", err, 1, true)
+        end)
+
+        it("raises on a non-string path", function()
+            assert.has_error(function() config.load(42) end,
+                             "bad 'path' argument (string expected, got number)")
+        end)
+    end)
+
+    describe("bad fields", function()
+        -- { name, { {old, new}, ... }, expected "FIELD: reason (got V)" }
+        local cases = {
+            { "an empty cluster name",
+              { { [[cluster = "demo",]], [[cluster = "", --@]] } },
+              [[cluster: must be a non-empty string (got "")]] },
+            { "a cluster name with spaces",
+              { { [[cluster = "demo",]], [[cluster = "my demo", --@]] } },
+              [[cluster: must contain only letters, digits, '_', '.' and '-' (got "my demo")]] },
+            { "a missing cluster (at the return line)",
+              { { [[cluster = "demo",]], "" }, { "return {", "return { --@" } },
+              "cluster: required (got nil)" },
+            { "a non-string secret",
+              { { [[secret = "s3cret",]], [[secret = 42, --@]] } },
+              "secret: must be a non-empty string (got 42)" },
+            { "a seed without a port",
+              { { [[secret = "s3cret",]], [[seeds = { "127.0.0.1:7101", "127.0.0.1" }, --@]] } },
+              [[seeds[2]: must be "host:port": expected "host:port" (got "127.0.0.1")]] },
+            { "an empty seed list",
+              { { [[secret = "s3cret",]], [[seeds = {}, --@]] } },
+              [[seeds: must be a non-empty list of "host:port" strings]]
+              .. [[ (leave it out to use the first node) (got table)]] },
+            { "a port out of range",
+              { { [[listen = "127.0.0.1:7102",]], [[listen = "127.0.0.1:70000", --@]] } },
+              [[nodes[2].listen: must be "host:port": port must be an integer in 1..65535 (got "127.0.0.1:70000")]] },
+            { "a host name that is not an address",
+              { { [[http = "127.0.0.1:7202",]], [[http = "example.com:7202", --@]] } },
+              [[nodes[2].http: must be "host:port": host must be an IPv4 address,]]
+              .. [[ "localhost" or [IPv6] (got "example.com:7202")]] },
+            { "a missing http address",
+              { { [[http = "127.0.0.1:7202",]], "" }, { "        {\n", "        { --@\n" } },
+              "nodes[2].http: required (got nil)" },
+            { "a duplicate node name",
+              { { [[name = "n2",]], [[name = "n1", --@]] } },
+              [[nodes[2].name: duplicate node name, also used by nodes[1] (got "n1")]] },
+            { "a duplicate address",
+              { { [[listen = "127.0.0.1:7102",]], [[listen = "127.0.0.1:7201", --@]] } },
+              [[nodes[2].listen: duplicate address, also used by nodes[1].http (got "127.0.0.1:7201")]] },
+            { "a non-string role",
+              { { [[roles = { "backend" } },]], [[roles = { "backend", 7 } }, --@]] } },
+              "nodes[1].roles[2]: must be a non-empty string (got 7)" },
+            { "an empty node list",
+              { { "nodes = {", "nodes = { --@" },
+                { [[{ name = "n1", listen = "127.0.0.1:7101", http = "127.0.0.1:7201",
+          roles = { "backend" } },
+        {
+            name = "n2",
+            listen = "127.0.0.1:7102",
+            http = "127.0.0.1:7202",
+        },]], "" } },
+              "nodes: must be a non-empty list of node tables (got table)" },
+            { "an empty entity map",
+              { { "entities = {", "entities = { --@" },
+                { [[Counter = {
+            module = "counter",
+            shard_count = 16,
+            on_error = "stop",
+        },
+        Order = {
+            module = "order",
+            shard_count = 32,
+            idle_timeout = 2.5,
+        },]], "" } },
+              "entities: must be a non-empty table of entity types (got table)" },
+            { "a bad entity type name",
+              { { "Order = {", [=[["9lives"] = { --@]=] } },
+              [[entities["9lives"]: entity type name must be a letter followed by]]
+              .. [[ letters, digits or '_' (got "9lives")]] },
+            { "shard_count 0 in the second entity",
+              { { "shard_count = 32,", "shard_count = 0, --@" } },
+              "entities.Order.shard_count: must be an integer in 1..65536 (got 0)" },
+            { "a fractional shard_count",
+              { { "shard_count = 16,", "shard_count = 16.5, --@" } },
+              "entities.Counter.shard_count: must be an integer in 1..65536 (got 16.5)" },
+            { "a missing module (at the entity's line)",
+              { { [[module = "order",]], "" }, { "Order = {", "Order = { --@" } },
+              "entities.Order.module: required (got nil)" },
+            { "a module name with spaces",
+              { { [[module = "counter",]], [[module = "my counter", --@]] } },
+              [[entities.Counter.module: must be a module name for require() (got "my counter")]] },
+            { "idle_timeout = true",
+              { { "idle_timeout = 2.5,", "idle_timeout = true, --@" } },
+              "entities.Order.idle_timeout: must be a number of seconds > 0 (at most 1e+09), or false (got true)" },
+            { "a negative idle_timeout",
+              { { "idle_timeout = 2.5,", "idle_timeout = -1, --@" } },
+              "entities.Order.idle_timeout: must be a number of seconds > 0 (at most 1e+09), or false (got -1)" },
+            { "an unknown on_error policy",
+              { { [[on_error = "stop",]], [[on_error = "restart", --@]] } },
+              [[entities.Counter.on_error: must be "resume" or "stop" (got "restart")]] },
+            { "max_pending above the limit",
+              { { "idle_timeout = 2.5,", "max_pending = 1e7, --@" } },
+              "entities.Order.max_pending: must be an integer in 1..1000000 (got 10000000)" },
+            { "slow_handler_ms 0",
+              { { "idle_timeout = 2.5,", "slow_handler_ms = 0, --@" } },
+              "entities.Order.slow_handler_ms: must be an integer >= 1 (got 0)" },
+            { "a too small max_message_bytes",
+              { { "json_max_depth = 16,", "max_message_bytes = 10, --@" } },
+              "limits.max_message_bytes: must be an integer in 64..67108864 (got 10)" },
+            { "a fractional json_max_depth",
+              { { "json_max_depth = 16,", "json_max_depth = 1.5, --@" } },
+              "limits.json_max_depth: must be an integer in 1..1000 (got 1.5)" },
+            { "limits that are not a table",
+              { { "limits = {\n        json_max_depth = 16,\n    },",
+                  "limits = 5, --@" } },
+              "limits: must be a table (got 5)" },
+            { "gc_step_kb 0",
+              { { [[cluster = "demo",]], [[cluster = "demo", gc_step_kb = 0, --@]] } },
+              "gc_step_kb: must be an integer >= 1 (got 0)" },
+            { "an unknown top-level field, with a hint",
+              { { [[secret = "s3cret",]], [[secret = "s3cret", clustr = "x", --@]] } },
+              [[clustr: unknown field, did you mean "cluster"? (got "x")]] },
+            { "an unknown entity field, with a hint",
+              { { "shard_count = 32,", "shard_cout = 32, --@" } },
+              [[entities.Order.shard_cout: unknown field, did you mean "shard_count"? (got 32)]] },
+            { "an unknown node field",
+              { { [[name = "n2",]], [[name = "n2", weight = 3, --@]] } },
+              "nodes[2].weight: unknown field (got 3)" },
+            { "an unknown limits field",
+              { { "json_max_depth = 16,", "json_max_depth = 16, frame_bytes = 1, --@" } },
+              "limits.frame_bytes: unknown field (got 1)" },
+        }
+
+        for _, case in ipairs(cases) do
+            it("reports " .. case[1] .. " with file, line and field", function()
+                local src = BASE
+                for _, edit in ipairs(case[2]) do
+                    src = replace(src, edit[1], edit[2])
+                end
+                local path = write_temp(src)
+                local cfg, err = config.load(path)
+                assert.is_nil(cfg)
+                assert.equal(path .. ":" .. marked_line(src) .. ": " .. case[3],
+                             err)
+            end)
+        end
+
+        it("reports each error on one line", function()
+            local src = replace(BASE, [[cluster = "demo",]],
+                                "cluster = 'a\\nb', --@")
+            local path = write_temp(src)
+            local _, err = config.load(path)
+            assert.equal(path .. ":" .. marked_line(src)
+                         .. [[: cluster: must contain only letters, digits, '_', '.' and '-' (got "a\nb")]],
+                         err)
+            assert.is_nil(err:find("\n", 1, true))
+        end)
+
+        it("finds the line by text when the table is built in locals", function()
+            local src = [[
+local entities = {
+    Counter = {
+        module = "counter",
+        shard_count = -3, --@
+    },
+}
+local cfg = {
+    cluster = "demo",
+    nodes = { { name = "n1", listen = "127.0.0.1:7101", http = "127.0.0.1:7201" } },
+    entities = entities,
+}
+return cfg
+]]
+            local path = write_temp(src)
+            local _, err = config.load(path)
+            assert.equal(path .. ":" .. marked_line(src)
+                         .. ": entities.Counter.shard_count: must be an integer in 1..65536 (got -3)",
+                         err)
+        end)
+
+        it("ignores keys inside comments when finding lines", function()
+            local src = replace(BASE, "shard_count = 32,",
+                "--[[ } shard_count = 1 ]] -- } shard_count = 2\n"
+                .. "            shard_count = 0, --@")
+            local path = write_temp(src)
+            local _, err = config.load(path)
+            assert.equal(path .. ":" .. marked_line(src)
+                         .. ": entities.Order.shard_count: must be an integer in 1..65536 (got 0)",
+                         err)
+        end)
+    end)
+
+    describe("normalize", function()
+        it("validates a table without a source file", function()
+            local cfg, err = config.normalize({
+                cluster = "x",
+                nodes = { { name = "a", listen = "127.0.0.1:1", http = "127.0.0.1:2" } },
+                entities = { Counter = { module = "counter", max_pending = 0 } },
+            }, "inline")
+            assert.is_nil(cfg)
+            assert.equal("inline:1: entities.Counter.max_pending: must be an"
+                         .. " integer in 1..1000000 (got 0)", err)
+        end)
+    end)
+
+    describe("find_node", function()
+        local cfg
+
+        before_each(function()
+            cfg = assert(config.load(write_temp(BASE)))
+        end)
+
+        it("returns the node with that name", function()
+            assert.equal("127.0.0.1:7202", config.find_node(cfg, "n2").http)
+        end)
+
+        it("returns the first node when no name is given", function()
+            assert.equal("n1", config.find_node(cfg).name)
+        end)
+
+        it("names the file when there is no such node", function()
+            local node, err = config.find_node(cfg, "n9")
+            assert.is_nil(node)
+            assert.equal("no node named n9 in " .. cfg.file, err)
+        end)
+    end)
+
+    describe("parse_address", function()
+        it("splits IPv4, localhost and bracketed IPv6 addresses", function()
+            assert.same({ "127.0.0.1", 7201 },
+                        { config.parse_address("127.0.0.1:7201") })
+            assert.same({ "localhost", 1 }, { config.parse_address("localhost:1") })
+            assert.same({ "::1", 65535 }, { config.parse_address("[::1]:65535") })
+            assert.same({ "fe80::1:2", 80 },
+                        { config.parse_address("[fe80::1:2]:80") })
+            assert.same({ "::ffff:10.0.0.1", 80 },
+                        { config.parse_address("[::ffff:10.0.0.1]:80") })
+        end)
+
+        it("rejects malformed addresses with a reason", function()
+            for _, bad in ipairs({
+                "127.0.0.1", "127.0.0.1:", ":7101", "127.0.0.1:0",
+                "127.0.0.1:65536", "127.0.0.1:07101", "127.0.0.1:http",
+                "256.0.0.1:1", "1.2.3:1", "01.2.3.4:1", "example.com:80",
+                "::1:80", "[::1]", "[::1]80", "[1::2::3]:80", "[12345::]:80",
+                "[1:2:3:4:5:6:7:8:9]:80", "[]:80",
+            }) do
+                local host, err = config.parse_address(bad)
+                assert.is_nil(host, bad)
+                assert.equal("string", type(err), bad)
+            end
+        end)
+
+        it("raises on a non-string argument", function()
+            assert.has_error(function() config.parse_address(7101) end)
+        end)
+    end)
+end)

@@ -1,0 +1,207 @@
+/* The sans-IO dispatcher driven step by step, without Lua or sockets. */
+#include <string.h>
+
+#include "../../runtime/core/dispatch.h"
+#include "check.h"
+
+static int cb_calls, cb_err;
+static char cb_payload[256];
+
+static void on_ask(void *data, int err, const char *payload, size_t len)
+{
+    (void)data;
+    cb_calls++;
+    cb_err = err;
+    snprintf(cb_payload, sizeof cb_payload, "%.*s", (int)len, payload);
+}
+
+#define TELL(d, id, js) ms_dispatch_tell(d, 0, id, strlen(id), js, strlen(js))
+
+static struct ms_dispatch *make(uint32_t shards, uint32_t max_pending,
+                                uint64_t idle_ms)
+{
+    struct ms_dispatch_type t = {"T", shards, idle_ms, 0, max_pending};
+    return ms_dispatch_new(&t, 1, 1024);
+}
+
+static void fifo_per_shard(void)
+{
+    struct ms_dispatch *d = make(1, 100, 0);
+    char id[8], js[16];
+    for (int i = 0; i < 20; i++) {
+        snprintf(id, sizeof id, "e%d", i % 5);
+        snprintf(js, sizeof js, "{\"n\":%d}", i);
+        CHECK(TELL(d, id, js) == 0);
+    }
+    struct ms_delivery dl;
+    for (int i = 0; i < 20; i++) {
+        CHECK(ms_dispatch_next(d, &dl) == 1);
+        snprintf(js, sizeof js, "{\"n\":%d}", i);
+        CHECK(strcmp(dl.payload, js) == 0);
+        CHECK(dl.init == (i < 5));
+        ms_dispatch_done(d, dl.h, 0);
+    }
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    struct ms_stats st;
+    ms_dispatch_stats(d, &st);
+    CHECK(st.activations == 5 && st.delivered == 20 && st.routed == 20);
+    ms_dispatch_free(d);
+}
+
+static void busy_entity_does_not_block_shard(void)
+{
+    struct ms_dispatch *d = make(1, 100, 0);
+    struct ms_delivery dl;
+    TELL(d, "a", "{\"n\":1}");
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    uint32_t ha = dl.h;
+    TELL(d, "a", "{\"n\":2}");
+    TELL(d, "b", "{\"n\":3}");
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(strcmp(dl.payload, "{\"n\":3}") == 0); /* a is busy, b goes on */
+    ms_dispatch_done(d, dl.h, 0);
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    ms_dispatch_done(d, ha, 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(dl.h == ha && strcmp(dl.payload, "{\"n\":2}") == 0);
+    CHECK(dl.init == 0);
+    ms_dispatch_done(d, dl.h, 0);
+    ms_dispatch_free(d);
+}
+
+static void asks_end_exactly_once(void)
+{
+    struct ms_dispatch *d = make(4, 100, 0);
+    struct ms_waiter w = {on_ask, NULL, 0};
+    struct ms_delivery dl;
+    cb_calls = 0;
+    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(cb_calls == 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_ASK);
+    CHECK(ms_dispatch_reply(d, dl.h, "{\"v\":1}", 7) == 0);
+    CHECK(cb_calls == 1 && cb_err == 0 && strcmp(cb_payload, "{\"v\":1}") == 0);
+    CHECK(ms_dispatch_reply(d, dl.h, "{}", 2) == MS_EINVAL);
+    ms_dispatch_done(d, dl.h, 0);
+    CHECK(cb_calls == 1);
+
+    /* no reply */
+    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    ms_dispatch_done(d, dl.h, 0);
+    CHECK(cb_calls == 2 && cb_err == MS_ENOREPLY);
+
+    /* handler error */
+    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    ms_dispatch_fail(d, dl.h, "boom", 0);
+    ms_dispatch_done(d, dl.h, 0);
+    CHECK(cb_calls == 3 && cb_err == MS_EHANDLER);
+    CHECK(strstr(cb_payload, "\"handler_error\"") && strstr(cb_payload, "boom"));
+
+    /* timeout, then a late reply is dropped */
+    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 50, 0, &w) > 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(ms_dispatch_next_deadline(d, 0) == 50);
+    ms_dispatch_expire(d, 49);
+    CHECK(cb_calls == 3);
+    ms_dispatch_expire(d, 50);
+    CHECK(cb_calls == 4 && cb_err == MS_ETIMEDOUT);
+    CHECK(ms_dispatch_reply(d, dl.h, "{}", 2) == 0);
+    ms_dispatch_done(d, dl.h, 60);
+    CHECK(cb_calls == 4);
+
+    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 0, 0, &w) == MS_EINVAL);
+    CHECK(ms_dispatch_ask(d, 1, "x", 1, "{}", 2, 10, 0, &w) == MS_ENOTYPE);
+    ms_dispatch_free(d);
+}
+
+static void entity_waiters_resume(void)
+{
+    struct ms_dispatch *d = make(4, 100, 0);
+    struct ms_delivery dl, dl2;
+    struct ms_resume r;
+    TELL(d, "a", "{}");
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    struct ms_waiter w = {NULL, NULL, dl.h};
+    CHECK(ms_dispatch_ask(d, 0, "a", 1, "{}", 2, 10, 0, &w) == MS_ESELF);
+    CHECK(ms_dispatch_ask(d, 0, "b", 1, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(ms_dispatch_next(d, &dl2) == 1 && dl2.kind == MS_KIND_ASK);
+    CHECK(ms_dispatch_next_resume(d, &r) == 0);
+    ms_dispatch_reply(d, dl2.h, "{\"ok\":true}", 11);
+    ms_dispatch_done(d, dl2.h, 0);
+    CHECK(ms_dispatch_next_resume(d, &r) == 1);
+    CHECK(r.h == dl.h && r.err == 0 && strcmp(r.payload, "{\"ok\":true}") == 0);
+    CHECK(ms_dispatch_next_resume(d, &r) == 0);
+    ms_dispatch_done(d, dl.h, 0);
+    ms_dispatch_free(d);
+}
+
+static void bounds_and_passivation(void)
+{
+    struct ms_dispatch *d = make(1, 3, 100);
+    struct ms_delivery dl;
+    CHECK(TELL(d, "a", "{}") == 0);
+    CHECK(TELL(d, "a", "{}") == 0);
+    CHECK(TELL(d, "a", "{}") == 0);
+    CHECK(TELL(d, "a", "{}") == MS_EOVERFLOW);
+    char big[600];
+    memset(big, 'x', sizeof big);
+    CHECK(ms_dispatch_tell(d, 0, big, sizeof big, "{}", 2) == MS_E2BIG);
+    CHECK(ms_dispatch_tell(d, 0, "", 0, "{}", 2) == MS_E2BIG);
+    for (int i = 0; i < 3; i++) {
+        CHECK(ms_dispatch_next(d, &dl) == 1);
+        ms_dispatch_done(d, dl.h, 10);
+    }
+    CHECK(ms_dispatch_next_deadline(d, 10) == 100);
+    ms_dispatch_expire(d, 109);
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    ms_dispatch_expire(d, 110);
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_STOP);
+    ms_dispatch_done(d, dl.h, 110);
+    struct ms_stats st;
+    ms_dispatch_stats(d, &st);
+    CHECK(st.passivations == 1 && st.active_entities == 0 && st.overflows == 1);
+    /* the next message activates it again */
+    TELL(d, "a", "{}");
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.init == 1);
+    /* ctx:stop() passivates after the current message */
+    ms_dispatch_stop_self(d, dl.h);
+    ms_dispatch_done(d, dl.h, 120);
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_STOP);
+    ms_dispatch_done(d, dl.h, 120);
+    /* an explicit stop of an inactive entity is a no-op */
+    CHECK(ms_dispatch_stop(d, 0, "a", 1) == 0);
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    ms_dispatch_free(d);
+}
+
+static void timers_fire_and_cancel(void)
+{
+    struct ms_dispatch *d = make(2, 100, 0);
+    struct ms_delivery dl;
+    TELL(d, "a", "{}");
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    int64_t t1 = ms_dispatch_after(d, dl.h, 10, "{\"t\":1}", 7, 0);
+    int64_t t2 = ms_dispatch_after(d, dl.h, 20, "{\"t\":2}", 7, 0);
+    CHECK(t1 > 0 && t2 > 0);
+    CHECK(ms_dispatch_cancel(d, dl.h, t2) == 1);
+    CHECK(ms_dispatch_cancel(d, dl.h, t2) == 0);
+    ms_dispatch_done(d, dl.h, 0);
+    ms_dispatch_expire(d, 30);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(strcmp(dl.payload, "{\"t\":1}") == 0);
+    ms_dispatch_done(d, dl.h, 30);
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    ms_dispatch_free(d);
+}
+
+int main(void)
+{
+    fifo_per_shard();
+    busy_entity_does_not_block_shard();
+    asks_end_exactly_once();
+    entity_waiters_resume();
+    bounds_and_passivation();
+    timers_fire_and_cancel();
+    CHECK_DONE();
+}
