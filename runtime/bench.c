@@ -10,7 +10,25 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lua/bridge.h"
 #include "moonshard.h"
+
+#define ROUNDS 5
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of n values (sorts a copy). */
+static double median(const double *v, int n)
+{
+    double c[16];
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    return n % 2 ? c[n / 2] : (c[n / 2 - 1] + c[n / 2]) / 2;
+}
 
 static const char PAYLOAD[] = "{\"type\":\"incr\"}";
 static const char GET[] = "{\"type\":\"get\"}";
@@ -54,7 +72,7 @@ static void drain(struct bench *b)
 
 static int tell_all(struct bench *b, long messages)
 {
-    const long chunk = 20000;
+    const long chunk = 1000;
     for (long i = 0; i < messages;) {
         long end = i + chunk < messages ? i + chunk : messages;
         for (; i < end; i++) {
@@ -112,7 +130,7 @@ static int write_config(char *dir, char *path, size_t len, long ids)
             " http = \"127.0.0.1:2\" } },\n"
             "    entities = {\n"
             "        Counter = { module = \"counter\", shard_count = 64,\n"
-            "                    idle_timeout = false, max_pending = %ld },\n"
+            "                    idle_timeout = 120, max_pending = %ld },\n"
             "    },\n"
             "}\n",
             ids + 20000);
@@ -122,7 +140,7 @@ static int write_config(char *dir, char *path, size_t len, long ids)
 
 int ms_bench_main(int argc, char **argv)
 {
-    long nids = 100000, messages = 2000000, nasks = 500000;
+    long nids = 100000, messages = 1000000, nasks = 500000;
     if (argc < 1 || strcmp(argv[0], "local") != 0) {
         fprintf(stderr, "usage: moonshard bench local [--ids N] "
                 "[--messages N]\n");
@@ -175,14 +193,6 @@ int ms_bench_main(int argc, char **argv)
     /* floor: same VM, same behavior, same payload, no runtime */
     char arg[256], *out = NULL;
     snprintf(arg, sizeof arg, "counter %ld %ld %s", nids, messages, PAYLOAD);
-    rc = ms_node_call_lua(b.node, "moonshard.bench", "floor", arg, &out, err,
-                          sizeof err);
-    if (rc < 0) {
-        fprintf(stderr, "moonshard bench: floor failed: %s\n", err);
-        return 1;
-    }
-    double floor_rate = atof(out);
-    free(out);
 
     ms_node_lua_gc(b.node);
     long rss0 = rss_bytes();
@@ -193,10 +203,30 @@ int ms_bench_main(int argc, char **argv)
     ms_node_lua_gc(b.node);
     long rss1 = rss_bytes();
 
-    t0 = now_s();
-    if (tell_all(&b, messages) < 0)
-        return 1;
-    double tell_s = now_s() - t0;
+    /* floor and runtime alternate, ROUNDS times each, so that both see
+     * the same machine; the medians and the median of the paired ratios
+     * are reported */
+    double floors[ROUNDS], tells[ROUNDS], ratios[ROUNDS];
+    for (int r = 0; r < ROUNDS; r++) {
+        rc = ms_lua_run_isolated(ms_node_home(b.node), "moonshard.bench",
+                                 "floor", arg, &out, err, sizeof err);
+        if (rc < 0) {
+            fprintf(stderr, "moonshard bench: floor failed: %s\n", err);
+            return 1;
+        }
+        floors[r] = atof(out);
+        free(out);
+        ms_node_lua_gc(b.node);
+        t0 = now_s();
+        if (tell_all(&b, messages) < 0)
+            return 1;
+        tells[r] = (double)messages / (now_s() - t0);
+        ratios[r] = tells[r] / floors[r];
+        ms_node_lua_gc(b.node);
+    }
+    double floor_rate = median(floors, ROUNDS);
+    double tell_rate = median(tells, ROUNDS);
+    double tell_ratio = median(ratios, ROUNDS);
 
     const long window = 1000;
     b.asks_left = nasks;
@@ -209,14 +239,17 @@ int ms_bench_main(int argc, char **argv)
 
     struct ms_stats st;
     ms_node_stats(b.node, &st);
-    double tell_rate = (double)messages / tell_s;
     printf("moonshard bench local: one node, Counter entities, %ld ids, "
            "64 shards\n", nids);
     printf("  floor (LuaJIT loop: cjson.decode + counter.receive): "
-           "%12.0f msg/s\n", floor_rate);
+           "%12.0f msg/s  (median of %d)\n", floor_rate, ROUNDS);
     printf("  tells through the runtime (%ld over %ld ids):   %12.0f msg/s"
-           "   ratio to floor %.2f (target >= 0.50)\n",
-           messages, nids, tell_rate, tell_rate / floor_rate);
+           "  (median of %d)\n", messages, nids, tell_rate, ROUNDS);
+    printf("  tells / floor, median of the paired rounds:     %12.2f"
+           "        (target >= 0.50; rounds:", tell_ratio);
+    for (int r = 0; r < ROUNDS; r++)
+        printf(" %.2f", ratios[r]);
+    printf(")\n");
     printf("  asks (%ld, %ld in flight):                  %12.0f asks/s"
            "  ratio to floor %.2f  failed %ld\n",
            nasks, window, (double)nasks / ask_s,

@@ -106,6 +106,10 @@ const char *ms_node_name(struct ms_node *n);
 /* HTTP address the gateway listens on ("127.0.0.1:7201"), or "". */
 const char *ms_node_http_address(struct ms_node *n);
 
+/* Folder holding lua/ and entities/ (MOONSHARD_HOME or the build's
+ * source tree), borrowed for the node's life. */
+const char *ms_node_home(struct ms_node *n);
+
 /* Largest accepted payload in bytes (limits.max_message_bytes). */
 size_t ms_node_max_message(struct ms_node *n);
 

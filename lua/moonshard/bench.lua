@@ -1,9 +1,10 @@
 -- moonshard.bench: the bare floor the local bench compares against: a
 -- LuaJIT loop that decodes the same JSON payload and calls the same
 -- behavior's receive on a state found by id, with no runtime around it.
+-- The host runs it in a fresh Lua VM of its own.
 
 local cjson = require "cjson"
-local now = require("moonshard.core").now
+local now = require("moonshard.clock").now
 
 local M = {}
 

@@ -9,6 +9,7 @@
 -- with a fresh driver, so an ask suspends only that entity.
 
 local core = require "moonshard.core"
+local ffi = require "ffi"
 local cjson = require "cjson"
 local errors = require "moonshard.error"
 
@@ -18,13 +19,32 @@ local concat = table.concat
 local find = string.find
 local yield, running = coroutine.yield, coroutine.running
 
-local next_msg, done, reply_c = core.next, core.done, core.reply
+local done, reply_c = core.done, core.reply
 local tell_c, ask_c, after_c, cancel_c = core.tell, core.ask, core.after, core.cancel
 local stop_c, log_c, now_c, type_index = core.stop, core.log, core.now, core.type_index
 local ASK, IDLE, FREE = core.ASK, core.IDLE, core.FREE
 local KIND_STOP = 3
 
 local M = {}
+
+-- The driver pulls deliveries through the FFI (see runtime/lua/bridge.c):
+-- the call stays inside the compiled trace of the loop.
+ffi.cdef [[
+struct ms_lua_delivery {
+    uint32_t h;
+    int32_t kind;
+    int32_t init;
+    int32_t type;
+    uint32_t shard;
+    uint32_t idlen;
+    uint32_t len;
+    const char *payload;
+    const char *id;
+};
+uint32_t ms_lua_next(uint32_t prev, struct ms_lua_delivery *out);
+]]
+local C = ffi.C
+local ffi_string = ffi.string
 
 local behaviors = {}   -- [type index] = behavior module
 local type_names = {}  -- [type index] = name
@@ -95,8 +115,11 @@ end
 
 -- ctx ---------------------------------------------------------------------
 
+-- A ctx holds only what differs per entity (id, shard, handle); the type,
+-- node name and methods come from one metatable per entity type. That
+-- keeps an idle entity small.
 local Ctx = {}
-Ctx.__index = Ctx
+local ctx_mts = {}     -- [type index] = metatable of that type's ctxs
 
 function Ctx:reply(msg)
     local ok, err = reply_c(self._h, encode(msg))
@@ -157,44 +180,49 @@ local function default_init()
     return {}
 end
 
-local function handle(h, kind, payload, init, t, id, shard)
-    local b = behaviors[t]
-    if init then
-        local ctx = setmetatable({ type = type_names[t], id = id, shard = shard,
-                                   node = node_name, _h = h }, Ctx)
-        ctxs[h] = ctx
-        local st = (b.init or default_init)(ctx)
-        if type(st) ~= "table" then
-            error("init must return a table, got " .. type(st))
-        end
-        states[h] = st
+local function activate(h, b, t, id, shard)
+    local ctx = setmetatable({ id = id, shard = shard, _h = h }, ctx_mts[t])
+    ctxs[h] = ctx
+    local st = (b.init or default_init)(ctx)
+    if type(st) ~= "table" then
+        error("init must return a table, got " .. type(st))
     end
-    if kind == KIND_STOP then
-        local stopped = b.stopped
-        if stopped then stopped(states[h], ctxs[h]) end
-        states[h], ctxs[h] = nil, nil
-        return
-    end
-    local msg = decode(payload)
-    if type(msg) ~= "table" then
-        error("bad message: not a JSON object")
-    end
-    local res = b.receive(states[h], msg, ctxs[h])
-    if res ~= nil and type(res) == "table" then
-        states[h] = res
-    end
+    states[h] = st
+end
+
+local function passivate(h, b)
+    local stopped = b.stopped
+    if stopped then stopped(states[h], ctxs[h]) end
+    states[h], ctxs[h] = nil, nil
 end
 
 function M.driver()
     local me = running()
+    local dl = ffi.new("struct ms_lua_delivery")
     local prev = 0
     while true do
-        local h, kind, payload, init, t, id, shard = next_msg(prev)
-        if not h then
+        local h = C.ms_lua_next(prev, dl)
+        if h == 0 then
             prev = 0
             yield(IDLE)
         else
-            handle(h, kind, payload, init, t, id, shard)
+            local t = dl.type
+            local b = behaviors[t]
+            if dl.init ~= 0 then
+                activate(h, b, t, ffi_string(dl.id, dl.idlen), dl.shard)
+            end
+            if dl.kind == KIND_STOP then
+                passivate(h, b)
+            else
+                local msg = decode(ffi_string(dl.payload, dl.len))
+                if type(msg) ~= "table" then
+                    error("bad message: not a JSON object")
+                end
+                local res = b.receive(states[h], msg, ctxs[h])
+                if res ~= nil and type(res) == "table" then
+                    states[h] = res
+                end
+            end
             if detached[me] then
                 detached[me] = nil
                 done(h)
@@ -244,6 +272,7 @@ end
 -- in C order). Returns a list of {index=, name=, err=} for modules that
 -- failed; those types stay unavailable.
 function M.start(opts)
+    if os.getenv("MS_GCPAUSE") then collectgarbage("setpause", tonumber(os.getenv("MS_GCPAUSE"))) end
     node_name = opts.node
     decoder.decode_max_depth(opts.json_max_depth)
     encoder.encode_max_depth(opts.json_max_depth)
@@ -251,12 +280,15 @@ function M.start(opts)
     for i, t in ipairs(opts.types) do
         local idx = i - 1
         type_names[idx] = t.name
+        local proto = { type = t.name, node = node_name }
+        for k, f in pairs(Ctx) do proto[k] = f end
+        ctx_mts[idx] = { __index = proto }
         local ok, mod = pcall(require, t.module)
         local err
         if ok then
             mod, err = check_behavior(mod)
         else
-            err = tostring(mod)
+            mod, err = nil, tostring(mod)
         end
         if mod then
             behaviors[idx] = mod

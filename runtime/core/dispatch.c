@@ -9,6 +9,7 @@
  */
 #include "dispatch.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 struct msg {
     struct msg *next;
     uint64_t corr;      /* ask id, 0 for a tell */
+    uint64_t hash;      /* ms_fnv1a64 of the id */
     uint32_t type;
     uint32_t idlen;
     uint32_t len;
@@ -25,21 +27,23 @@ struct msg {
     char data[];        /* id, NUL, payload, NUL */
 };
 
+/* Lookup fields first, so a lookup touches as few cache lines as it can. */
 struct entity {
     struct entity *hnext;           /* hash chain */
-    struct entity *lprev, *lnext;   /* idle list of its type */
-    struct entity *rnext;           /* ready list */
+    uint64_t hash;
+    uint32_t type;
+    uint32_t idlen;
+    uint32_t h;
+    uint32_t shard;
+    unsigned active : 1, busy : 1, stop_req : 1, in_ready : 1,
+        in_list : 1, replied : 1;
     struct msg *mb_head, *mb_tail;  /* mailbox */
     struct msg *cur;                /* being handled */
+    struct entity *lprev, *lnext;   /* active list of its type */
+    struct entity *rnext;           /* ready list */
     struct etimer *timers;          /* pending ctx:after timers */
-    uint64_t hash;
-    uint64_t last_ms;
-    uint32_t h;
-    uint32_t type;
-    uint32_t shard;
-    uint32_t idlen;
-    unsigned active : 1, busy : 1, stop_req : 1, in_ready : 1,
-        in_idle : 1, replied : 1;
+    uint64_t last_ms;               /* end of its last message */
+    uint64_t listed_ms;             /* when it joined the active list */
     char id[];
 };
 
@@ -53,7 +57,9 @@ struct shard {
 struct type {
     struct ms_dispatch_type cfg;
     struct shard *shards;
-    struct entity *idle_head, *idle_tail; /* least recently used first */
+    /* active entities in the order they were (re)listed: the idle sweep
+     * looks at the head only (see ms_dispatch_expire) */
+    struct entity *list_head, *list_tail;
     int unavailable;
 };
 
@@ -115,6 +121,7 @@ struct ms_dispatch {
     struct ms_timerq tq;
 
     uint64_t pending;
+    uint64_t now_ms;         /* latest time the caller told us */
     struct ms_stats st;
 };
 
@@ -390,11 +397,12 @@ static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
         }
         h = d->nslots++;
     }
-    struct entity *e = calloc(1, sizeof *e + idlen + 1);
+    struct entity *e = malloc(sizeof *e + idlen + 1);
     if (!e) {
         d->freeh[d->nfree++] = h;
         return NULL;
     }
+    memset(e, 0, sizeof *e);
     e->h = h;
     e->type = type;
     e->hash = hash;
@@ -411,8 +419,11 @@ static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
     return e;
 }
 
+static void list_del(struct ms_dispatch *d, struct entity *e);
+
 static void edestroy(struct ms_dispatch *d, struct entity *e)
 {
+    list_del(d, e);
     struct entity **pp = &d->ebuckets[mix(ekey(e->type, e->hash)) & d->emask];
     while (*pp != e)
         pp = &(*pp)->hnext;
@@ -428,36 +439,36 @@ static struct entity *eget(struct ms_dispatch *d, uint32_t h)
     return h > 0 && h < d->nslots ? d->slots[h] : NULL;
 }
 
-static void idle_remove(struct ms_dispatch *d, struct entity *e)
+static void list_del(struct ms_dispatch *d, struct entity *e)
 {
-    if (!e->in_idle)
+    if (!e->in_list)
         return;
     struct type *t = &d->types[e->type];
     if (e->lprev)
         e->lprev->lnext = e->lnext;
     else
-        t->idle_head = e->lnext;
+        t->list_head = e->lnext;
     if (e->lnext)
         e->lnext->lprev = e->lprev;
     else
-        t->idle_tail = e->lprev;
+        t->list_tail = e->lprev;
     e->lprev = e->lnext = NULL;
-    e->in_idle = 0;
+    e->in_list = 0;
 }
 
-static void idle_append(struct ms_dispatch *d, struct entity *e,
-                        uint64_t now_ms)
+static void list_add(struct ms_dispatch *d, struct entity *e,
+                     uint64_t now_ms)
 {
     struct type *t = &d->types[e->type];
-    e->last_ms = now_ms;
-    e->lprev = t->idle_tail;
+    e->listed_ms = now_ms;
+    e->lprev = t->list_tail;
     e->lnext = NULL;
-    if (t->idle_tail)
-        t->idle_tail->lnext = e;
+    if (t->list_tail)
+        t->list_tail->lnext = e;
     else
-        t->idle_head = e;
-    t->idle_tail = e;
-    e->in_idle = 1;
+        t->list_head = e;
+    t->list_tail = e;
+    e->in_list = 1;
 }
 
 static void ready_entity(struct ms_dispatch *d, struct entity *e)
@@ -505,6 +516,7 @@ static struct msg *msg_new(int kind, uint32_t type, const char *id,
     m->idlen = (uint32_t)idlen;
     m->len = (uint32_t)len;
     m->kind = (uint8_t)kind;
+    m->hash = ms_fnv1a64(id, idlen);
     memcpy(m->data, id, idlen);
     m->data[idlen] = 0;
     if (len)
@@ -529,7 +541,7 @@ static int check(struct ms_dispatch *d, int type, size_t idlen, size_t len)
 static int enqueue(struct ms_dispatch *d, struct msg *m, int force)
 {
     struct type *t = &d->types[m->type];
-    uint32_t s = ms_shard_of(m->data, m->idlen, t->cfg.shard_count);
+    uint32_t s = (uint32_t)(m->hash % t->cfg.shard_count);
     struct shard *sh = &t->shards[s];
     if (!force && sh->pending >= t->cfg.max_pending) {
         d->st.overflows++;
@@ -700,7 +712,6 @@ int ms_dispatch_next_resume(struct ms_dispatch *d, struct ms_resume *out)
 static void fill(struct ms_dispatch *d, struct entity *e, struct msg *m,
                  struct ms_delivery *out)
 {
-    idle_remove(d, e);
     e->busy = 1;
     e->replied = 0;
     e->cur = m;
@@ -716,6 +727,8 @@ static void fill(struct ms_dispatch *d, struct entity *e, struct msg *m,
     if (m->kind != MS_KIND_STOP) {
         if (!e->active) {
             e->active = 1;
+            e->last_ms = d->now_ms;
+            list_add(d, e, d->now_ms);
             out->init = 1;
             d->st.activations++;
             d->st.active_entities++;
@@ -727,12 +740,35 @@ static void fill(struct ms_dispatch *d, struct entity *e, struct msg *m,
 /* A stop for an entity that is not active has nothing to do. */
 static int skip_stop(struct ms_dispatch *d, struct entity *e, struct msg *m)
 {
-    if (m->kind != MS_KIND_STOP || (e && e->active))
+    if (m->kind != MS_KIND_STOP || e->active)
         return 0;
     free(m);
-    if (e && !e->busy && !e->mb_head && !e->active && !e->in_ready)
+    if (!e->busy && !e->mb_head && !e->active && !e->in_ready)
         edestroy(d, e);
     return 1;
+}
+
+/* Entity lookups miss the cache. Hide that behind the handlers with a
+ * two-stage software pipeline over the dispatch order: while this message
+ * is handled, the entity of the next one and the bucket of the one after
+ * are loaded. */
+static void prefetch_next(struct ms_dispatch *d)
+{
+    struct shard *s1 = d->rs_head;
+    if (!s1)
+        return;
+    struct msg *n1 = s1->head;
+    struct entity *e1 = d->ebuckets[mix(ekey(n1->type, n1->hash)) & d->emask];
+    if (e1) {
+        __builtin_prefetch(e1);
+        __builtin_prefetch((char *)e1 + 64);
+    }
+    struct shard *s2 = s1->rnext ? s1->rnext : NULL;
+    if (s2) {
+        struct msg *n2 = s2->head;
+        __builtin_prefetch(&d->ebuckets[mix(ekey(n2->type, n2->hash)) &
+                                        d->emask]);
+    }
 }
 
 int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
@@ -781,12 +817,16 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
         sh->pending--;
         d->pending--;
         m->next = NULL;
-        uint64_t hash = ms_fnv1a64(m->data, m->idlen);
-        e = efind(d, m->type, hash, m->data, m->idlen);
+        prefetch_next(d);
+        e = efind(d, m->type, m->hash, m->data, m->idlen);
+        if (m->kind == MS_KIND_STOP && !e) {
+            free(m);
+            continue;
+        }
         if (skip_stop(d, e, m))
             continue;
         if (!e) {
-            e = ecreate(d, m->type, hash, m->data, m->idlen);
+            e = ecreate(d, m->type, m->hash, m->data, m->idlen);
             if (!e) {
                 if (m->kind == MS_KIND_ASK)
                     fail_ask(d, m->corr, MS_ENOMEM, "out of memory");
@@ -825,7 +865,10 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
     if (m && m->kind == MS_KIND_ASK && !e->replied)
         fail_ask(d, m->corr, MS_ENOREPLY,
                  "the handler finished without replying");
+    d->now_ms = now_ms;
+    e->last_ms = now_ms;
     if (m && m->kind == MS_KIND_STOP && e->active) {
+        list_del(d, e);
         e->active = 0;
         d->st.passivations++;
         d->st.active_entities--;
@@ -843,14 +886,12 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
     }
     if (e->mb_head)
         ready_entity(d, e);
-    else if (e->active)
-        idle_append(d, e, now_ms);
-    else if (!e->in_ready)
+    else if (!e->active && !e->in_ready)
         edestroy(d, e);
 }
 
 int ms_dispatch_reply(struct ms_dispatch *d, uint32_t h, const char *json,
-                      size_t len)
+                      size_t len, uint64_t now_ms)
 {
     struct entity *e = eget(d, h);
     if (!e || !e->cur || e->cur->kind != MS_KIND_ASK)
@@ -859,8 +900,19 @@ int ms_dispatch_reply(struct ms_dispatch *d, uint32_t h, const char *json,
         return MS_EINVAL;
     e->replied = 1;
     struct ask *a = askmap_find(&d->asks, e->cur->corr);
-    if (a)
-        complete_ask(d, a, 0, json, len);
+    if (!a)
+        return 0;
+    if (now_ms >= a->tm.due_ms) {
+        /* the deadline passed while the handler ran (its timer could not
+         * fire meanwhile): the asker has stopped waiting */
+        d->st.asks_timed_out++;
+        char buf[128];
+        size_t n = ms_error_json(buf, sizeof buf, MS_ETIMEDOUT,
+                                 "ask timed out");
+        complete_ask(d, a, MS_ETIMEDOUT, buf, n);
+        return 0;
+    }
+    complete_ask(d, a, 0, json, len);
     return 0;
 }
 
@@ -876,6 +928,7 @@ void ms_dispatch_fail(struct ms_dispatch *d, uint32_t h, const char *message,
         fail_ask(d, e->cur->corr, MS_EHANDLER, message);
     }
     if (init_failed && e->active) {
+        list_del(d, e);
         e->active = 0;
         d->st.active_entities--;
         d->st.activations--;
@@ -973,16 +1026,29 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
             free(t);
         }
     }
+    /* Idle passivation, lazily: a message only stamps last_ms; the sweep
+     * visits an entity once per idle_timeout after it was listed, stops
+     * it if it has been idle that long, else lists it again. An entity is
+     * thus passivated between idle_timeout and 2 x idle_timeout after its
+     * last message, and a message costs no list update. */
+    d->now_ms = now_ms;
     for (int i = 0; i < d->ntypes; i++) {
         struct type *t = &d->types[i];
         uint64_t idle = t->cfg.idle_timeout_ms;
-        while (idle && t->idle_head && now_ms - t->idle_head->last_ms >= idle) {
-            struct entity *e = t->idle_head;
-            idle_remove(d, e);
+        struct entity *e;
+        while (idle && (e = t->list_head) && e->listed_ms + idle <= now_ms) {
+            list_del(d, e);
+            if (e->busy || e->mb_head || e->in_ready ||
+                now_ms - e->last_ms < idle) {
+                list_add(d, e, now_ms);
+                continue;
+            }
             struct msg *s = msg_new(MS_KIND_STOP, e->type, e->id, e->idlen,
                                     "", 0);
-            if (!s)
+            if (!s) {
+                list_add(d, e, now_ms);
                 break;
+            }
             mb_push(e, s);
             ready_entity(d, e);
         }
@@ -997,9 +1063,9 @@ int64_t ms_dispatch_next_deadline(struct ms_dispatch *d, uint64_t now_ms)
         best = tm->due_ms > now_ms ? (int64_t)(tm->due_ms - now_ms) : 0;
     for (int i = 0; i < d->ntypes; i++) {
         struct type *t = &d->types[i];
-        if (!t->cfg.idle_timeout_ms || !t->idle_head)
+        if (!t->cfg.idle_timeout_ms || !t->list_head)
             continue;
-        uint64_t due = t->idle_head->last_ms + t->cfg.idle_timeout_ms;
+        uint64_t due = t->list_head->listed_ms + t->cfg.idle_timeout_ms;
         int64_t in = due > now_ms ? (int64_t)(due - now_ms) : 0;
         if (best < 0 || in < best)
             best = in;
@@ -1026,14 +1092,18 @@ uint64_t ms_dispatch_shutdown(struct ms_dispatch *d)
     }
     for (int i = 0; i < d->ntypes; i++) {
         struct type *t = &d->types[i];
-        while (t->idle_head) {
-            struct entity *e = t->idle_head;
-            idle_remove(d, e);
+        struct entity *e;
+        while ((e = t->list_head)) {
+            list_del(d, e);
+            if (e->busy) {
+                e->stop_req = 1; /* after its current message */
+                continue;
+            }
             struct msg *s = msg_new(MS_KIND_STOP, e->type, e->id, e->idlen,
                                     "", 0);
             if (!s)
                 break;
-            mb_push(e, s);
+            mb_push_front(e, s);
             ready_entity(d, e);
         }
     }

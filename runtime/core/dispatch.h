@@ -102,11 +102,12 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out);
  * or stopped). An ask it did not answer ends with MS_ENOREPLY. */
 void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms);
 
-/* Reply to the ask being handled by h. Returns 0, 1 when the current
- * message is not an ask (the reply is dropped), or MS_EINVAL when h
- * already replied. */
+/* Reply to the ask being handled by h. A reply at or past the ask's
+ * deadline ends it with MS_ETIMEDOUT instead. Returns 0, 1 when the
+ * current message is not an ask (the reply is dropped), or MS_EINVAL when
+ * h already replied. */
 int ms_dispatch_reply(struct ms_dispatch *d, uint32_t h, const char *json,
-                      size_t len);
+                      size_t len, uint64_t now_ms);
 
 /* The handler of h raised `message`. Counts it, ends a pending ask with
  * MS_EHANDLER, and applies the type's failure policy. `init_failed`: the

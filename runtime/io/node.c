@@ -4,7 +4,7 @@
  * The loop runs dispatch work from an idle handle that is active only
  * while work is ready (so the loop still blocks in poll when there is
  * none), fires deadlines from one timer armed at the dispatcher's next
- * deadline, and steps the Lua GC from a prepare handle after busy rounds.
+ * deadline, and steps the Lua GC from a timer once the node is idle.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -29,12 +29,14 @@ struct ms_node {
     struct ms_http *http;
     uv_idle_t work;
     uv_timer_t tick;
-    uv_prepare_t gc;
+    uv_timer_t gc;     /* steps the Lua GC while the node is idle */
     int working;
-    int busy_since_gc;
+    int gc_dirty;      /* messages were handled since the last GC cycle */
+    uint64_t seen_rounds, rounds;
     int closing;
     int open_handles;
     char http_address[160];
+    char home[PATH_MAX];
 };
 
 void ms_config_free(struct ms_config *c)
@@ -79,7 +81,8 @@ static void on_work(uv_idle_t *h)
     struct ms_node *n = h->data;
     ms_dispatch_expire(n->d, uv_now(n->loop));
     ms_bridge_run(n->b, ROUND_BUDGET);
-    n->busy_since_gc = 1;
+    n->rounds++;
+    n->gc_dirty = 1;
     arm(n);
 }
 
@@ -90,13 +93,20 @@ static void on_tick(uv_timer_t *t)
     arm(n);
 }
 
-static void on_prepare(uv_prepare_t *p)
+/* Every GC_IDLE_MS: when no round ran since the last tick, the node is
+ * idle, so collect the garbage of the last burst now, in steps, instead of
+ * during the next burst. While busy, LuaJIT's own pacing applies. */
+#define GC_IDLE_MS 50
+
+static void on_gc_tick(uv_timer_t *t)
 {
-    struct ms_node *n = p->data;
-    if (n->busy_since_gc && !n->working) {
-        n->busy_since_gc = 0;
-        ms_bridge_gc_step(n->b, n->cfg.gc_step_kb);
+    struct ms_node *n = t->data;
+    if (n->rounds != n->seen_rounds) {
+        n->seen_rounds = n->rounds;
+        return;
     }
+    if (n->gc_dirty && ms_bridge_gc_step(n->b, n->cfg.gc_step_kb))
+        n->gc_dirty = 0; /* a cycle finished */
 }
 
 /* Starts or stops the idle handle and re-arms the deadline timer. */
@@ -128,9 +138,8 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
         return MS_ENOMEM;
     }
     n->loop = loop;
-    char home[PATH_MAX];
-    find_home(home, sizeof home);
-    int rc = ms_bridge_new(&n->b, loop, home);
+    find_home(n->home, sizeof n->home);
+    int rc = ms_bridge_new(&n->b, loop, n->home);
     if (rc < 0) {
         snprintf(err, errlen, "cannot start the Lua VM: %s", ms_strerror(rc));
         free(n);
@@ -168,9 +177,10 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
         goto fail;
     uv_idle_init(loop, &n->work);
     uv_timer_init(loop, &n->tick);
-    uv_prepare_init(loop, &n->gc);
+    uv_timer_init(loop, &n->gc);
     n->work.data = n->tick.data = n->gc.data = n;
-    uv_prepare_start(&n->gc, on_prepare);
+    uv_timer_start(&n->gc, on_gc_tick, GC_IDLE_MS, GC_IDLE_MS);
+    uv_unref((uv_handle_t *)&n->gc);
     if (!opts->no_http) {
         rc = ms_http_start(&n->http, loop, n, n->cfg.http_host,
                            n->cfg.http_port, err, errlen);
@@ -247,6 +257,11 @@ const char *ms_node_name(struct ms_node *n)
 const char *ms_node_http_address(struct ms_node *n)
 {
     return n->http_address;
+}
+
+const char *ms_node_home(struct ms_node *n)
+{
+    return n->home;
 }
 
 size_t ms_node_max_message(struct ms_node *n)

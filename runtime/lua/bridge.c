@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -80,6 +81,15 @@ static int pcall(lua_State *L, int nargs, int nres, char *err, size_t errlen)
 
 /* ---- helpers --------------------------------------------------------- */
 
+/* Handler timing only needs to see slow handlers (>= milliseconds), so
+ * the coarse monotonic clock is enough and costs a few nanoseconds. */
+static uint64_t clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static uint64_t now_ms(void)
 {
     return uv_now(B->loop);
@@ -110,7 +120,7 @@ static int push_err(lua_State *L, int err)
 /* Finishes entity h's current message: timing, then the dispatcher. */
 static void finish(uint32_t h)
 {
-    uint64_t took_ms = (uv_hrtime() - B->cur_start_ns) / 1000000;
+    uint64_t took_ms = (clock_ns() - B->cur_start_ns) / 1000000;
     int type;
     const char *id;
     size_t idlen;
@@ -130,10 +140,31 @@ static void finish(uint32_t h)
 
 /* ---- moonshard.core leaf functions ----------------------------------- */
 
-/* core.next(prev) -> h, kind, payload, init, type [, id, shard] | nothing */
-static int l_next(lua_State *L)
+/*
+ * The delivery record the driver reads through the LuaJIT FFI; its
+ * declaration in lua/moonshard/host.lua must match. Calling this leaf
+ * through the FFI keeps the driver loop in one compiled trace (a classic
+ * lua_CFunction call would end the trace on every message).
+ */
+struct ms_lua_delivery {
+    uint32_t h;
+    int32_t kind;
+    int32_t init;
+    int32_t type;
+    uint32_t shard;
+    uint32_t idlen;
+    uint32_t len;
+    const char *payload;
+    const char *id;
+};
+
+/* Exported for the FFI: finishes `prev` (if not 0), then fills `out` with
+ * the next delivery and returns its handle, or returns 0 when the round's
+ * budget is spent or nothing is ready. Never calls into Lua. */
+uint32_t ms_lua_next(uint32_t prev, struct ms_lua_delivery *out);
+
+uint32_t ms_lua_next(uint32_t prev, struct ms_lua_delivery *out)
 {
-    uint32_t prev = (uint32_t)lua_tointeger(L, 1);
     if (prev)
         finish(prev);
     if (B->budget <= 0)
@@ -144,20 +175,17 @@ static int l_next(lua_State *L)
     B->budget--;
     B->cur_h = dl.h;
     B->cur_kind = dl.kind;
-    B->cur_start_ns = uv_hrtime();
-    lua_pushinteger(L, dl.h);
-    lua_pushinteger(L, dl.kind);
-    if (dl.payload)
-        lua_pushlstring(L, dl.payload, dl.len);
-    else
-        lua_pushnil(L);
-    lua_pushboolean(L, dl.init);
-    lua_pushinteger(L, dl.type);
-    if (!dl.init)
-        return 5;
-    lua_pushlstring(L, dl.id, dl.idlen);
-    lua_pushinteger(L, dl.shard);
-    return 7;
+    B->cur_start_ns = clock_ns();
+    out->h = dl.h;
+    out->kind = dl.kind;
+    out->init = dl.init;
+    out->type = (int32_t)dl.type;
+    out->shard = dl.shard;
+    out->idlen = (uint32_t)dl.idlen;
+    out->len = (uint32_t)dl.len;
+    out->payload = dl.payload;
+    out->id = dl.id;
+    return dl.h;
 }
 
 /* core.done(h): a detached coroutine finished its message. */
@@ -182,7 +210,7 @@ static int l_reply(lua_State *L)
     size_t len;
     uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
     const char *json = luaL_checklstring(L, 2, &len);
-    int rc = ms_dispatch_reply(B->d, h, json, len);
+    int rc = ms_dispatch_reply(B->d, h, json, len, clock_ns() / 1000000);
     if (rc < 0) {
         lua_pushboolean(L, 0);
         lua_pushstring(L, "ctx:reply called twice for one message");
@@ -297,7 +325,7 @@ static int l_type_index(lua_State *L)
 static int open_core(lua_State *L)
 {
     static const luaL_Reg fns[] = {
-        {"next", l_next},     {"done", l_done},     {"fail", l_fail},
+        {"done", l_done},     {"fail", l_fail},
         {"reply", l_reply},   {"tell", l_tell},     {"ask", l_ask},
         {"after", l_after},   {"cancel", l_cancel}, {"stop", l_stop},
         {"log", l_log},       {"now", l_now},
@@ -316,6 +344,61 @@ static int open_core(lua_State *L)
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
+
+static int open_clock(lua_State *L)
+{
+    lua_newtable(L);
+    lua_pushcfunction(L, l_now);
+    lua_setfield(L, -2, "now");
+    return 1;
+}
+
+/* package.path: lua/, entities/ first (the config's folder is added by
+ * moonshard.config when the script loads); moonshard.clock preloaded. */
+static void set_paths(lua_State *L, const char *home)
+{
+    /* stack: package */
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    lua_pushfstring(L, "%s/lua/?.lua;%s/lua/?/init.lua;%s/entities/?.lua;%s",
+                    home, home, home, lua_tostring(L, -1));
+    lua_setfield(L, -3, "path");
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "preload");
+    lua_pushcfunction(L, open_clock);
+    lua_setfield(L, -2, "moonshard.clock");
+    lua_pop(L, 2);
+}
+
+int ms_lua_run_isolated(const char *home, const char *module, const char *fn,
+                        const char *arg, char **out, char *err, size_t errlen)
+{
+    lua_State *L = luaL_newstate();
+    if (!L)
+        return MS_ENOMEM;
+    luaL_openlibs(L);
+    set_paths(L, home);
+    int rc = MS_EINVAL;
+    *out = NULL;
+    /* stack: require, module -> mod */
+    lua_getglobal(L, "require");
+    lua_pushstring(L, module);
+    if (lua_pcall(L, 1, 1, 0) != 0) {
+        snprintf(err, errlen, "%s", lua_tostring(L, -1));
+        goto done;
+    }
+    lua_getfield(L, -1, fn);
+    lua_pushstring(L, arg);
+    if (lua_pcall(L, 1, 1, 0) != 0) {
+        snprintf(err, errlen, "%s", lua_tostring(L, -1));
+        goto done;
+    }
+    *out = strdup(lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
+    rc = *out ? 0 : MS_ENOMEM;
+done:
+    lua_close(L);
+    return rc;
+}
 
 int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home)
 {
@@ -339,14 +422,8 @@ int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home)
     lua_getfield(L, -1, "preload");
     lua_pushcfunction(L, open_core);
     lua_setfield(L, -2, "moonshard.core");
-    lua_pop(L, 1);
-    /* package.path: lua/, entities/ first; the config folder is added by
-     * moonshard.config when the script loads */
-    lua_getfield(L, -1, "path");
-    lua_pushfstring(L, "%s/lua/?.lua;%s/lua/?/init.lua;%s/entities/?.lua;%s",
-                    home, home, home, lua_tostring(L, -1));
-    lua_setfield(L, -3, "path");
     lua_pop(L, 2);
+    set_paths(L, home);
     lua_getglobal(L, "debug");
     lua_getfield(L, -1, "traceback");
     b->traceback_fn = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -671,7 +748,7 @@ int ms_bridge_run(struct ms_bridge *b, int budget)
         }
         b->cur_h = r.h;
         b->cur_kind = 0;
-        b->cur_start_ns = uv_hrtime();
+        b->cur_start_ns = clock_ns();
         b->budget = budget;
         switch (resume(b, co, 2)) {
         case R_ASK:
@@ -704,9 +781,9 @@ int ms_bridge_run(struct ms_bridge *b, int budget)
     return b->handled;
 }
 
-void ms_bridge_gc_step(struct ms_bridge *b, int kb)
+int ms_bridge_gc_step(struct ms_bridge *b, int kb)
 {
-    lua_gc(b->L, LUA_GCSTEP, kb);
+    return lua_gc(b->L, LUA_GCSTEP, kb);
 }
 
 size_t ms_bridge_gc_full(struct ms_bridge *b)

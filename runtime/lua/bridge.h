@@ -47,8 +47,9 @@ int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,
  * `budget` deliveries. Returns the number of messages handled. */
 int ms_bridge_run(struct ms_bridge *b, int budget);
 
-/* One incremental GC step of `kb` kilobytes (called when the loop idles). */
-void ms_bridge_gc_step(struct ms_bridge *b, int kb);
+/* One incremental GC step of `kb` kilobytes (called when the loop idles).
+ * Returns 1 when the step finished a collection cycle. */
+int ms_bridge_gc_step(struct ms_bridge *b, int kb);
 
 /* Full collection; returns the Lua heap in bytes. */
 size_t ms_bridge_gc_full(struct ms_bridge *b);
@@ -60,6 +61,13 @@ int ms_bridge_check(struct ms_bridge *b, const char *json, size_t len,
 /* See ms_node_call_lua. */
 int ms_bridge_call(struct ms_bridge *b, const char *module, const char *fn,
                    const char *arg, char **out, char *err, size_t errlen);
+
+/* Runs require(module)[fn](arg) in a fresh, separate Lua VM with the same
+ * package paths (and moonshard.clock), then closes it; the bench's floor
+ * runs there, with no runtime around it. *out is the string result
+ * (caller frees). Returns 0 or a negative code with `err`. */
+int ms_lua_run_isolated(const char *home, const char *module, const char *fn,
+                        const char *arg, char **out, char *err, size_t errlen);
 
 /* Slow handlers seen so far are counted here. */
 uint64_t ms_bridge_slow_count(struct ms_bridge *b);

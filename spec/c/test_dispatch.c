@@ -78,9 +78,9 @@ static void asks_end_exactly_once(void)
     CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) > 0);
     CHECK(cb_calls == 0);
     CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_ASK);
-    CHECK(ms_dispatch_reply(d, dl.h, "{\"v\":1}", 7) == 0);
+    CHECK(ms_dispatch_reply(d, dl.h, "{\"v\":1}", 7, 0) == 0);
     CHECK(cb_calls == 1 && cb_err == 0 && strcmp(cb_payload, "{\"v\":1}") == 0);
-    CHECK(ms_dispatch_reply(d, dl.h, "{}", 2) == MS_EINVAL);
+    CHECK(ms_dispatch_reply(d, dl.h, "{}", 2, 0) == MS_EINVAL);
     ms_dispatch_done(d, dl.h, 0);
     CHECK(cb_calls == 1);
 
@@ -106,9 +106,19 @@ static void asks_end_exactly_once(void)
     CHECK(cb_calls == 3);
     ms_dispatch_expire(d, 50);
     CHECK(cb_calls == 4 && cb_err == MS_ETIMEDOUT);
-    CHECK(ms_dispatch_reply(d, dl.h, "{}", 2) == 0);
+    CHECK(ms_dispatch_reply(d, dl.h, "{}", 2, 0) == 0);
     ms_dispatch_done(d, dl.h, 60);
     CHECK(cb_calls == 4);
+
+    /* a reply made after the deadline, before its timer could fire, is a
+     * timeout for the asker */
+    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 50, 100, &w) > 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(ms_dispatch_reply(d, dl.h, "{}", 2, 150) == 0);
+    CHECK(cb_calls == 5 && cb_err == MS_ETIMEDOUT);
+    ms_dispatch_done(d, dl.h, 150);
+    ms_dispatch_expire(d, 200);
+    CHECK(cb_calls == 5);
 
     CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 0, 0, &w) == MS_EINVAL);
     CHECK(ms_dispatch_ask(d, 1, "x", 1, "{}", 2, 10, 0, &w) == MS_ENOTYPE);
@@ -127,7 +137,7 @@ static void entity_waiters_resume(void)
     CHECK(ms_dispatch_ask(d, 0, "b", 1, "{}", 2, 1000, 0, &w) > 0);
     CHECK(ms_dispatch_next(d, &dl2) == 1 && dl2.kind == MS_KIND_ASK);
     CHECK(ms_dispatch_next_resume(d, &r) == 0);
-    ms_dispatch_reply(d, dl2.h, "{\"ok\":true}", 11);
+    ms_dispatch_reply(d, dl2.h, "{\"ok\":true}", 11, 0);
     ms_dispatch_done(d, dl2.h, 0);
     CHECK(ms_dispatch_next_resume(d, &r) == 1);
     CHECK(r.h == dl.h && r.err == 0 && strcmp(r.payload, "{\"ok\":true}") == 0);
@@ -152,12 +162,24 @@ static void bounds_and_passivation(void)
         CHECK(ms_dispatch_next(d, &dl) == 1);
         ms_dispatch_done(d, dl.h, 10);
     }
-    CHECK(ms_dispatch_next_deadline(d, 10) == 100);
-    ms_dispatch_expire(d, 109);
-    CHECK(ms_dispatch_next(d, &dl) == 0);
-    ms_dispatch_expire(d, 110);
-    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_STOP);
-    ms_dispatch_done(d, dl.h, 110);
+    /* idle 100 ms: passivated between 100 and 200 ms after the last
+     * message (handled at 10), never before */
+    int64_t due = ms_dispatch_next_deadline(d, 10);
+    CHECK(due >= 0 && due <= 100);
+    for (uint64_t now = 10; now < 110; now += 7) {
+        ms_dispatch_expire(d, now);
+        CHECK(ms_dispatch_next(d, &dl) == 0);
+    }
+    int stopped = 0;
+    for (uint64_t now = 110; now <= 210 && !stopped; now += 7) {
+        ms_dispatch_expire(d, now);
+        if (ms_dispatch_next(d, &dl) == 1) {
+            CHECK(dl.kind == MS_KIND_STOP);
+            stopped = 1;
+            ms_dispatch_done(d, dl.h, now);
+        }
+    }
+    CHECK(stopped);
     struct ms_stats st;
     ms_dispatch_stats(d, &st);
     CHECK(st.passivations == 1 && st.active_entities == 0 && st.overflows == 1);
