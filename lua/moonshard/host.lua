@@ -47,7 +47,6 @@ local C = ffi.C
 local ffi_string = ffi.string
 
 local behaviors = {}   -- [type index] = behavior module
-local type_names = {}  -- [type index] = name
 local states = {}      -- [handle] = state table
 local ctxs = {}        -- [handle] = ctx
 local detached = setmetatable({}, { __mode = "k" }) -- driver coroutines now owned by a waiting entity
@@ -272,14 +271,12 @@ end
 -- in C order). Returns a list of {index=, name=, err=} for modules that
 -- failed; those types stay unavailable.
 function M.start(opts)
-    if os.getenv("MS_GCPAUSE") then collectgarbage("setpause", tonumber(os.getenv("MS_GCPAUSE"))) end
     node_name = opts.node
     decoder.decode_max_depth(opts.json_max_depth)
     encoder.encode_max_depth(opts.json_max_depth)
     local failed = {}
     for i, t in ipairs(opts.types) do
         local idx = i - 1
-        type_names[idx] = t.name
         local proto = { type = t.name, node = node_name }
         for k, f in pairs(Ctx) do proto[k] = f end
         ctx_mts[idx] = { __index = proto }
