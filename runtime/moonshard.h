@@ -34,6 +34,8 @@
 #define MS_ESELF (-4107)            /* an entity asked itself (deadlock) */
 #define MS_ECONFIG (-4108)          /* configuration error */
 
+#define MS_MAX_ID 512 /* bytes of an entity id */
+
 /* Returns a static, human-readable text for an MS_E* or libuv code. */
 const char *ms_strerror(int err);
 

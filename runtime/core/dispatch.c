@@ -16,6 +16,9 @@
 
 #include "timerq.h"
 
+#define MSG_SMALL 256      /* bytes of a recycled message block */
+#define MSG_FREE_MAX 4096  /* recycled blocks kept (1 MiB) */
+
 struct msg {
     struct msg *next;
     uint64_t corr;      /* ask id, 0 for a tell */
@@ -23,6 +26,7 @@ struct msg {
     uint32_t type;
     uint32_t idlen;
     uint32_t len;
+    uint32_t size;      /* bytes allocated */
     uint8_t kind;
     char data[];        /* id, NUL, payload, NUL */
 };
@@ -122,6 +126,8 @@ struct ms_dispatch {
 
     uint64_t pending;
     uint64_t now_ms;         /* latest time the caller told us */
+    struct msg *free_msgs;   /* recycled small messages */
+    uint32_t nfree_msgs;
     struct ms_stats st;
 };
 
@@ -254,11 +260,24 @@ fail:
     return NULL;
 }
 
-static void free_msgs(struct msg *m)
+/* Small messages (the common case) are recycled through a free list of
+ * MSG_SMALL-byte blocks, bounded by MSG_FREE_MAX blocks. */
+static void msg_free(struct ms_dispatch *d, struct msg *m)
+{
+    if (m && m->size <= MSG_SMALL && d->nfree_msgs < MSG_FREE_MAX) {
+        m->next = d->free_msgs;
+        d->free_msgs = m;
+        d->nfree_msgs++;
+    } else {
+        free(m);
+    }
+}
+
+static void free_msgs(struct ms_dispatch *d, struct msg *m)
 {
     while (m) {
         struct msg *n = m->next;
-        free(m);
+        msg_free(d, m);
         m = n;
     }
 }
@@ -275,8 +294,8 @@ void ms_dispatch_free(struct ms_dispatch *d)
         struct entity *e = d->slots[h];
         if (!e)
             continue;
-        free_msgs(e->mb_head);
-        free(e->cur);
+        free_msgs(d, e->mb_head);
+        msg_free(d, e->cur);
         while (e->timers) {
             struct etimer *t = e->timers;
             e->timers = t->enext;
@@ -287,7 +306,7 @@ void ms_dispatch_free(struct ms_dispatch *d)
     for (int i = 0; d->types && i < d->ntypes; i++) {
         for (uint32_t s = 0; d->types[i].shards &&
                              s < d->types[i].cfg.shard_count; s++)
-            free_msgs(d->types[i].shards[s].head);
+            free_msgs(d, d->types[i].shards[s].head);
         free(d->types[i].shards);
     }
     while (d->res_head) {
@@ -296,6 +315,11 @@ void ms_dispatch_free(struct ms_dispatch *d)
         free(r);
     }
     free(d->res_cur);
+    while (d->free_msgs) {
+        struct msg *m = d->free_msgs;
+        d->free_msgs = m->next;
+        free(m);
+    }
     free(d->types);
     free(d->ebuckets);
     free(d->slots);
@@ -504,12 +528,21 @@ static void mb_push_front(struct entity *e, struct msg *m)
 
 /* ---- accepting ----------------------------------------------------- */
 
-static struct msg *msg_new(int kind, uint32_t type, const char *id,
+static struct msg *msg_new(struct ms_dispatch *d, int kind, uint32_t type, const char *id,
                            size_t idlen, const char *json, size_t len)
 {
-    struct msg *m = malloc(sizeof *m + idlen + len + 2);
+    size_t size = sizeof(struct msg) + idlen + len + 2;
+    struct msg *m;
+    if (size <= MSG_SMALL && d->nfree_msgs) {
+        m = d->free_msgs;
+        d->free_msgs = m->next;
+        d->nfree_msgs--;
+    } else {
+        m = malloc(size <= MSG_SMALL ? MSG_SMALL : size);
+    }
     if (!m)
         return NULL;
+    m->size = (uint32_t)(size <= MSG_SMALL ? MSG_SMALL : size);
     m->next = NULL;
     m->corr = 0;
     m->type = type;
@@ -545,7 +578,7 @@ static int enqueue(struct ms_dispatch *d, struct msg *m, int force)
     struct shard *sh = &t->shards[s];
     if (!force && sh->pending >= t->cfg.max_pending) {
         d->st.overflows++;
-        free(m);
+        msg_free(d, m);
         return MS_EOVERFLOW;
     }
     sh->pending++;
@@ -575,7 +608,7 @@ int ms_dispatch_tell(struct ms_dispatch *d, int type, const char *id,
     int rc = check(d, type, idlen, len);
     if (rc < 0)
         return rc;
-    struct msg *m = msg_new(MS_KIND_TELL, (uint32_t)type, id, idlen, json,
+    struct msg *m = msg_new(d, MS_KIND_TELL, (uint32_t)type, id, idlen, json,
                             len);
     if (!m)
         return MS_ENOMEM;
@@ -600,11 +633,11 @@ int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
             memcmp(self->id, id, idlen) == 0)
             return MS_ESELF;
     }
-    struct msg *m = msg_new(MS_KIND_ASK, (uint32_t)type, id, idlen, json,
+    struct msg *m = msg_new(d, MS_KIND_ASK, (uint32_t)type, id, idlen, json,
                             len);
     struct ask *a = calloc(1, sizeof *a);
     if (!m || !a) {
-        free(m);
+        msg_free(d, m);
         free(a);
         return MS_ENOMEM;
     }
@@ -615,7 +648,7 @@ int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
     if (askmap_put(&d->asks, a) < 0 ||
         ms_timerq_push(&d->tq, &a->tm, now_ms + timeout_ms) < 0) {
         askmap_del(&d->asks, a);
-        free(m);
+        msg_free(d, m);
         free(a);
         return MS_ENOMEM;
     }
@@ -636,7 +669,7 @@ int ms_dispatch_stop(struct ms_dispatch *d, int type, const char *id,
     int rc = check(d, type, idlen, 0);
     if (rc < 0)
         return rc;
-    struct msg *m = msg_new(MS_KIND_STOP, (uint32_t)type, id, idlen, "", 0);
+    struct msg *m = msg_new(d, MS_KIND_STOP, (uint32_t)type, id, idlen, "", 0);
     if (!m)
         return MS_ENOMEM;
     return enqueue(d, m, 1);
@@ -742,7 +775,7 @@ static int skip_stop(struct ms_dispatch *d, struct entity *e, struct msg *m)
 {
     if (m->kind != MS_KIND_STOP || e->active)
         return 0;
-    free(m);
+    msg_free(d, m);
     if (!e->busy && !e->mb_head && !e->active && !e->in_ready)
         edestroy(d, e);
     return 1;
@@ -820,7 +853,7 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
         prefetch_next(d);
         e = efind(d, m->type, m->hash, m->data, m->idlen);
         if (m->kind == MS_KIND_STOP && !e) {
-            free(m);
+            msg_free(d, m);
             continue;
         }
         if (skip_stop(d, e, m))
@@ -830,7 +863,7 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
             if (!e) {
                 if (m->kind == MS_KIND_ASK)
                     fail_ask(d, m->corr, MS_ENOMEM, "out of memory");
-                free(m);
+                msg_free(d, m);
                 continue;
             }
         }
@@ -874,11 +907,11 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
         d->st.active_entities--;
         cancel_timers(d, e);
     }
-    free(m);
+    msg_free(d, m);
     if (e->stop_req) {
         e->stop_req = 0;
         if (e->active) {
-            struct msg *s = msg_new(MS_KIND_STOP, e->type, e->id, e->idlen,
+            struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->id, e->idlen,
                                     "", 0);
             if (s)
                 mb_push_front(e, s);
@@ -1018,7 +1051,7 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
             struct entity *e = eget(d, t->h);
             unlink_timer(d, t);
             if (e) {
-                struct msg *m = msg_new(MS_KIND_TELL, e->type, e->id,
+                struct msg *m = msg_new(d, MS_KIND_TELL, e->type, e->id,
                                         e->idlen, t->payload, t->len);
                 if (m && enqueue(d, m, 1) == 0)
                     d->st.timers_fired++;
@@ -1043,7 +1076,7 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
                 list_add(d, e, now_ms);
                 continue;
             }
-            struct msg *s = msg_new(MS_KIND_STOP, e->type, e->id, e->idlen,
+            struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->id, e->idlen,
                                     "", 0);
             if (!s) {
                 list_add(d, e, now_ms);
@@ -1099,7 +1132,7 @@ uint64_t ms_dispatch_shutdown(struct ms_dispatch *d)
                 e->stop_req = 1; /* after its current message */
                 continue;
             }
-            struct msg *s = msg_new(MS_KIND_STOP, e->type, e->id, e->idlen,
+            struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->id, e->idlen,
                                     "", 0);
             if (!s)
                 break;

@@ -23,8 +23,6 @@
 
 enum { MS_KIND_TELL = 1, MS_KIND_ASK = 2, MS_KIND_STOP = 3 };
 
-#define MS_MAX_ID 512 /* bytes of an entity id */
-
 struct ms_dispatch_type {
     const char *name;         /* borrowed for the dispatcher's life */
     uint32_t shard_count;

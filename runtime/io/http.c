@@ -33,13 +33,15 @@
  * (80 KiB) stays in force behind ours.
  */
 #define HEAD_MAX (16 * 1024)
-#define ID_MAX 512                  /* bytes of a decoded entity id */
+#define ID_MAX MS_MAX_ID             /* bytes of a decoded entity id */
 #define READ_BUF (64 * 1024)        /* one read, shared by all connections */
 #define LINGER_MAX (1024 * 1024)    /* input discarded before a hard close */
 #define BACKLOG 511
 #define TIMEOUT_DEFAULT_MS 5000
 #define TIMEOUT_MAX_S 300.0
 #define KEEPALIVE_PROBE_S 60        /* TCP keepalive finds vanished peers */
+#define CONN_MAX 1024               /* open client connections; more are
+                                       accepted and closed at once */
 
 #define JSON "application/json"
 #define OK_BODY "{\"ok\":true}"
@@ -1005,7 +1007,8 @@ static void on_connection(uv_stream_t *server, int status)
     if (h->conns)
         h->conns->prev = c;
     h->conns = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
+        h->handles - 1 > CONN_MAX) {
         conn_close(c);
         return;
     }

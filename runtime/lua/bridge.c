@@ -47,6 +47,7 @@ struct ms_bridge {
     int budget;
     int handled;
     uint64_t slow;
+    uint64_t min_slow_ms; /* smallest slow_handler_ms of all types */
 };
 
 static struct ms_bridge *B; /* the leaf functions' bridge */
@@ -125,7 +126,8 @@ static void finish(uint32_t h)
     const char *id;
     size_t idlen;
     uint32_t shard;
-    if (ms_dispatch_entity(B->d, h, &type, &id, &idlen, &shard) &&
+    if (took_ms >= B->min_slow_ms &&
+        ms_dispatch_entity(B->d, h, &type, &id, &idlen, &shard) &&
         took_ms >= B->cfg->types[type].slow_handler_ms) {
         char f[256];
         entity_fields(h, f, sizeof f);
@@ -576,6 +578,10 @@ int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,
     int top = lua_gettop(L);
     b->d = d;
     b->cfg = cfg;
+    b->min_slow_ms = UINT64_MAX;
+    for (int i = 0; i < cfg->ntypes; i++)
+        if (cfg->types[i].slow_handler_ms < b->min_slow_ms)
+            b->min_slow_ms = cfg->types[i].slow_handler_ms;
     /* stack: opts */
     lua_createtable(L, 0, 3);
     lua_pushstring(L, cfg->node_name);
