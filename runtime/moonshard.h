@@ -64,6 +64,7 @@ struct ms_stats {
     uint64_t overflows;       /* sends refused because a mailbox was full */
     uint64_t slow_handlers;
     uint64_t timers_fired;
+    uint64_t shutdown_drops;  /* messages dropped because the node stopped */
 };
 
 /*

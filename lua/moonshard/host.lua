@@ -52,6 +52,9 @@ local ctxs = {}        -- [handle] = ctx
 local detached = setmetatable({}, { __mode = "k" }) -- driver coroutines now owned by a waiting entity
 local node_name = "?"
 local default_ask_timeout = 5
+local MAX_ASK_S = 86400                -- one day
+local MAX_AFTER_S = 365 * 86400        -- one year
+local current                          -- the coroutine running a handler now
 
 local decoder = cjson.new()
 local encoder = cjson.new()
@@ -86,18 +89,21 @@ function Ref:ask(msg, seconds)
         error("bad 'msg' argument: a table is required", 2)
     end
     seconds = seconds or default_ask_timeout
-    if type(seconds) ~= "number" or seconds <= 0 or seconds ~= seconds then
-        error("bad 'seconds' argument: the ask timeout must be > 0", 2)
+    if type(seconds) ~= "number" or not (seconds > 0 and seconds <= MAX_ASK_S) then
+        error("bad 'seconds' argument: the ask timeout must be in (0, "
+              .. MAX_ASK_S .. "]", 2)
     end
-    local co, main = running()
-    if not co or main then
-        error("ask is only possible inside a handler", 2)
+    local co = running()
+    if co == nil or co ~= current then
+        error("ask must be called by a handler itself (not from a coroutine "
+              .. "it created)", 2)
     end
-    local corr, code, message = ask_c(self._h, self._t, self.id, encode(msg),
+    local corr, code, message = ask_c(self._t, self.id, encode(msg),
                                       seconds * 1000)
     if not corr then return nil, errtable(code, message) end
     detached[co] = true
     local reply, err = yield(ASK)
+    current = co
     if reply then
         local v, derr = safe_decode(reply)
         if v == nil and derr then
@@ -125,7 +131,7 @@ function Ctx:reply(msg)
     if not ok and err then error(err, 2) end
 end
 
-function Ctx:ref(tname, id)
+function Ctx.ref(_, tname, id)
     if type(tname) ~= "string" then
         error("bad 'type' argument: a string is required", 2)
     end
@@ -134,12 +140,12 @@ function Ctx:ref(tname, id)
     end
     local t = type_index(tname)
     if not t then error("unknown entity type '" .. tname .. "'", 2) end
-    return setmetatable({ type = tname, id = id, _t = t, _h = self._h }, Ref)
+    return setmetatable({ type = tname, id = id, _t = t }, Ref)
 end
 
 function Ctx:after(seconds, msg)
-    if type(seconds) ~= "number" or seconds < 0 or seconds ~= seconds then
-        error("bad 'seconds' argument: a number >= 0 is required", 2)
+    if type(seconds) ~= "number" or not (seconds >= 0 and seconds <= MAX_AFTER_S) then
+        error("bad 'seconds' argument: must be in [0, " .. MAX_AFTER_S .. "]", 2)
     end
     if type(msg) ~= "table" then
         error("bad 'msg' argument: a table is required", 2)
@@ -205,6 +211,7 @@ function M.driver()
             prev = 0
             yield(IDLE)
         else
+            current = me
             local t = dl.type
             local b = behaviors[t]
             if dl.init ~= 0 then

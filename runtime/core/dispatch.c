@@ -28,6 +28,7 @@ struct msg {
     uint32_t len;
     uint32_t size;      /* bytes allocated */
     uint8_t kind;
+    uint8_t counted;    /* accepted by enqueue: counts in its shard's pending */
     char data[];        /* id, NUL, payload, NUL */
 };
 
@@ -46,6 +47,7 @@ struct entity {
     struct entity *lprev, *lnext;   /* active list of its type */
     struct entity *rnext;           /* ready list */
     struct etimer *timers;          /* pending ctx:after timers */
+    uint32_t ntimers;
     uint64_t last_ms;               /* end of its last message */
     uint64_t listed_ms;             /* when it joined the active list */
     char id[];
@@ -54,7 +56,8 @@ struct entity {
 struct shard {
     struct msg *head, *tail;
     struct shard *rnext;
-    uint32_t pending;   /* accepted, not yet delivered */
+    uint32_t pending;   /* accepted, not yet delivered: in this FIFO or in
+                           the mailbox of one of its entities */
     uint8_t in_ready;
 };
 
@@ -89,6 +92,7 @@ struct etimer {
 
 struct resume {
     struct resume *next;
+    uint64_t corr;
     uint32_t h, gen;
     int err;
     uint32_t len;
@@ -126,6 +130,7 @@ struct ms_dispatch {
 
     uint64_t pending;
     uint64_t now_ms;         /* latest time the caller told us */
+    int closing;             /* shutdown began: accept nothing new */
     struct msg *free_msgs;   /* recycled small messages */
     uint32_t nfree_msgs;
     struct ms_stats st;
@@ -260,10 +265,24 @@ fail:
     return NULL;
 }
 
+/* A message accepted by enqueue leaves its shard's count when it is
+ * delivered or dropped. */
+static void uncount(struct ms_dispatch *d, struct msg *m)
+{
+    if (!m->counted)
+        return;
+    m->counted = 0;
+    struct type *t = &d->types[m->type];
+    t->shards[m->hash % t->cfg.shard_count].pending--;
+    d->pending--;
+}
+
 /* Small messages (the common case) are recycled through a free list of
  * MSG_SMALL-byte blocks, bounded by MSG_FREE_MAX blocks. */
 static void msg_free(struct ms_dispatch *d, struct msg *m)
 {
+    if (m)
+        uncount(d, m);
     if (m && m->size <= MSG_SMALL && d->nfree_msgs < MSG_FREE_MAX) {
         m->next = d->free_msgs;
         d->free_msgs = m;
@@ -528,6 +547,11 @@ static void mb_push_front(struct entity *e, struct msg *m)
 
 /* ---- accepting ----------------------------------------------------- */
 
+static uint64_t deadline(uint64_t now_ms, uint64_t in_ms)
+{
+    return in_ms > UINT64_MAX - now_ms ? UINT64_MAX : now_ms + in_ms;
+}
+
 static struct msg *msg_new(struct ms_dispatch *d, int kind, uint32_t type, const char *id,
                            size_t idlen, const char *json, size_t len)
 {
@@ -549,6 +573,7 @@ static struct msg *msg_new(struct ms_dispatch *d, int kind, uint32_t type, const
     m->idlen = (uint32_t)idlen;
     m->len = (uint32_t)len;
     m->kind = (uint8_t)kind;
+    m->counted = 0;
     m->hash = ms_fnv1a64(id, idlen);
     memcpy(m->data, id, idlen);
     m->data[idlen] = 0;
@@ -560,6 +585,8 @@ static struct msg *msg_new(struct ms_dispatch *d, int kind, uint32_t type, const
 
 static int check(struct ms_dispatch *d, int type, size_t idlen, size_t len)
 {
+    if (d->closing)
+        return MS_ECANCELED;
     if (type < 0 || type >= d->ntypes)
         return MS_ENOTYPE;
     if (d->types[type].unavailable)
@@ -583,6 +610,7 @@ static int enqueue(struct ms_dispatch *d, struct msg *m, int force)
     }
     sh->pending++;
     d->pending++;
+    m->counted = 1;
     if (sh->tail)
         sh->tail->next = m;
     else
@@ -646,7 +674,7 @@ int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
     a->wgen = w->cb ? 0 : d->gens[w->h];
     a->tm.kind = T_ASK;
     if (askmap_put(&d->asks, a) < 0 ||
-        ms_timerq_push(&d->tq, &a->tm, now_ms + timeout_ms) < 0) {
+        ms_timerq_push(&d->tq, &a->tm, deadline(now_ms, timeout_ms)) < 0) {
         askmap_del(&d->asks, a);
         msg_free(d, m);
         free(a);
@@ -672,7 +700,7 @@ int ms_dispatch_stop(struct ms_dispatch *d, int type, const char *id,
     struct msg *m = msg_new(d, MS_KIND_STOP, (uint32_t)type, id, idlen, "", 0);
     if (!m)
         return MS_ENOMEM;
-    return enqueue(d, m, 1);
+    return enqueue(d, m, 0);
 }
 
 /* ---- asks -------------------------------------------------------- */
@@ -688,6 +716,7 @@ static void complete_ask(struct ms_dispatch *d, struct ask *a, int err,
         struct resume *r = malloc(sizeof *r + len + 1);
         if (r) {
             r->next = NULL;
+            r->corr = a->corr;
             r->h = a->w.h;
             r->gen = a->wgen;
             r->err = err;
@@ -731,6 +760,7 @@ int ms_dispatch_next_resume(struct ms_dispatch *d, struct ms_resume *out)
             continue;
         }
         d->res_cur = r;
+        out->corr = r->corr;
         out->h = r->h;
         out->err = r->err;
         out->payload = r->payload;
@@ -745,6 +775,7 @@ int ms_dispatch_next_resume(struct ms_dispatch *d, struct ms_resume *out)
 static void fill(struct ms_dispatch *d, struct entity *e, struct msg *m,
                  struct ms_delivery *out)
 {
+    uncount(d, m);
     e->busy = 1;
     e->replied = 0;
     e->cur = m;
@@ -777,6 +808,20 @@ static int skip_stop(struct ms_dispatch *d, struct entity *e, struct msg *m)
         return 0;
     msg_free(d, m);
     if (!e->busy && !e->mb_head && !e->active && !e->in_ready)
+        edestroy(d, e);
+    return 1;
+}
+
+/* While shutting down, a message that would activate an entity is
+ * dropped and counted (its ask, if any, was already cancelled). */
+static int drop_closing(struct ms_dispatch *d, struct entity *e,
+                        struct msg *m)
+{
+    if (!d->closing || e->active)
+        return 0;
+    d->st.shutdown_drops++;
+    msg_free(d, m);
+    if (!e->busy && !e->mb_head && !e->in_ready)
         edestroy(d, e);
     return 1;
 }
@@ -821,7 +866,7 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
                 e->mb_tail = NULL;
             if (e->mb_head)
                 ready_entity(d, e);
-            if (skip_stop(d, e, m))
+            if (skip_stop(d, e, m) || drop_closing(d, e, m))
                 continue;
             fill(d, e, m, out);
             return 1;
@@ -847,8 +892,6 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
                 d->rs_head = sh;
             d->rs_tail = sh;
         }
-        sh->pending--;
-        d->pending--;
         m->next = NULL;
         prefetch_next(d);
         e = efind(d, m->type, m->hash, m->data, m->idlen);
@@ -871,6 +914,8 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
             mb_push(e, m);
             continue;
         }
+        if (drop_closing(d, e, m))
+            continue;
         fill(d, e, m, out);
         return 1;
     }
@@ -885,6 +930,7 @@ static void cancel_timers(struct ms_dispatch *d, struct entity *e)
         tmap_del(&d->etimers, t);
         free(t);
     }
+    e->ntimers = 0;
 }
 
 void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
@@ -931,6 +977,8 @@ int ms_dispatch_reply(struct ms_dispatch *d, uint32_t h, const char *json,
         return 1;
     if (e->replied)
         return MS_EINVAL;
+    if (len > d->max_message)
+        return MS_E2BIG;
     e->replied = 1;
     struct ask *a = askmap_find(&d->asks, e->cur->corr);
     if (!a)
@@ -989,6 +1037,8 @@ int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
         return MS_EINVAL;
     if (len > d->max_message)
         return MS_E2BIG;
+    if (e->ntimers >= MS_MAX_TIMERS)
+        return MS_EOVERFLOW;
     struct etimer *t = malloc(sizeof *t + len + 1);
     if (!t)
         return MS_ENOMEM;
@@ -1000,7 +1050,7 @@ int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
     t->payload[len] = 0;
     t->tm.kind = T_ENTITY;
     if (tmap_put(&d->etimers, t) < 0 ||
-        ms_timerq_push(&d->tq, &t->tm, now_ms + delay_ms) < 0) {
+        ms_timerq_push(&d->tq, &t->tm, deadline(now_ms, delay_ms)) < 0) {
         tmap_del(&d->etimers, t);
         free(t);
         return MS_ENOMEM;
@@ -1009,12 +1059,15 @@ int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
     if (e->timers)
         e->timers->eprev = t;
     e->timers = t;
+    e->ntimers++;
     return (int64_t)t->id;
 }
 
 static void unlink_timer(struct ms_dispatch *d, struct etimer *t)
 {
     struct entity *e = eget(d, t->h);
+    if (e)
+        e->ntimers--;
     if (t->eprev)
         t->eprev->enext = t->enext;
     else if (e)
@@ -1037,6 +1090,38 @@ int ms_dispatch_cancel(struct ms_dispatch *d, uint32_t h, int64_t timer)
 
 void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
 {
+    /* Idle passivation, lazily: a message only stamps last_ms; the sweep
+     * visits an entity once per idle_timeout after it was listed, stops
+     * it if it has been idle that long, else lists it again. An entity is
+     * thus passivated between idle_timeout and 2 x idle_timeout after its
+     * last message, and a message costs no list update. */
+    d->now_ms = now_ms;
+    for (int i = 0; i < d->ntypes; i++) {
+        struct type *t = &d->types[i];
+        uint64_t idle = t->cfg.idle_timeout_ms;
+        struct entity *e;
+        while (idle && (e = t->list_head) && e->listed_ms + idle <= now_ms) {
+            list_del(d, e);
+            /* pending ctx:after timers keep an entity: passivating it
+             * would cancel them */
+            if (e->busy || e->mb_head || e->in_ready || e->timers ||
+                now_ms - e->last_ms < idle) {
+                list_add(d, e, now_ms);
+                continue;
+            }
+            struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->id, e->idlen,
+                                    "", 0);
+            if (!s) {
+                list_add(d, e, now_ms);
+                break;
+            }
+            mb_push(e, s);
+            ready_entity(d, e);
+        }
+    }
+
+    /* timers after the sweep: an entity whose timer fires now was not
+     * idle */
     struct ms_timer *tm;
     while ((tm = ms_timerq_pop_due(&d->tq, now_ms))) {
         if (tm->kind == T_ASK) {
@@ -1057,33 +1142,6 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
                     d->st.timers_fired++;
             }
             free(t);
-        }
-    }
-    /* Idle passivation, lazily: a message only stamps last_ms; the sweep
-     * visits an entity once per idle_timeout after it was listed, stops
-     * it if it has been idle that long, else lists it again. An entity is
-     * thus passivated between idle_timeout and 2 x idle_timeout after its
-     * last message, and a message costs no list update. */
-    d->now_ms = now_ms;
-    for (int i = 0; i < d->ntypes; i++) {
-        struct type *t = &d->types[i];
-        uint64_t idle = t->cfg.idle_timeout_ms;
-        struct entity *e;
-        while (idle && (e = t->list_head) && e->listed_ms + idle <= now_ms) {
-            list_del(d, e);
-            if (e->busy || e->mb_head || e->in_ready ||
-                now_ms - e->last_ms < idle) {
-                list_add(d, e, now_ms);
-                continue;
-            }
-            struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->id, e->idlen,
-                                    "", 0);
-            if (!s) {
-                list_add(d, e, now_ms);
-                break;
-            }
-            mb_push(e, s);
-            ready_entity(d, e);
         }
     }
 }
@@ -1113,6 +1171,7 @@ int ms_dispatch_has_work(struct ms_dispatch *d)
 
 uint64_t ms_dispatch_shutdown(struct ms_dispatch *d)
 {
+    d->closing = 1;
     /* end asks first: suspended entities resume with MS_ECANCELED */
     for (size_t i = 0; d->asks.b && i <= d->asks.mask; i++) {
         while (d->asks.b[i]) {
@@ -1128,16 +1187,15 @@ uint64_t ms_dispatch_shutdown(struct ms_dispatch *d)
         struct entity *e;
         while ((e = t->list_head)) {
             list_del(d, e);
-            if (e->busy) {
-                e->stop_req = 1; /* after its current message */
-                continue;
-            }
             struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->id, e->idlen,
                                     "", 0);
             if (!s)
                 break;
-            mb_push_front(e, s);
-            ready_entity(d, e);
+            /* after the messages it already accepted; a busy entity is
+             * made ready when its current message is done */
+            mb_push(e, s);
+            if (!e->busy)
+                ready_entity(d, e);
         }
     }
     return d->st.active_entities;

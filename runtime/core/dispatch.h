@@ -28,7 +28,8 @@ struct ms_dispatch_type {
     uint32_t shard_count;
     uint64_t idle_timeout_ms; /* 0: never */
     int on_error_stop;        /* 1: passivate the entity after an error */
-    uint32_t max_pending;     /* accepted, unhandled messages per shard */
+    uint32_t max_pending;     /* accepted, unhandled messages per shard,
+                                 in its FIFO and its entities' mailboxes */
 };
 
 struct ms_dispatch;
@@ -55,6 +56,7 @@ struct ms_delivery {
 
 /* A finished ask whose waiter is an entity: resume it with this. */
 struct ms_resume {
+    uint64_t corr;       /* the ask that ended */
     uint32_t h;
     int err;             /* 0: payload is the reply */
     const char *payload; /* reply JSON, or error JSON object */
@@ -88,7 +90,8 @@ int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
                         uint64_t timeout_ms, uint64_t now_ms,
                         const struct ms_waiter *w);
 
-/* Accepts an ordered stop request (passivate after earlier messages). */
+/* Accepts an ordered stop request (passivate after earlier messages);
+ * counted and bounded like a tell. */
 int ms_dispatch_stop(struct ms_dispatch *d, int type, const char *id,
                      size_t idlen);
 
@@ -102,8 +105,8 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms);
 
 /* Reply to the ask being handled by h. A reply at or past the ask's
  * deadline ends it with MS_ETIMEDOUT instead. Returns 0, 1 when the
- * current message is not an ask (the reply is dropped), or MS_EINVAL when
- * h already replied. */
+ * current message is not an ask (the reply is dropped), MS_EINVAL when h
+ * already replied, or MS_E2BIG for a reply above the message limit. */
 int ms_dispatch_reply(struct ms_dispatch *d, uint32_t h, const char *json,
                       size_t len, uint64_t now_ms);
 
@@ -116,8 +119,11 @@ void ms_dispatch_fail(struct ms_dispatch *d, uint32_t h, const char *message,
 /* ctx:stop(): passivate h after its current message. */
 void ms_dispatch_stop_self(struct ms_dispatch *d, uint32_t h);
 
+#define MS_MAX_TIMERS 1024 /* pending ctx:after timers per entity */
+
 /* ctx:after(): a tell to self after delay_ms. Returns a timer id > 0 or a
- * negative code. Entity timers are cancelled when it passivates. */
+ * negative code (MS_EOVERFLOW past MS_MAX_TIMERS). An entity with pending
+ * timers is not passivated for idleness; an explicit stop cancels them. */
 int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
                           uint64_t delay_ms, const char *json, size_t len,
                           uint64_t now_ms);
@@ -139,9 +145,11 @@ int ms_dispatch_next_resume(struct ms_dispatch *d, struct ms_resume *out);
 /* 1 when deliveries or resumes are ready to run now. */
 int ms_dispatch_has_work(struct ms_dispatch *d);
 
-/* Queues a stop for every active entity that is not busy; ends every
- * pending ask with MS_ECANCELED. Used on shutdown. Returns the number of
- * entities still active. */
+/* Begins shutdown: refuses new sends (MS_ECANCELED), ends every pending
+ * ask with MS_ECANCELED, queues a stop after the accepted messages of
+ * every active entity (after the current message of a busy one), and from
+ * then on drops, counting them, messages that would activate an entity.
+ * Returns the number of entities still active. */
 uint64_t ms_dispatch_shutdown(struct ms_dispatch *d);
 
 /* Identity of handle h, for logs; returns 0 when h is not live. */

@@ -225,10 +225,15 @@ void ms_node_close(struct ms_node *n)
     /* passivate everything: cancelled asks resume their waiters, idle
      * entities get a stop; run rounds until nothing is left to do */
     ms_dispatch_shutdown(n->d);
-    for (int i = 0; i < 10000 && ms_dispatch_has_work(n->d); i++) {
+    while (ms_dispatch_has_work(n->d))
         ms_bridge_run(n->b, ROUND_BUDGET);
-        ms_dispatch_shutdown(n->d);
-    }
+    struct ms_stats st;
+    ms_dispatch_stats(n->d, &st);
+    if (st.shutdown_drops || st.active_entities)
+        ms_log(MS_LOG_WARN, NULL, "stopped with %llu messages dropped and "
+               "%llu entities still active (waiting in an ask)",
+               (unsigned long long)st.shutdown_drops,
+               (unsigned long long)st.active_entities);
     n->open_handles = 3;
     uv_close((uv_handle_t *)&n->work, on_closed);
     uv_close((uv_handle_t *)&n->tick, on_closed);
@@ -321,7 +326,8 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         "\"passivations\":%llu,\"active_entities\":%llu,"
         "\"handler_errors\":%llu,\"asks_started\":%llu,"
         "\"asks_timed_out\":%llu,\"overflows\":%llu,"
-        "\"slow_handlers\":%llu,\"timers_fired\":%llu,\"pending\":%llu}",
+        "\"slow_handlers\":%llu,\"timers_fired\":%llu,"
+        "\"shutdown_drops\":%llu,\"pending\":%llu}",
         n->cfg.node_name, n->cfg.cluster, MS_VERSION,
         (unsigned long long)s.routed, (unsigned long long)s.delivered,
         (unsigned long long)s.activations, (unsigned long long)s.passivations,
@@ -331,6 +337,7 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         (unsigned long long)s.asks_timed_out,
         (unsigned long long)s.overflows, (unsigned long long)s.slow_handlers,
         (unsigned long long)s.timers_fired,
+        (unsigned long long)s.shutdown_drops,
         (unsigned long long)ms_dispatch_pending(n->d));
     return len < 0 ? 0 : (size_t)len;
 }

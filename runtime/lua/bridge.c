@@ -38,16 +38,27 @@ struct ms_bridge {
     int cur_driver;    /* registry ref of the driver in use, or LUA_NOREF */
     int pool[POOL_MAX];
     int npool;
-    int *co_of;        /* [handle] -> registry ref of a waiting coroutine */
+    struct waiting *co_of; /* [handle] -> its coroutine waiting in an ask */
     uint32_t nco;
 
     uint32_t cur_h;       /* entity whose handler runs now */
-    int cur_kind;         /* its delivery's kind; 0 after a resume */
+    int cur_kind;         /* its delivery's kind */
+    uint64_t ask_corr;    /* the ask the running handler issued last */
     uint64_t cur_start_ns;
     int budget;
     int handled;
     uint64_t slow;
     uint64_t min_slow_ms; /* smallest slow_handler_ms of all types */
+};
+
+/* An entity suspended in an ask: its coroutine, the kind of the message
+ * it was handling, and the ask it waits for. A finished ask resumes the
+ * coroutine only if it is that ask (an ask abandoned by a handler that
+ * went on, or died, must not answer a later one). */
+struct waiting {
+    int ref;
+    int kind;
+    uint64_t corr;
 };
 
 static struct ms_bridge *B; /* the leaf functions' bridge */
@@ -169,6 +180,7 @@ uint32_t ms_lua_next(uint32_t prev, struct ms_lua_delivery *out)
 {
     if (prev)
         finish(prev);
+    B->cur_h = 0;
     if (B->budget <= 0)
         return 0;
     struct ms_delivery dl;
@@ -177,6 +189,7 @@ uint32_t ms_lua_next(uint32_t prev, struct ms_lua_delivery *out)
     B->budget--;
     B->cur_h = dl.h;
     B->cur_kind = dl.kind;
+    B->ask_corr = 0;
     B->cur_start_ns = clock_ns();
     out->h = dl.h;
     out->kind = dl.kind;
@@ -188,6 +201,28 @@ uint32_t ms_lua_next(uint32_t prev, struct ms_lua_delivery *out)
     out->payload = dl.payload;
     out->id = dl.id;
     return dl.h;
+}
+
+/* Milliseconds from a Lua number already checked by host.lua to be in
+ * [0, MAX_DELAY_MS]; clamped again so that no cast is undefined. */
+#define MAX_DELAY_MS (366.0 * 86400 * 1000)
+
+static uint64_t to_ms(lua_Number v)
+{
+    if (!(v >= 0))
+        return 0;
+    return v > MAX_DELAY_MS ? (uint64_t)MAX_DELAY_MS : (uint64_t)v;
+}
+
+/* The leaf functions act for the entity whose handler runs now; a ctx
+ * used from elsewhere (kept in a module table, used by another entity)
+ * is refused. */
+static uint32_t self_handle(lua_State *L)
+{
+    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
+    if (h != B->cur_h || h == 0)
+        luaL_error(L, "this ctx belongs to another entity's handler");
+    return h;
 }
 
 /* core.done(h): a detached coroutine finished its message. */
@@ -210,12 +245,15 @@ static int l_fail(lua_State *L)
 static int l_reply(lua_State *L)
 {
     size_t len;
-    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
+    uint32_t h = self_handle(L);
     const char *json = luaL_checklstring(L, 2, &len);
     int rc = ms_dispatch_reply(B->d, h, json, len, clock_ns() / 1000000);
     if (rc < 0) {
         lua_pushboolean(L, 0);
-        lua_pushstring(L, "ctx:reply called twice for one message");
+        lua_pushstring(L, rc == MS_E2BIG
+                              ? "ctx:reply: the reply is above the message "
+                                "size limit"
+                              : "ctx:reply called twice for one message");
         return 2;
     }
     lua_pushboolean(L, 1);
@@ -236,21 +274,23 @@ static int l_tell(lua_State *L)
     return 1;
 }
 
-/* core.ask(h, type, id, json, timeout_ms) -> corr | nil, code, message */
+/* core.ask(type, id, json, timeout_ms) -> corr | nil, code, message. The
+ * waiter is the entity whose handler runs now. */
 static int l_ask(lua_State *L)
 {
     size_t idlen, len;
-    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
-    int type = (int)luaL_checkinteger(L, 2);
-    const char *id = luaL_checklstring(L, 3, &idlen);
-    const char *json = luaL_checklstring(L, 4, &len);
-    lua_Number t = luaL_checknumber(L, 5);
-    uint64_t timeout_ms = t < 1 ? 1 : (uint64_t)t;
-    struct ms_waiter w = {NULL, NULL, h};
+    int type = (int)luaL_checkinteger(L, 1);
+    const char *id = luaL_checklstring(L, 2, &idlen);
+    const char *json = luaL_checklstring(L, 3, &len);
+    uint64_t timeout_ms = to_ms(luaL_checknumber(L, 4));
+    if (B->cur_h == 0)
+        return luaL_error(L, "ask is only possible inside a handler");
+    struct ms_waiter w = {NULL, NULL, B->cur_h};
     int64_t corr = ms_dispatch_ask(B->d, type, id, idlen, json, len,
-                                   timeout_ms, now_ms(), &w);
+                                   timeout_ms ? timeout_ms : 1, now_ms(), &w);
     if (corr < 0)
         return push_err(L, (int)corr);
+    B->ask_corr = (uint64_t)corr;
     lua_pushnumber(L, (lua_Number)corr);
     return 1;
 }
@@ -259,11 +299,10 @@ static int l_ask(lua_State *L)
 static int l_after(lua_State *L)
 {
     size_t len;
-    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
-    lua_Number ms = luaL_checknumber(L, 2);
+    uint32_t h = self_handle(L);
+    uint64_t ms = to_ms(luaL_checknumber(L, 2));
     const char *json = luaL_checklstring(L, 3, &len);
-    int64_t id = ms_dispatch_after(B->d, h, ms < 0 ? 0 : (uint64_t)ms, json,
-                                   len, now_ms());
+    int64_t id = ms_dispatch_after(B->d, h, ms, json, len, now_ms());
     if (id < 0) {
         lua_pushnil(L);
         lua_pushstring(L, ms_strerror((int)id));
@@ -276,8 +315,9 @@ static int l_after(lua_State *L)
 /* core.cancel(h, timer) -> boolean */
 static int l_cancel(lua_State *L)
 {
-    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
-    int64_t id = (int64_t)luaL_optnumber(L, 2, 0);
+    uint32_t h = self_handle(L);
+    lua_Number v = luaL_optnumber(L, 2, 0);
+    int64_t id = v >= 1 && v < 9e15 ? (int64_t)v : 0;
     lua_pushboolean(L, ms_dispatch_cancel(B->d, h, id));
     return 1;
 }
@@ -285,7 +325,7 @@ static int l_cancel(lua_State *L)
 /* core.stop(h) */
 static int l_stop(lua_State *L)
 {
-    ms_dispatch_stop_self(B->d, (uint32_t)luaL_checkinteger(L, 1));
+    ms_dispatch_stop_self(B->d, self_handle(L));
     return 0;
 }
 
@@ -652,21 +692,26 @@ static void release(struct ms_bridge *b, int ref)
         luaL_unref(b->L, LUA_REGISTRYINDEX, ref);
 }
 
-static int keep_waiting(struct ms_bridge *b, uint32_t h, int ref)
+/* Entity h now waits in ask b->ask_corr on coroutine `ref`. */
+static int keep_waiting(struct ms_bridge *b, uint32_t h, int ref, int kind)
 {
+    if (!h || !b->ask_corr)
+        return MS_EINVAL; /* yielded ASK without an ask */
     if (h >= b->nco) {
         uint32_t n = b->nco ? b->nco : 1024;
         while (n <= h)
             n *= 2;
-        int *p = realloc(b->co_of, n * sizeof *p);
+        struct waiting *p = realloc(b->co_of, n * sizeof *p);
         if (!p)
             return MS_ENOMEM;
         for (uint32_t i = b->nco; i < n; i++)
-            p[i] = LUA_NOREF;
+            p[i].ref = LUA_NOREF;
         b->co_of = p;
         b->nco = n;
     }
-    b->co_of[h] = ref;
+    b->co_of[h].ref = ref;
+    b->co_of[h].kind = kind;
+    b->co_of[h].corr = b->ask_corr;
     return 0;
 }
 
@@ -738,10 +783,12 @@ int ms_bridge_run(struct ms_bridge *b, int budget)
     b->handled = 0;
     struct ms_resume r;
     while (ms_dispatch_next_resume(b->d, &r)) {
-        if (r.h >= b->nco || b->co_of[r.h] == LUA_NOREF)
-            continue;
-        int ref = b->co_of[r.h];
-        b->co_of[r.h] = LUA_NOREF;
+        if (r.h >= b->nco || b->co_of[r.h].ref == LUA_NOREF ||
+            b->co_of[r.h].corr != r.corr)
+            continue; /* an abandoned ask */
+        int ref = b->co_of[r.h].ref;
+        int kind = b->co_of[r.h].kind;
+        b->co_of[r.h].ref = LUA_NOREF;
         lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
         lua_State *co = lua_tothread(L, -1);
         lua_pop(L, 1);
@@ -753,20 +800,22 @@ int ms_bridge_run(struct ms_bridge *b, int budget)
             lua_pushlstring(co, r.payload, r.len);
         }
         b->cur_h = r.h;
-        b->cur_kind = 0;
+        b->cur_kind = kind;
+        b->ask_corr = 0;
         b->cur_start_ns = clock_ns();
         b->budget = budget;
         switch (resume(b, co, 2)) {
         case R_ASK:
-            if (keep_waiting(b, r.h, ref) < 0)
-                abandon(b, ref, co, r.h, 0);
+            if (keep_waiting(b, r.h, ref, kind) < 0)
+                abandon(b, ref, co, r.h, kind);
             break;
         case R_FREE:
             release(b, ref);
             break;
         default:
-            abandon(b, ref, co, r.h, 0);
+            abandon(b, ref, co, r.h, kind);
         }
+        b->cur_h = 0;
     }
     b->budget = budget;
     while (b->budget > 0) {
@@ -777,12 +826,17 @@ int ms_bridge_run(struct ms_bridge *b, int budget)
         lua_State *co = lua_tothread(L, -1);
         lua_pop(L, 1);
         b->cur_h = 0;
+        b->ask_corr = 0;
         int st = resume(b, co, 0);
-        if (st == R_IDLE)
+        if (st == R_IDLE) {
+            b->cur_h = 0;
             break;
+        }
         b->cur_driver = LUA_NOREF;
-        if (st != R_ASK || keep_waiting(b, b->cur_h, ref) < 0)
+        if (st != R_ASK ||
+            keep_waiting(b, b->cur_h, ref, b->cur_kind) < 0)
             abandon(b, ref, co, b->cur_h, b->cur_kind);
+        b->cur_h = 0;
     }
     return b->handled;
 }

@@ -217,8 +217,114 @@ static void timers_fire_and_cancel(void)
     ms_dispatch_free(d);
 }
 
+static void mailboxes_count_against_the_shard_bound(void)
+{
+    struct ms_dispatch *d = make(1, 5, 0);
+    struct ms_delivery dl;
+    TELL(d, "a", "{}");
+    CHECK(ms_dispatch_next(d, &dl) == 1); /* a is busy from now on */
+    int accepted = 0;
+    for (int i = 0; i < 100; i++)
+        if (TELL(d, "a", "{}") == 0)
+            accepted++;
+    CHECK(accepted == 5);
+    CHECK(ms_dispatch_next(d, &dl) == 0); /* all five wait in a's mailbox */
+    CHECK(ms_dispatch_pending(d) == 5);
+    CHECK(ms_dispatch_stop(d, 0, "a", 1) == MS_EOVERFLOW); /* stops too */
+    ms_dispatch_done(d, dl.h, 0);
+    for (int i = 0; i < 5; i++) {
+        CHECK(ms_dispatch_next(d, &dl) == 1);
+        ms_dispatch_done(d, dl.h, 0);
+    }
+    CHECK(ms_dispatch_pending(d) == 0);
+    CHECK(TELL(d, "a", "{}") == 0);
+    ms_dispatch_free(d);
+}
+
+static void shutdown_stops_after_accepted_messages(void)
+{
+    struct ms_dispatch *d = make(1, 100, 0);
+    struct ms_delivery dl;
+    TELL(d, "a", "{\"n\":1}");
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    uint32_t ha = dl.h;
+    TELL(d, "a", "{\"n\":2}");
+    TELL(d, "b", "{\"n\":3}");
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.h != ha); /* b activates */
+    ms_dispatch_done(d, dl.h, 0);
+    TELL(d, "c", "{\"n\":4}"); /* would activate c: dropped */
+    ms_dispatch_shutdown(d);
+    CHECK(TELL(d, "a", "{}") == MS_ECANCELED);
+    ms_dispatch_done(d, ha, 0); /* a finishes n1; n2 is next, then stop */
+    int seen_n2 = 0, stops = 0, a_stopped = 0, others = 0;
+    while (ms_dispatch_next(d, &dl) == 1) {
+        if (dl.h == ha && dl.kind == MS_KIND_TELL) {
+            CHECK(!a_stopped); /* n2 before a's stop */
+            seen_n2 = 1;
+        } else if (dl.kind == MS_KIND_STOP) {
+            stops++;
+            a_stopped |= dl.h == ha;
+        } else {
+            others++;
+        }
+        ms_dispatch_done(d, dl.h, 0);
+    }
+    CHECK(seen_n2 && stops == 2 && others == 0);
+    struct ms_stats st;
+    ms_dispatch_stats(d, &st);
+    CHECK(st.shutdown_drops == 1 && st.active_entities == 0);
+    ms_dispatch_free(d);
+}
+
+static void timers_keep_an_entity_from_idling_out(void)
+{
+    struct ms_dispatch *d = make(1, 100, 100);
+    struct ms_delivery dl;
+    TELL(d, "a", "{}");
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(ms_dispatch_after(d, dl.h, 1000, "{\"t\":1}", 7, 0) > 0);
+    ms_dispatch_done(d, dl.h, 0);
+    for (uint64_t now = 0; now < 1000; now += 50) {
+        ms_dispatch_expire(d, now);
+        CHECK(ms_dispatch_next(d, &dl) == 0);
+    }
+    ms_dispatch_expire(d, 1000);
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_TELL);
+    CHECK(dl.init == 0); /* the same activation */
+    for (int i = 0; i < MS_MAX_TIMERS; i++)
+        CHECK(ms_dispatch_after(d, dl.h, 10, "{}", 2, 0) > 0);
+    CHECK(ms_dispatch_after(d, dl.h, 10, "{}", 2, 0) == MS_EOVERFLOW);
+    ms_dispatch_done(d, dl.h, 1000);
+    ms_dispatch_free(d);
+}
+
+static void replies_are_bounded_and_resumes_name_their_ask(void)
+{
+    struct ms_dispatch *d = make(2, 100, 0);
+    struct ms_delivery dl, dl2;
+    struct ms_resume r;
+    TELL(d, "a", "{}");
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    struct ms_waiter w = {NULL, NULL, dl.h};
+    int64_t corr = ms_dispatch_ask(d, 0, "b", 1, "{}", 2, 1000, 0, &w);
+    CHECK(corr > 0);
+    CHECK(ms_dispatch_next(d, &dl2) == 1);
+    char big[2000];
+    memset(big, ' ', sizeof big);
+    CHECK(ms_dispatch_reply(d, dl2.h, big, sizeof big, 0) == MS_E2BIG);
+    CHECK(ms_dispatch_reply(d, dl2.h, "{}", 2, 0) == 0);
+    ms_dispatch_done(d, dl2.h, 0);
+    CHECK(ms_dispatch_next_resume(d, &r) == 1 && r.corr == (uint64_t)corr);
+    ms_dispatch_done(d, dl.h, 0);
+    ms_dispatch_free(d);
+}
+
 int main(void)
 {
+    mailboxes_count_against_the_shard_bound();
+    shutdown_stops_after_accepted_messages();
+    timers_keep_an_entity_from_idling_out();
+    replies_are_bounded_and_resumes_name_their_ask();
     fifo_per_shard();
     busy_entity_does_not_block_shard();
     asks_end_exactly_once();
