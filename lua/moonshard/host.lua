@@ -195,10 +195,18 @@ local function activate(h, b, t, id, shard)
     states[h] = st
 end
 
+-- Forgets entity h; its ctx stops working (a ctx kept past its entity's
+-- life must not act for the next entity that gets the handle).
+local function forget(h)
+    local ctx = ctxs[h]
+    if ctx then ctx._h = 0 end
+    states[h], ctxs[h] = nil, nil
+end
+
 local function passivate(h, b)
     local stopped = b.stopped
     if stopped then stopped(states[h], ctxs[h]) end
-    states[h], ctxs[h] = nil, nil
+    forget(h)
 end
 
 function M.driver()
@@ -247,11 +255,11 @@ end
 function M.on_error(h, e, kind)
     local msg = tostring(e)
     if kind == KIND_STOP then
-        states[h], ctxs[h] = nil, nil
+        forget(h)
         return msg, false
     end
     if states[h] == nil then
-        ctxs[h] = nil
+        forget(h)
         return msg, true
     end
     return msg, false

@@ -1,0 +1,692 @@
+/*
+ * auth.c -- the challenge-response handshake of the transport (sans-IO).
+ */
+#include "auth.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#define MAC_LEN 32          /* HMAC-SHA256 */
+#define MAX_SECRET 4096
+#define MAX_STRING 255      /* longest string value the parser accepts */
+#define MAX_FIELDS 16
+#define MAX_REASON 200      /* longest reason sent in AUTH_FAIL */
+
+enum state {
+    ST_INIT,            /* client: before start; server: wait HELLO */
+    ST_HELLO_SENT,      /* client: wait CHALLENGE */
+    ST_AUTH_SENT,       /* client: wait AUTH_OK */
+    ST_CHALLENGE_SENT,  /* server: wait AUTH */
+    ST_DONE,
+    ST_FAILED
+};
+
+struct ident {
+    char cluster[MS_AUTH_MAX_FIELD + 1];
+    char name[MS_AUTH_MAX_FIELD + 1];
+    char address[MS_AUTH_MAX_FIELD + 1];
+    uint64_t uid;
+};
+
+struct ms_auth_replay {
+    uint8_t nonce[MS_AUTH_REPLAY_WINDOW][MS_AUTH_NONCE];
+    uint32_t n;     /* slots filled */
+    uint32_t next;  /* slot the next nonce overwrites */
+};
+
+struct ms_auth {
+    enum ms_auth_role role;
+    enum state state;
+    unsigned version;
+    struct ident self, peer;
+    uint8_t *secret;         /* owned, wiped on free */
+    size_t secret_len;
+    ms_auth_random_cb random;
+    void *random_data;
+    struct ms_auth_replay *replay; /* borrowed */
+    uint8_t nonce_c[MS_AUTH_NONCE], nonce_s[MS_AUTH_NONCE];
+    char reason[256];
+};
+
+/* --- replay memory ------------------------------------------------------- */
+
+struct ms_auth_replay *ms_auth_replay_new(void)
+{
+    return calloc(1, sizeof(struct ms_auth_replay));
+}
+
+void ms_auth_replay_free(struct ms_auth_replay *r)
+{
+    free(r);
+}
+
+/* 1 when `nonce` is in the window. Nonces are public: plain memcmp. */
+static int replay_seen(const struct ms_auth_replay *r, const uint8_t *nonce)
+{
+    for (uint32_t i = 0; i < r->n; i++)
+        if (memcmp(r->nonce[i], nonce, MS_AUTH_NONCE) == 0)
+            return 1;
+    return 0;
+}
+
+static void replay_add(struct ms_auth_replay *r, const uint8_t *nonce)
+{
+    memcpy(r->nonce[r->next], nonce, MS_AUTH_NONCE);
+    r->next = (r->next + 1) % MS_AUTH_REPLAY_WINDOW;
+    if (r->n < MS_AUTH_REPLAY_WINDOW)
+        r->n++;
+}
+
+/* --- helpers ------------------------------------------------------------- */
+
+/* Printable ASCII without '"' and '\': safe inside a JSON string as is. */
+static int safe_char(int c)
+{
+    return c >= 0x20 && c <= 0x7E && c != '"' && c != '\\';
+}
+
+static int safe_string(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!safe_char((unsigned char)s[i]))
+            return 0;
+    return 1;
+}
+
+static void to_hex(const uint8_t *p, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Decodes exactly 2n hex digits into n bytes; 0 or -1. */
+static int from_hex(const char *s, size_t len, uint8_t *out, size_t n)
+{
+    if (len != 2 * n)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        int hi = hexval((unsigned char)s[2 * i]);
+        int lo = hexval((unsigned char)s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+static int default_random(void *data, uint8_t *out, size_t len)
+{
+    (void)data;
+    return RAND_bytes(out, (int)len) == 1 ? 0 : -1;
+}
+
+/* --- a minimal, strict parser of flat JSON objects ----------------------- */
+
+/*
+ * Accepts {"key": value, ...} where a value is a string without escapes or
+ * control characters (at most MAX_STRING bytes) or a non-negative integer
+ * of at most 9 digits; at most MAX_FIELDS members, no duplicate keys. This
+ * is all the handshake needs, and anything else is refused, so hostile
+ * input meets no recursion and no allocation.
+ */
+struct field {
+    const char *key, *str;
+    size_t klen, slen;
+    int is_num;
+    uint32_t num;
+};
+
+struct msg {
+    struct field f[MAX_FIELDS];
+    int n;
+};
+
+static void skip_ws(const char *p, size_t len, size_t *i)
+{
+    while (*i < len && (p[*i] == ' ' || p[*i] == '\t' || p[*i] == '\n' ||
+                        p[*i] == '\r'))
+        (*i)++;
+}
+
+/* Scans a string starting at the opening quote p[*i]. */
+static int scan_string(const char *p, size_t len, size_t *i,
+                       const char **s, size_t *slen)
+{
+    if (*i >= len || p[*i] != '"')
+        return -1;
+    size_t start = ++*i;
+    while (*i < len && p[*i] != '"') {
+        if (!safe_char((unsigned char)p[*i]) || *i - start >= MAX_STRING)
+            return -1;
+        (*i)++;
+    }
+    if (*i >= len)
+        return -1;
+    *s = p + start;
+    *slen = *i - start;
+    (*i)++;
+    return 0;
+}
+
+static int parse(const char *p, size_t len, struct msg *m)
+{
+    size_t i = 0;
+    m->n = 0;
+    skip_ws(p, len, &i);
+    if (i >= len || p[i++] != '{')
+        return -1;
+    skip_ws(p, len, &i);
+    if (i < len && p[i] == '}') {
+        i++;
+    } else {
+        for (;;) {
+            if (m->n == MAX_FIELDS)
+                return -1;
+            struct field *f = &m->f[m->n];
+            memset(f, 0, sizeof *f);
+            if (scan_string(p, len, &i, &f->key, &f->klen) != 0)
+                return -1;
+            for (int k = 0; k < m->n; k++)
+                if (m->f[k].klen == f->klen &&
+                    memcmp(m->f[k].key, f->key, f->klen) == 0)
+                    return -1;
+            skip_ws(p, len, &i);
+            if (i >= len || p[i++] != ':')
+                return -1;
+            skip_ws(p, len, &i);
+            if (i < len && p[i] >= '0' && p[i] <= '9') {
+                int digits = 0;
+                f->is_num = 1;
+                while (i < len && p[i] >= '0' && p[i] <= '9') {
+                    if (++digits > 9)
+                        return -1;
+                    f->num = f->num * 10 + (uint32_t)(p[i++] - '0');
+                }
+            } else if (scan_string(p, len, &i, &f->str, &f->slen) != 0) {
+                return -1;
+            }
+            m->n++;
+            skip_ws(p, len, &i);
+            if (i >= len)
+                return -1;
+            if (p[i] == '}') {
+                i++;
+                break;
+            }
+            if (p[i++] != ',')
+                return -1;
+            skip_ws(p, len, &i);
+        }
+    }
+    skip_ws(p, len, &i);
+    return i == len ? 0 : -1;
+}
+
+static const struct field *get(const struct msg *m, const char *key)
+{
+    size_t kl = strlen(key);
+    for (int i = 0; i < m->n; i++)
+        if (m->f[i].klen == kl && memcmp(m->f[i].key, key, kl) == 0)
+            return &m->f[i];
+    return NULL;
+}
+
+/* --- failure ------------------------------------------------------------- */
+
+static int __attribute__((format(printf, 3, 0)))
+set_reason(struct ms_auth *a, int err, const char *fmt, va_list ap)
+{
+    vsnprintf(a->reason, sizeof a->reason, fmt, ap);
+    a->state = ST_FAILED;
+    return err;
+}
+
+/* Fails without anything to send (the peer refused first, or misuse). */
+static int __attribute__((format(printf, 4, 5)))
+fail(struct ms_auth *a, struct ms_frame *out, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_reason(a, err, fmt, ap);
+    va_end(ap);
+    memset(out, 0, sizeof *out);
+    return err;
+}
+
+/* Fails and builds the AUTH_FAIL frame telling the peer why, when `buf`
+ * can hold it (else out->kind stays 0). */
+static int __attribute__((format(printf, 6, 7)))
+refuse(struct ms_auth *a, struct ms_frame *out, uint8_t *buf, size_t cap,
+       int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_reason(a, err, fmt, ap);
+    va_end(ap);
+    memset(out, 0, sizeof *out);
+    char clean[MAX_REASON + 1];
+    size_t n = 0;
+    for (; a->reason[n] && n < MAX_REASON; n++)
+        clean[n] = safe_char((unsigned char)a->reason[n]) ? a->reason[n]
+                                                           : '\'';
+    clean[n] = '\0';
+    int len = snprintf((char *)buf, cap, "{\"reason\":\"%s\"}", clean);
+    if (len > 0 && (size_t)len < cap) {
+        out->kind = MS_FRAME_AUTH_FAIL;
+        out->payload = (const char *)buf;
+        out->payload_len = (size_t)len;
+    }
+    return err;
+}
+
+/* --- MACs ---------------------------------------------------------------- */
+
+static void put_str(uint8_t *t, size_t *n, const char *s)
+{
+    size_t len = strlen(s);
+    t[(*n)++] = (uint8_t)len;
+    t[(*n)++] = (uint8_t)(len >> 8);
+    memcpy(t + *n, s, len);
+    *n += len;
+}
+
+static void put_u64(uint8_t *t, size_t *n, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        t[(*n)++] = (uint8_t)(v >> (8 * i));
+}
+
+/* mac = HMAC-SHA256(secret, transcript(label)); 0 or -1. */
+static int compute_mac(const struct ms_auth *a, const char *label,
+                       uint8_t mac[MAC_LEN])
+{
+    const struct ident *c = a->role == MS_AUTH_CLIENT ? &a->self : &a->peer;
+    const struct ident *s = a->role == MS_AUTH_CLIENT ? &a->peer : &a->self;
+    /* label + version + 2 nonces + 6 strings + 2 uids: < 1024 bytes */
+    uint8_t t[1024];
+    size_t n = 0;
+    put_str(t, &n, "moonshard-auth");
+    put_str(t, &n, label);
+    t[n++] = (uint8_t)a->version;
+    memcpy(t + n, a->nonce_c, MS_AUTH_NONCE);
+    n += MS_AUTH_NONCE;
+    memcpy(t + n, a->nonce_s, MS_AUTH_NONCE);
+    n += MS_AUTH_NONCE;
+    put_str(t, &n, c->name);
+    put_str(t, &n, s->name);
+    put_u64(t, &n, c->uid);
+    put_u64(t, &n, s->uid);
+    put_str(t, &n, a->self.cluster);
+    put_str(t, &n, c->address);
+    put_str(t, &n, s->address);
+    unsigned int mlen = 0;
+    if (!HMAC(EVP_sha256(), a->secret, (int)a->secret_len, t, n, mac,
+              &mlen) || mlen != MAC_LEN)
+        return -1;
+    return 0;
+}
+
+/* Checks the hex `mac` a peer sent against HMAC(label) in constant time. */
+static int mac_ok(const struct ms_auth *a, const char *label,
+                  const struct field *f)
+{
+    uint8_t want[MAC_LEN], got[MAC_LEN];
+    if (!f || f->is_num || from_hex(f->str, f->slen, got, MAC_LEN) != 0)
+        return 0;
+    if (compute_mac(a, label, want) != 0)
+        return 0;
+    int ok = CRYPTO_memcmp(want, got, MAC_LEN) == 0;
+    OPENSSL_cleanse(want, sizeof want);
+    return ok;
+}
+
+/* --- lifecycle ----------------------------------------------------------- */
+
+static int copy_field(char *dst, const char *src, const char *what,
+                      char *err, size_t errlen)
+{
+    size_t len = src ? strlen(src) : 0;
+    if (len == 0 || len > MS_AUTH_MAX_FIELD || !safe_string(src, len)) {
+        if (errlen)
+            snprintf(err, errlen,
+                     "auth: %s must be 1..%d printable ASCII bytes "
+                     "without '\"' or '\\'", what, MS_AUTH_MAX_FIELD);
+        return MS_EINVAL;
+    }
+    memcpy(dst, src, len + 1);
+    return 0;
+}
+
+int ms_auth_new(struct ms_auth **out, const struct ms_auth_options *o,
+                char *err, size_t errlen)
+{
+    const char *why = NULL;
+    *out = NULL;
+    if (o->role != MS_AUTH_CLIENT && o->role != MS_AUTH_SERVER)
+        why = "auth: role must be MS_AUTH_CLIENT or MS_AUTH_SERVER";
+    else if (!o->secret || o->secret_len == 0 || o->secret_len > MAX_SECRET)
+        why = "auth: the cluster secret must be 1..4096 bytes";
+    else if (o->role == MS_AUTH_SERVER && !o->replay)
+        why = "auth: a server needs its replay memory";
+    else if (o->version > 255)
+        why = "auth: version must fit in a byte";
+    if (why) {
+        if (errlen)
+            snprintf(err, errlen, "%s", why);
+        return MS_EINVAL;
+    }
+    struct ms_auth *a = calloc(1, sizeof *a);
+    if (!a) {
+        if (errlen)
+            snprintf(err, errlen, "auth: out of memory");
+        return MS_ENOMEM;
+    }
+    int rc;
+    if ((rc = copy_field(a->self.cluster, o->cluster, "cluster name", err,
+                         errlen)) != 0 ||
+        (rc = copy_field(a->self.name, o->name, "node name", err,
+                         errlen)) != 0 ||
+        (rc = copy_field(a->self.address, o->address, "node address", err,
+                         errlen)) != 0) {
+        free(a);
+        return rc;
+    }
+    a->secret = malloc(o->secret_len);
+    if (!a->secret) {
+        free(a);
+        if (errlen)
+            snprintf(err, errlen, "auth: out of memory");
+        return MS_ENOMEM;
+    }
+    memcpy(a->secret, o->secret, o->secret_len);
+    a->secret_len = o->secret_len;
+    a->role = o->role;
+    a->state = ST_INIT;
+    a->version = o->version ? o->version : MS_PROTO_VERSION;
+    a->self.uid = o->uid;
+    a->random = o->random ? o->random : default_random;
+    a->random_data = o->random_data;
+    a->replay = o->replay;
+    *out = a;
+    return 0;
+}
+
+void ms_auth_free(struct ms_auth *a)
+{
+    if (!a)
+        return;
+    OPENSSL_cleanse(a->secret, a->secret_len);
+    free(a->secret);
+    OPENSSL_cleanse(a, sizeof *a);
+    free(a);
+}
+
+const char *ms_auth_reason(const struct ms_auth *a)
+{
+    return a->reason;
+}
+
+int ms_auth_done(const struct ms_auth *a)
+{
+    return a->state == ST_DONE;
+}
+
+const char *ms_auth_peer_name(const struct ms_auth *a)
+{
+    return a->state == ST_DONE ? a->peer.name : NULL;
+}
+
+const char *ms_auth_peer_address(const struct ms_auth *a)
+{
+    return a->state == ST_DONE ? a->peer.address : NULL;
+}
+
+uint64_t ms_auth_peer_uid(const struct ms_auth *a)
+{
+    return a->state == ST_DONE ? a->peer.uid : 0;
+}
+
+/* --- messages ------------------------------------------------------------ */
+
+/* Points `out` at the `len` payload bytes written into `buf`. */
+static int emit(struct ms_auth *a, struct ms_frame *out, uint8_t *buf,
+                size_t cap, int kind, int len)
+{
+    if (len < 0 || (size_t)len >= cap)
+        return fail(a, out, MS_E2BIG,
+                    "auth: output buffer of %zu bytes is too small", cap);
+    memset(out, 0, sizeof *out);
+    out->kind = (uint8_t)kind;
+    out->payload = (const char *)buf;
+    out->payload_len = (size_t)len;
+    return 0;
+}
+
+/* HELLO and CHALLENGE: this node's identity, nonce and, for the server,
+ * mac_s. */
+static int emit_ident(struct ms_auth *a, struct ms_frame *out, uint8_t *buf,
+                      size_t cap, int kind, const uint8_t *nonce,
+                      const uint8_t *mac)
+{
+    char nhex[2 * MS_AUTH_NONCE + 1], mhex[2 * MAC_LEN + 1];
+    to_hex(nonce, MS_AUTH_NONCE, nhex);
+    if (mac)
+        to_hex(mac, MAC_LEN, mhex);
+    int len = snprintf((char *)buf, cap,
+                       "{\"v\":%u,\"cluster\":\"%s\",\"name\":\"%s\","
+                       "\"uid\":\"%016llx\",\"addr\":\"%s\","
+                       "\"nonce\":\"%s\"%s%s%s}",
+                       a->version, a->self.cluster, a->self.name,
+                       (unsigned long long)a->self.uid, a->self.address,
+                       nhex, mac ? ",\"mac\":\"" : "", mac ? mhex : "",
+                       mac ? "\"" : "");
+    return emit(a, out, buf, cap, kind, len);
+}
+
+/*
+ * Reads the peer's identity and nonce from a HELLO or CHALLENGE and checks
+ * version and cluster. Returns 0 or refuses.
+ */
+static int take_ident(struct ms_auth *a, const struct msg *m,
+                      uint8_t nonce[MS_AUTH_NONCE], struct ms_frame *out,
+                      uint8_t *buf, size_t cap, const char *what)
+{
+    const struct field *v = get(m, "v"), *cl = get(m, "cluster"),
+                       *nm = get(m, "name"), *uid = get(m, "uid"),
+                       *ad = get(m, "addr"), *no = get(m, "nonce");
+    if (!v || !v->is_num)
+        return refuse(a, out, buf, cap, MS_EINVAL,
+                      "malformed %s: no protocol version", what);
+    if (v->num != a->version)
+        return refuse(a, out, buf, cap, MS_EINVAL,
+                      "protocol version mismatch: peer speaks %u, this "
+                      "node %u", v->num, a->version);
+    const struct field *s[3] = {cl, nm, ad};
+    for (int i = 0; i < 3; i++)
+        if (!s[i] || s[i]->is_num || s[i]->slen == 0 ||
+            s[i]->slen > MS_AUTH_MAX_FIELD)
+            return refuse(a, out, buf, cap, MS_EINVAL,
+                          "malformed %s: bad cluster, name or addr", what);
+    uint8_t u[8];
+    if (!uid || uid->is_num || from_hex(uid->str, uid->slen, u, 8) != 0 ||
+        !no || no->is_num ||
+        from_hex(no->str, no->slen, nonce, MS_AUTH_NONCE) != 0)
+        return refuse(a, out, buf, cap, MS_EINVAL,
+                      "malformed %s: bad uid or nonce", what);
+    memcpy(a->peer.name, nm->str, nm->slen);
+    a->peer.name[nm->slen] = '\0';
+    memcpy(a->peer.address, ad->str, ad->slen);
+    a->peer.address[ad->slen] = '\0';
+    memcpy(a->peer.cluster, cl->str, cl->slen);
+    a->peer.cluster[cl->slen] = '\0';
+    a->peer.uid = 0;
+    for (int i = 0; i < 8; i++)
+        a->peer.uid = a->peer.uid << 8 | u[i];
+    if (strcmp(a->peer.cluster, a->self.cluster) != 0)
+        return refuse(a, out, buf, cap, MS_EINVAL,
+                      "wrong cluster: '%s' at %s is in cluster '%s', this "
+                      "node in '%s'", a->peer.name, a->peer.address,
+                      a->peer.cluster, a->self.cluster);
+    return 0;
+}
+
+int ms_auth_start(struct ms_auth *a, struct ms_frame *out, uint8_t *buf,
+                  size_t cap)
+{
+    if (a->role != MS_AUTH_CLIENT || a->state != ST_INIT)
+        return fail(a, out, MS_EINVAL,
+                    "auth: ms_auth_start is the client's first step");
+    if (a->random(a->random_data, a->nonce_c, MS_AUTH_NONCE) != 0)
+        return fail(a, out, MS_EINVAL, "auth: no random bytes for a nonce");
+    int rc = emit_ident(a, out, buf, cap, MS_FRAME_HELLO, a->nonce_c, NULL);
+    if (rc != 0)
+        return rc;
+    a->state = ST_HELLO_SENT;
+    return MS_AUTH_CONTINUE;
+}
+
+/* Server: HELLO -> CHALLENGE. */
+static int on_hello(struct ms_auth *a, const struct msg *m,
+                    struct ms_frame *out, uint8_t *buf, size_t cap)
+{
+    int rc = take_ident(a, m, a->nonce_c, out, buf, cap, "HELLO");
+    if (rc != 0)
+        return rc;
+    if (replay_seen(a->replay, a->nonce_c))
+        return refuse(a, out, buf, cap, MS_EINVAL,
+                      "replayed HELLO from '%s' at %s: its nonce was "
+                      "already used", a->peer.name, a->peer.address);
+    replay_add(a->replay, a->nonce_c);
+    if (a->random(a->random_data, a->nonce_s, MS_AUTH_NONCE) != 0)
+        return refuse(a, out, buf, cap, MS_EINVAL,
+                      "auth: no random bytes for a nonce");
+    uint8_t mac[MAC_LEN];
+    if (compute_mac(a, "server", mac) != 0)
+        return refuse(a, out, buf, cap, MS_EINVAL, "auth: HMAC failed");
+    rc = emit_ident(a, out, buf, cap, MS_FRAME_CHALLENGE, a->nonce_s, mac);
+    if (rc != 0)
+        return rc;
+    a->state = ST_CHALLENGE_SENT;
+    return MS_AUTH_CONTINUE;
+}
+
+/* Client: CHALLENGE -> AUTH. */
+static int on_challenge(struct ms_auth *a, const struct msg *m,
+                        struct ms_frame *out, uint8_t *buf, size_t cap)
+{
+    int rc = take_ident(a, m, a->nonce_s, out, buf, cap, "CHALLENGE");
+    if (rc != 0)
+        return rc;
+    if (!mac_ok(a, "server", get(m, "mac")))
+        return refuse(a, out, buf, cap, MS_EINVAL,
+                      "bad MAC from server '%s' at %s: wrong cluster "
+                      "secret", a->peer.name, a->peer.address);
+    uint8_t mac[MAC_LEN];
+    char mhex[2 * MAC_LEN + 1];
+    if (compute_mac(a, "client", mac) != 0)
+        return refuse(a, out, buf, cap, MS_EINVAL, "auth: HMAC failed");
+    to_hex(mac, MAC_LEN, mhex);
+    rc = emit(a, out, buf, cap, MS_FRAME_AUTH,
+              snprintf((char *)buf, cap, "{\"mac\":\"%s\"}", mhex));
+    if (rc != 0)
+        return rc;
+    a->state = ST_AUTH_SENT;
+    return MS_AUTH_CONTINUE;
+}
+
+/* Server: AUTH -> AUTH_OK. */
+static int on_auth(struct ms_auth *a, const struct msg *m,
+                   struct ms_frame *out, uint8_t *buf, size_t cap)
+{
+    if (!mac_ok(a, "client", get(m, "mac")))
+        return refuse(a, out, buf, cap, MS_EINVAL,
+                      "bad MAC from client '%s' at %s: wrong cluster "
+                      "secret, or an AUTH replayed from another session",
+                      a->peer.name, a->peer.address);
+    int rc = emit(a, out, buf, cap, MS_FRAME_AUTH_OK,
+                  snprintf((char *)buf, cap, "{}"));
+    if (rc != 0)
+        return rc;
+    a->state = ST_DONE;
+    return MS_AUTH_DONE;
+}
+
+int ms_auth_on_frame(struct ms_auth *a, const struct ms_frame *in,
+                     struct ms_frame *out, uint8_t *buf, size_t cap)
+{
+    static const char *const waits[] = {
+        [ST_INIT] = "HELLO", [ST_HELLO_SENT] = "CHALLENGE",
+        [ST_AUTH_SENT] = "AUTH_OK", [ST_CHALLENGE_SENT] = "AUTH"};
+    int want;
+
+    if (a->state == ST_DONE || a->state == ST_FAILED) {
+        /* keep the state and the first reason: they are what to log */
+        memset(out, 0, sizeof *out);
+        return MS_EINVAL;
+    }
+    if (a->role == MS_AUTH_CLIENT && a->state == ST_INIT)
+        return fail(a, out, MS_EINVAL,
+                    "auth: the client must call ms_auth_start first");
+    switch (a->state) {
+    case ST_INIT: want = MS_FRAME_HELLO; break;
+    case ST_HELLO_SENT: want = MS_FRAME_CHALLENGE; break;
+    case ST_AUTH_SENT: want = MS_FRAME_AUTH_OK; break;
+    default: want = MS_FRAME_AUTH; break;
+    }
+
+    struct msg m;
+    if (in->payload_len > MS_AUTH_MAX_PAYLOAD)
+        return refuse(a, out, buf, cap, MS_E2BIG,
+                      "%s payload of %zu bytes (limit %d)",
+                      ms_frame_kind_name(in->kind), in->payload_len,
+                      MS_AUTH_MAX_PAYLOAD);
+    int parsed = parse(in->payload, in->payload_len, &m) == 0;
+    if (in->kind == MS_FRAME_AUTH_FAIL) {
+        const struct field *r = parsed ? get(&m, "reason") : NULL;
+        if (!r || r->is_num)
+            return fail(a, out, MS_EINVAL,
+                        "peer refused the handshake (no reason given)");
+        return fail(a, out, MS_EINVAL, "peer refused the handshake: %.*s",
+                    (int)r->slen, r->str);
+    }
+    if (in->kind != want)
+        return refuse(a, out, buf, cap, MS_EINVAL,
+                      "unexpected %s frame during the handshake "
+                      "(waiting for %s)", ms_frame_kind_name(in->kind),
+                      waits[a->state]);
+    if (!parsed)
+        return refuse(a, out, buf, cap, MS_EBADJSON,
+                      "malformed %s payload", ms_frame_kind_name(in->kind));
+
+    switch (a->state) {
+    case ST_INIT: return on_hello(a, &m, out, buf, cap);
+    case ST_HELLO_SENT: return on_challenge(a, &m, out, buf, cap);
+    case ST_CHALLENGE_SENT: return on_auth(a, &m, out, buf, cap);
+    default: /* ST_AUTH_SENT: AUTH_OK, nothing to answer */
+        memset(out, 0, sizeof *out);
+        a->state = ST_DONE;
+        return MS_AUTH_DONE;
+    }
+}
