@@ -46,13 +46,13 @@ struct ms_auth {
     enum state state;
     unsigned version;
     struct ident self, peer;
-    uint8_t *secret;         /* owned, wiped on free */
     size_t secret_len;
     ms_auth_random_cb random;
     void *random_data;
     struct ms_auth_replay *replay; /* borrowed */
     uint8_t nonce_c[MS_AUTH_NONCE], nonce_s[MS_AUTH_NONCE];
     char reason[256];
+    uint8_t secret[];        /* secret_len bytes, wiped on free */
 };
 
 /* --- replay memory ------------------------------------------------------- */
@@ -112,13 +112,9 @@ static void to_hex(const uint8_t *p, size_t n, char *out)
 
 static int hexval(int c)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
+    static const char digits[] = "0123456789abcdef";
+    const char *p = c > ' ' ? strchr(digits, c | 0x20) : NULL;
+    return p ? (int)(p - digits) : -1;
 }
 
 /* Decodes exactly 2n hex digits into n bytes; 0 or -1. */
@@ -255,37 +251,23 @@ static const struct field *get(const struct msg *m, const char *key)
 
 /* --- failure ------------------------------------------------------------- */
 
-static int __attribute__((format(printf, 3, 0)))
-set_reason(struct ms_auth *a, int err, const char *fmt, va_list ap)
-{
-    vsnprintf(a->reason, sizeof a->reason, fmt, ap);
-    a->state = ST_FAILED;
-    return err;
-}
-
-/* Fails without anything to send (the peer refused first, or misuse). */
-static int __attribute__((format(printf, 4, 5)))
-fail(struct ms_auth *a, struct ms_frame *out, int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    set_reason(a, err, fmt, ap);
-    va_end(ap);
-    memset(out, 0, sizeof *out);
-    return err;
-}
-
-/* Fails and builds the AUTH_FAIL frame telling the peer why, when `buf`
- * can hold it (else out->kind stays 0). */
+/*
+ * Fails the handshake with a reason. With a `buf`, also builds the
+ * AUTH_FAIL frame telling the peer why (when `buf` can hold it); without
+ * one (the peer refused first, or misuse), out->kind is 0.
+ */
 static int __attribute__((format(printf, 6, 7)))
 refuse(struct ms_auth *a, struct ms_frame *out, uint8_t *buf, size_t cap,
        int err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    set_reason(a, err, fmt, ap);
+    vsnprintf(a->reason, sizeof a->reason, fmt, ap);
     va_end(ap);
+    a->state = ST_FAILED;
     memset(out, 0, sizeof *out);
+    if (!buf)
+        return err;
     char clean[MAX_REASON + 1];
     size_t n = 0;
     for (; a->reason[n] && n < MAX_REASON; n++)
@@ -383,6 +365,8 @@ int ms_auth_new(struct ms_auth **out, const struct ms_auth_options *o,
                 char *err, size_t errlen)
 {
     const char *why = NULL;
+    struct ms_auth *a = NULL;
+    int rc = MS_EINVAL;
     *out = NULL;
     if (o->role != MS_AUTH_CLIENT && o->role != MS_AUTH_SERVER)
         why = "auth: role must be MS_AUTH_CLIENT or MS_AUTH_SERVER";
@@ -392,18 +376,13 @@ int ms_auth_new(struct ms_auth **out, const struct ms_auth_options *o,
         why = "auth: a server needs its replay memory";
     else if (o->version > 255)
         why = "auth: version must fit in a byte";
+    else if (!(a = calloc(1, sizeof *a + o->secret_len)))
+        why = "auth: out of memory", rc = MS_ENOMEM;
     if (why) {
         if (errlen)
             snprintf(err, errlen, "%s", why);
-        return MS_EINVAL;
+        return rc;
     }
-    struct ms_auth *a = calloc(1, sizeof *a);
-    if (!a) {
-        if (errlen)
-            snprintf(err, errlen, "auth: out of memory");
-        return MS_ENOMEM;
-    }
-    int rc;
     if ((rc = copy_field(a->self.cluster, o->cluster, "cluster name", err,
                          errlen)) != 0 ||
         (rc = copy_field(a->self.name, o->name, "node name", err,
@@ -412,13 +391,6 @@ int ms_auth_new(struct ms_auth **out, const struct ms_auth_options *o,
                          errlen)) != 0) {
         free(a);
         return rc;
-    }
-    a->secret = malloc(o->secret_len);
-    if (!a->secret) {
-        free(a);
-        if (errlen)
-            snprintf(err, errlen, "auth: out of memory");
-        return MS_ENOMEM;
     }
     memcpy(a->secret, o->secret, o->secret_len);
     a->secret_len = o->secret_len;
@@ -437,9 +409,7 @@ void ms_auth_free(struct ms_auth *a)
 {
     if (!a)
         return;
-    OPENSSL_cleanse(a->secret, a->secret_len);
-    free(a->secret);
-    OPENSSL_cleanse(a, sizeof *a);
+    OPENSSL_cleanse(a, sizeof *a + a->secret_len);
     free(a);
 }
 
@@ -475,7 +445,7 @@ static int emit(struct ms_auth *a, struct ms_frame *out, uint8_t *buf,
                 size_t cap, int kind, int len)
 {
     if (len < 0 || (size_t)len >= cap)
-        return fail(a, out, MS_E2BIG,
+        return refuse(a, out, NULL, 0, MS_E2BIG,
                     "auth: output buffer of %zu bytes is too small", cap);
     memset(out, 0, sizeof *out);
     out->kind = (uint8_t)kind;
@@ -556,10 +526,10 @@ int ms_auth_start(struct ms_auth *a, struct ms_frame *out, uint8_t *buf,
                   size_t cap)
 {
     if (a->role != MS_AUTH_CLIENT || a->state != ST_INIT)
-        return fail(a, out, MS_EINVAL,
+        return refuse(a, out, NULL, 0, MS_EINVAL,
                     "auth: ms_auth_start is the client's first step");
     if (a->random(a->random_data, a->nonce_c, MS_AUTH_NONCE) != 0)
-        return fail(a, out, MS_EINVAL, "auth: no random bytes for a nonce");
+        return refuse(a, out, NULL, 0, MS_EINVAL, "auth: no random bytes for a nonce");
     int rc = emit_ident(a, out, buf, cap, MS_FRAME_HELLO, a->nonce_c, NULL);
     if (rc != 0)
         return rc;
@@ -636,10 +606,11 @@ static int on_auth(struct ms_auth *a, const struct msg *m,
 int ms_auth_on_frame(struct ms_auth *a, const struct ms_frame *in,
                      struct ms_frame *out, uint8_t *buf, size_t cap)
 {
-    static const char *const waits[] = {
-        [ST_INIT] = "HELLO", [ST_HELLO_SENT] = "CHALLENGE",
-        [ST_AUTH_SENT] = "AUTH_OK", [ST_CHALLENGE_SENT] = "AUTH"};
-    int want;
+    /* the one kind each waiting state accepts */
+    static const uint8_t wants[] = {
+        [ST_INIT] = MS_FRAME_HELLO, [ST_HELLO_SENT] = MS_FRAME_CHALLENGE,
+        [ST_AUTH_SENT] = MS_FRAME_AUTH_OK,
+        [ST_CHALLENGE_SENT] = MS_FRAME_AUTH};
 
     if (a->state == ST_DONE || a->state == ST_FAILED) {
         /* keep the state and the first reason: they are what to log */
@@ -647,15 +618,8 @@ int ms_auth_on_frame(struct ms_auth *a, const struct ms_frame *in,
         return MS_EINVAL;
     }
     if (a->role == MS_AUTH_CLIENT && a->state == ST_INIT)
-        return fail(a, out, MS_EINVAL,
+        return refuse(a, out, NULL, 0, MS_EINVAL,
                     "auth: the client must call ms_auth_start first");
-    switch (a->state) {
-    case ST_INIT: want = MS_FRAME_HELLO; break;
-    case ST_HELLO_SENT: want = MS_FRAME_CHALLENGE; break;
-    case ST_AUTH_SENT: want = MS_FRAME_AUTH_OK; break;
-    default: want = MS_FRAME_AUTH; break;
-    }
-
     struct msg m;
     if (in->payload_len > MS_AUTH_MAX_PAYLOAD)
         return refuse(a, out, buf, cap, MS_E2BIG,
@@ -666,16 +630,16 @@ int ms_auth_on_frame(struct ms_auth *a, const struct ms_frame *in,
     if (in->kind == MS_FRAME_AUTH_FAIL) {
         const struct field *r = parsed ? get(&m, "reason") : NULL;
         if (!r || r->is_num)
-            return fail(a, out, MS_EINVAL,
+            return refuse(a, out, NULL, 0, MS_EINVAL,
                         "peer refused the handshake (no reason given)");
-        return fail(a, out, MS_EINVAL, "peer refused the handshake: %.*s",
+        return refuse(a, out, NULL, 0, MS_EINVAL, "peer refused the handshake: %.*s",
                     (int)r->slen, r->str);
     }
-    if (in->kind != want)
+    if (in->kind != wants[a->state])
         return refuse(a, out, buf, cap, MS_EINVAL,
                       "unexpected %s frame during the handshake "
                       "(waiting for %s)", ms_frame_kind_name(in->kind),
-                      waits[a->state]);
+                      ms_frame_kind_name(wants[a->state]));
     if (!parsed)
         return refuse(a, out, buf, cap, MS_EBADJSON,
                       "malformed %s payload", ms_frame_kind_name(in->kind));
