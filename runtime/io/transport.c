@@ -1,0 +1,565 @@
+/*
+ * transport.c -- authenticated peer connections over libuv TCP.
+ *
+ * A connection goes: TCP connected -> handshake (auth.c; the dialer is
+ * the client) -> authenticated (registered by peer uid) -> closed. Both
+ * nodes may dial each other at once; when a second authenticated
+ * connection to the same peer appears, both sides keep the one dialed by
+ * the node with the smaller uid, so exactly one survives.
+ *
+ * Output: two buffers per connection. While a write is in flight new frames
+ * go to `pending`; when it completes, `pending` is written as one batch.
+ */
+#include "transport.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/auth.h"
+#include "../core/log.h"
+#include "../moonshard.h"
+
+#define READ_BUF (64 * 1024)
+
+struct obuf {
+    char *p;
+    size_t len, cap;
+};
+
+struct conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;          /* handshake deadline */
+    uv_connect_t connect;
+    uv_write_t wreq;
+    struct ms_transport *t;
+    struct conn *prev, *next;
+    struct ms_auth *auth;
+    struct ms_frame_decoder dec;
+    struct obuf pending, inflight;
+    uint64_t peer_uid;
+    char address[128];         /* dialed address, or the peer's, once known */
+    char peer_name[128];
+    int outbound;
+    int authed;                /* handshake done */
+    int registered;            /* the peer's live connection */
+    int writing;
+    int closing;
+    int close_after_write;
+    int open_handles;
+};
+
+struct ms_transport {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    struct ms_transport_config cfg;
+    char cluster[128], name[128], address[128], host[64];
+    uint8_t secret[256];
+    struct ms_transport_callbacks cb;
+    struct ms_auth_replay *replay;
+    struct conn *conns;
+    struct ms_transport_stats st;
+    int closing;
+    int open;                  /* listener + connections not yet freed */
+    char rbuf[READ_BUF];
+};
+
+static void conn_close(struct conn *c, const char *reason);
+
+/* ---- addresses ------------------------------------------------------- */
+
+/* Parses "host:port" (IPv4 literal, localhost, or [IPv6]). */
+static int parse_addr(const char *address, struct sockaddr_storage *ss)
+{
+    char host[128];
+    const char *colon = strrchr(address, ':');
+    if (!colon || colon == address || strlen(address) >= sizeof host)
+        return UV_EINVAL;
+    size_t hl = (size_t)(colon - address);
+    memcpy(host, address, hl);
+    host[hl] = 0;
+    int port = atoi(colon + 1);
+    if (port < 1 || port > 65535)
+        return UV_EINVAL;
+    if (strcmp(host, "localhost") == 0)
+        return uv_ip4_addr("127.0.0.1", port, (struct sockaddr_in *)ss);
+    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+        host[hl - 1] = 0;
+        return uv_ip6_addr(host + 1, port, (struct sockaddr_in6 *)ss);
+    }
+    return uv_ip4_addr(host, port, (struct sockaddr_in *)ss);
+}
+
+/* ---- output ------------------------------------------------------------ */
+
+static int obuf_reserve(struct obuf *b, size_t more)
+{
+    if (b->len + more <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 16384;
+    while (cap < b->len + more)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p)
+        return MS_ENOMEM;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static void flush(struct conn *c);
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct conn *c = req->data;
+    c->writing = 0;
+    c->inflight.len = 0;
+    if (status < 0) {
+        if (!c->closing)
+            conn_close(c, uv_strerror(status));
+        return;
+    }
+    if (c->close_after_write && !c->pending.len) {
+        conn_close(c, NULL);
+        return;
+    }
+    flush(c);
+}
+
+/* Writes what is pending, unless a write is in flight. */
+static void flush(struct conn *c)
+{
+    if (c->writing || !c->pending.len || c->closing)
+        return;
+    struct obuf tmp = c->inflight;
+    c->inflight = c->pending;
+    c->pending = tmp;
+    c->pending.len = 0;
+    uv_buf_t buf = uv_buf_init(c->inflight.p, (unsigned)c->inflight.len);
+    c->wreq.data = c;
+    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
+    if (rc < 0) {
+        conn_close(c, uv_strerror(rc));
+        return;
+    }
+    c->writing = 1;
+}
+
+/* Appends a frame to the connection's pending output. */
+static int put_frame(struct conn *c, const struct ms_frame *f)
+{
+    int rc = ms_frame_check(f);
+    if (rc < 0)
+        return rc;
+    size_t size = ms_frame_size(f);
+    if (size > c->t->cfg.max_payload + MS_FRAME_HEADER + MS_FRAME_MAX_TYPE +
+                   MS_MAX_ID)
+        return MS_E2BIG;
+    if (c->pending.len + c->inflight.len + size > c->t->cfg.max_out_bytes) {
+        c->t->st.slow_peer_drops++;
+        conn_close(c, "peer is not reading: its output queue is full");
+        return MS_EOVERFLOW;
+    }
+    if (obuf_reserve(&c->pending, size) < 0)
+        return MS_ENOMEM;
+    char *p = c->pending.p + c->pending.len;
+    ms_frame_encode_header((uint8_t *)p, f);
+    p += MS_FRAME_HEADER;
+    if (f->type_len)
+        memcpy(p, f->type, f->type_len);
+    p += f->type_len;
+    if (f->id_len)
+        memcpy(p, f->id, f->id_len);
+    p += f->id_len;
+    if (f->payload_len)
+        memcpy(p, f->payload, f->payload_len);
+    c->pending.len += size;
+    c->t->st.frames_out++;
+    return 0;
+}
+
+/* ---- lifecycle of a connection --------------------------------------- */
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct conn *c = h->data;
+    if (--c->open_handles > 0)
+        return;
+    struct ms_transport *t = c->t;
+    ms_auth_free(c->auth);
+    ms_frame_decoder_free(&c->dec);
+    free(c->pending.p);
+    free(c->inflight.p);
+    free(c);
+    if (--t->open == 0 && t->closing) {
+        ms_auth_replay_free(t->replay);
+        free(t);
+    }
+}
+
+static void unlink_conn(struct conn *c)
+{
+    struct ms_transport *t = c->t;
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (t->conns == c)
+        t->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
+static void conn_close(struct conn *c, const char *reason)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    struct ms_transport *t = c->t;
+    if (reason) {
+        char f[200];
+        snprintf(f, sizeof f, "peer=%s",
+                 c->peer_name[0] ? c->peer_name
+                 : c->address[0] ? c->address : "(inbound, not authenticated)");
+        ms_log(MS_LOG_WARN, f, "connection closed: %s", reason);
+    }
+    unlink_conn(c);
+    if (c->registered && !t->closing && t->cb.on_peer)
+        t->cb.on_peer(t->cb.data, c->peer_uid, c->peer_name, c->address, 0);
+    c->registered = 0;
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+}
+
+static struct conn *find_peer(struct ms_transport *t, uint64_t uid)
+{
+    for (struct conn *c = t->conns; c; c = c->next)
+        if (c->registered && c->peer_uid == uid)
+            return c;
+    return NULL;
+}
+
+static void on_handshake_timeout(uv_timer_t *timer)
+{
+    struct conn *c = timer->data;
+    c->t->st.auth_failures++;
+    conn_close(c, "handshake timed out");
+}
+
+static struct conn *conn_new(struct ms_transport *t, int outbound)
+{
+    struct conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->t = t;
+    c->outbound = outbound;
+    uv_tcp_init(t->loop, &c->tcp);
+    uv_timer_init(t->loop, &c->timer);
+    c->tcp.data = c->timer.data = c;
+    c->open_handles = 2;
+    t->open++;
+    ms_frame_decoder_init(&c->dec, t->cfg.max_payload,
+                          t->cfg.max_payload + MS_FRAME_HEADER +
+                              MS_FRAME_MAX_TYPE + MS_MAX_ID);
+    struct ms_auth_options o;
+    memset(&o, 0, sizeof o);
+    o.role = outbound ? MS_AUTH_CLIENT : MS_AUTH_SERVER;
+    o.cluster = t->cluster;
+    o.name = t->name;
+    o.uid = t->cfg.uid;
+    o.address = t->address;
+    o.secret = t->secret;
+    o.secret_len = t->cfg.secret_len;
+    o.replay = t->replay;
+    char err[200];
+    if (ms_auth_new(&c->auth, &o, err, sizeof err) < 0)
+        ms_log(MS_LOG_ERROR, NULL, "handshake setup failed: %s", err);
+    c->next = t->conns;
+    if (t->conns)
+        t->conns->prev = c;
+    t->conns = c;
+    uv_timer_start(&c->timer, on_handshake_timeout,
+                   t->cfg.handshake_timeout_ms, 0);
+    return c;
+}
+
+/* The handshake finished: register the peer, resolving duplicates. */
+static void authenticated(struct conn *c)
+{
+    struct ms_transport *t = c->t;
+    c->authed = 1;
+    uv_timer_stop(&c->timer);
+    c->peer_uid = ms_auth_peer_uid(c->auth);
+    snprintf(c->peer_name, sizeof c->peer_name, "%s",
+             ms_auth_peer_name(c->auth));
+    snprintf(c->address, sizeof c->address, "%s",
+             ms_auth_peer_address(c->auth));
+    if (c->peer_uid == t->cfg.uid) {
+        conn_close(c, "connected to itself");
+        return;
+    }
+    struct conn *old = find_peer(t, c->peer_uid);
+    if (old) {
+        /* keep the connection dialed by the smaller uid */
+        uint64_t dialer_new = c->outbound ? t->cfg.uid : c->peer_uid;
+        uint64_t keep = t->cfg.uid < c->peer_uid ? t->cfg.uid : c->peer_uid;
+        if (dialer_new != keep) {
+            conn_close(c, NULL);
+            return;
+        }
+        old->registered = 0; /* silently replaced: the peer stays up */
+        conn_close(old, NULL);
+        c->registered = 1;
+        t->st.connections++;
+        return;
+    }
+    c->registered = 1;
+    t->st.connections++;
+    if (t->cb.on_peer)
+        t->cb.on_peer(t->cb.data, c->peer_uid, c->peer_name, c->address, 1);
+}
+
+/* Runs one handshake step; sends its output. */
+static void handshake(struct conn *c, const struct ms_frame *in)
+{
+    struct ms_frame out;
+    uint8_t buf[MS_AUTH_BUF_SIZE];
+    memset(&out, 0, sizeof out);
+    int rc = in ? ms_auth_on_frame(c->auth, in, &out, buf, sizeof buf)
+                : ms_auth_start(c->auth, &out, buf, sizeof buf);
+    if (out.kind)
+        put_frame(c, &out);
+    if (rc < 0) {
+        c->t->st.auth_failures++;
+        char f[200];
+        snprintf(f, sizeof f, "peer=%s", c->address[0] ? c->address : "?");
+        ms_log(MS_LOG_WARN, f, "handshake refused: %s",
+               ms_auth_reason(c->auth));
+        c->close_after_write = 1;
+        if (!c->pending.len && !c->writing)
+            conn_close(c, NULL);
+        else
+            flush(c);
+        return;
+    }
+    flush(c);
+    if (rc == MS_AUTH_DONE)
+        authenticated(c);
+}
+
+/* ---- input ------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct conn *c = h->data;
+    (void)suggested;
+    buf->base = c->t->rbuf;
+    buf->len = sizeof c->t->rbuf;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *c = s->data;
+    if (nread < 0) {
+        conn_close(c, nread == UV_EOF ? "peer closed the connection"
+                                      : uv_strerror((int)nread));
+        return;
+    }
+    size_t off = 0;
+    while (off < (size_t)nread && !c->closing) {
+        size_t used = 0;
+        struct ms_frame f;
+        int rc = ms_frame_feed(&c->dec, (const uint8_t *)buf->base + off,
+                               (size_t)nread - off, &used, &f);
+        off += used;
+        if (rc < 0) {
+            c->t->st.rejected_frames++;
+            char why[240];
+            snprintf(why, sizeof why, "malformed frame: %s",
+                     ms_frame_decoder_error(&c->dec));
+            conn_close(c, why);
+            return;
+        }
+        if (rc == 0)
+            break;
+        if (!c->authed) {
+            handshake(c, &f);
+            continue;
+        }
+        if (f.kind < MS_FRAME_TELL) {
+            c->t->st.rejected_frames++;
+            conn_close(c, "handshake frame after authentication");
+            return;
+        }
+        c->t->st.frames_in++;
+        if (c->registered && c->t->cb.on_frame)
+            c->t->cb.on_frame(c->t->cb.data, c->peer_uid, &f);
+    }
+}
+
+static void start_reading(struct conn *c)
+{
+    uv_tcp_nodelay(&c->tcp, 1);
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct ms_transport *t = server->data;
+    if (status < 0 || t->closing)
+        return;
+    struct conn *c = conn_new(t, 0);
+    if (!c)
+        return;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
+        conn_close(c, "accept failed");
+        return;
+    }
+    start_reading(c);
+}
+
+static void on_connect(uv_connect_t *req, int status)
+{
+    struct conn *c = req->data;
+    if (c->closing)
+        return;
+    if (status < 0) {
+        conn_close(c, NULL); /* the cluster layer retries */
+        return;
+    }
+    start_reading(c);
+    handshake(c, NULL);
+}
+
+/* ---- public ------------------------------------------------------------ */
+
+int ms_transport_start(struct ms_transport **out, uv_loop_t *loop,
+                       const struct ms_transport_config *cfg,
+                       const struct ms_transport_callbacks *cb, char *err,
+                       size_t errlen)
+{
+    struct ms_transport *t = calloc(1, sizeof *t);
+    if (!t) {
+        snprintf(err, errlen, "out of memory");
+        return MS_ENOMEM;
+    }
+    t->loop = loop;
+    t->cfg = *cfg;
+    t->cb = *cb;
+    snprintf(t->cluster, sizeof t->cluster, "%s", cfg->cluster);
+    snprintf(t->name, sizeof t->name, "%s", cfg->name);
+    snprintf(t->address, sizeof t->address, "%s", cfg->address);
+    snprintf(t->host, sizeof t->host, "%s", cfg->listen_host);
+    if (cfg->secret_len > sizeof t->secret) {
+        snprintf(err, errlen, "the cluster secret is longer than %zu bytes",
+                 sizeof t->secret);
+        free(t);
+        return MS_EINVAL;
+    }
+    memcpy(t->secret, cfg->secret, cfg->secret_len);
+    t->cfg.cluster = t->cluster;
+    t->cfg.name = t->name;
+    t->cfg.address = t->address;
+    t->cfg.secret = t->secret;
+    t->cfg.listen_host = t->host;
+    t->replay = ms_auth_replay_new();
+    struct sockaddr_storage ss;
+    char addr[200];
+    snprintf(addr, sizeof addr, "%s:%d", cfg->listen_host, cfg->listen_port);
+    int rc = parse_addr(addr, &ss);
+    if (rc == 0) {
+        uv_tcp_init(loop, &t->listener);
+        t->listener.data = t;
+        t->open = 1;
+        rc = uv_tcp_bind(&t->listener, (struct sockaddr *)&ss, 0);
+        if (rc == 0)
+            rc = uv_listen((uv_stream_t *)&t->listener, 128, on_connection);
+        if (rc < 0) {
+            snprintf(err, errlen, "cannot listen on %s: %s", addr,
+                     uv_strerror(rc));
+            ms_transport_close(t);
+            return rc;
+        }
+    } else {
+        snprintf(err, errlen, "bad listen address %s", addr);
+        ms_auth_replay_free(t->replay);
+        free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+int ms_transport_connect(struct ms_transport *t, const char *address)
+{
+    if (t->closing)
+        return MS_ECANCELED;
+    if (strcmp(address, t->address) == 0)
+        return 0;
+    for (struct conn *c = t->conns; c; c = c->next)
+        if (strcmp(c->address, address) == 0)
+            return 0;
+    struct sockaddr_storage ss;
+    int rc = parse_addr(address, &ss);
+    if (rc < 0)
+        return rc;
+    struct conn *c = conn_new(t, 1);
+    if (!c)
+        return MS_ENOMEM;
+    snprintf(c->address, sizeof c->address, "%s", address);
+    c->connect.data = c;
+    rc = uv_tcp_connect(&c->connect, &c->tcp, (struct sockaddr *)&ss,
+                        on_connect);
+    if (rc < 0) {
+        conn_close(c, uv_strerror(rc));
+        return rc;
+    }
+    return 0;
+}
+
+int ms_transport_send(struct ms_transport *t, uint64_t uid,
+                      const struct ms_frame *f)
+{
+    struct conn *c = find_peer(t, uid);
+    if (!c || c->closing)
+        return UV_ENOTCONN;
+    int rc = put_frame(c, f);
+    if (rc == 0)
+        flush(c);
+    return rc;
+}
+
+int ms_transport_connected(struct ms_transport *t, uint64_t uid)
+{
+    return find_peer(t, uid) != NULL;
+}
+
+void ms_transport_drop(struct ms_transport *t, uint64_t uid,
+                       const char *reason)
+{
+    struct conn *c = find_peer(t, uid);
+    if (c)
+        conn_close(c, reason);
+}
+
+void ms_transport_stats(struct ms_transport *t,
+                        struct ms_transport_stats *out)
+{
+    *out = t->st;
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    struct ms_transport *t = h->data;
+    if (--t->open == 0) {
+        ms_auth_replay_free(t->replay);
+        free(t);
+    }
+}
+
+void ms_transport_close(struct ms_transport *t)
+{
+    t->closing = 1;
+    while (t->conns)
+        conn_close(t->conns, NULL);
+    uv_close((uv_handle_t *)&t->listener, on_listener_closed);
+}

@@ -1,0 +1,88 @@
+/*
+ * transport.h -- node-to-node connections over libuv TCP.
+ *
+ * One long-lived, authenticated connection per peer pair, carrying frames
+ * (runtime/core/frame.h). A connection is usable once the challenge-response
+ * handshake (runtime/core/auth.h) succeeded; peers are then known by their
+ * uid. Writes go out at once when the connection is idle and are batched
+ * while a write is in flight (TCP_NODELAY, no linger). Every length is
+ * checked before allocation; a malformed frame closes its connection with a
+ * logged reason. A peer that stops reading is dropped once its queued bytes
+ * pass max_out_bytes.
+ */
+#ifndef MS_IO_TRANSPORT_H
+#define MS_IO_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "../core/frame.h"
+
+struct ms_transport;
+
+struct ms_transport_config {
+    const char *cluster;       /* all strings are copied */
+    const char *name;          /* this node */
+    const char *address;       /* "host:port" others dial to reach us */
+    uint64_t uid;              /* this incarnation */
+    const uint8_t *secret;     /* cluster secret, copied */
+    size_t secret_len;
+    const char *listen_host;   /* IPv4/IPv6 literal */
+    int listen_port;
+    size_t max_payload;        /* largest frame payload accepted */
+    size_t max_out_bytes;      /* queued bytes per peer before it is dropped */
+    uint64_t handshake_timeout_ms;
+};
+
+struct ms_transport_callbacks {
+    void *data;
+    /* A peer became usable (up = 1) or its connection ended (up = 0). */
+    void (*on_peer)(void *data, uint64_t uid, const char *name,
+                    const char *address, int up);
+    /* A frame from an authenticated peer; `f` and its bytes are borrowed
+     * until the callback returns. */
+    void (*on_frame)(void *data, uint64_t uid, const struct ms_frame *f);
+};
+
+struct ms_transport_stats {
+    uint64_t frames_in, frames_out;
+    uint64_t rejected_frames;   /* malformed frames (connection closed) */
+    uint64_t auth_failures;     /* refused handshakes, both directions */
+    uint64_t slow_peer_drops;   /* peers dropped for not reading */
+    uint64_t connections;       /* authenticated connections made */
+};
+
+/* Binds the listener. Returns 0 and *out, or a negative code with a
+ * one-line reason in `err`. */
+int ms_transport_start(struct ms_transport **out, uv_loop_t *loop,
+                       const struct ms_transport_config *cfg,
+                       const struct ms_transport_callbacks *cb, char *err,
+                       size_t errlen);
+
+/* Dials `address` unless a connection to it exists or is being made.
+ * Returns 0 or a negative code (bad address). The peer's callbacks follow
+ * once it is authenticated. */
+int ms_transport_connect(struct ms_transport *t, const char *address);
+
+/* Queues a frame to peer `uid` (copied). Returns 0, UV_ENOTCONN when no
+ * authenticated connection exists, MS_E2BIG for a frame over the limits,
+ * or MS_EOVERFLOW when the peer's queue is full (the peer is dropped). */
+int ms_transport_send(struct ms_transport *t, uint64_t uid,
+                      const struct ms_frame *f);
+
+/* 1 when an authenticated connection to `uid` exists. */
+int ms_transport_connected(struct ms_transport *t, uint64_t uid);
+
+/* Closes the connection to `uid`, if any, logging `reason`. */
+void ms_transport_drop(struct ms_transport *t, uint64_t uid,
+                       const char *reason);
+
+void ms_transport_stats(struct ms_transport *t,
+                        struct ms_transport_stats *out);
+
+/* Closes the listener and every connection; frees the transport from the
+ * last close callback. No callbacks are made after this call. */
+void ms_transport_close(struct ms_transport *t);
+
+#endif

@@ -1,0 +1,201 @@
+/* The transport on 127.0.0.1: handshake, frames both ways, refusals, a
+ * malformed frame, a peer that stops reading. Real sockets, one loop. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../runtime/core/log.h"
+#include "../../runtime/io/transport.h"
+#include "../../runtime/moonshard.h"
+#include "check.h"
+
+struct side {
+    struct ms_transport *t;
+    int ups, downs, frames;
+    uint64_t peer;
+    char last[64];
+};
+
+static void on_peer(void *data, uint64_t uid, const char *name,
+                    const char *address, int up)
+{
+    struct side *s = data;
+    (void)name;
+    (void)address;
+    if (up) {
+        s->ups++;
+        s->peer = uid;
+    } else {
+        s->downs++;
+    }
+}
+
+static void on_frame(void *data, uint64_t uid, const struct ms_frame *f)
+{
+    struct side *s = data;
+    (void)uid;
+    s->frames++;
+    snprintf(s->last, sizeof s->last, "%.*s", (int)f->payload_len,
+             f->payload);
+}
+
+static int free_port(void)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    uv_tcp_t tcp;
+    uv_tcp_init(&loop, &tcp);
+    struct sockaddr_in a;
+    uv_ip4_addr("127.0.0.1", 0, &a);
+    uv_tcp_bind(&tcp, (struct sockaddr *)&a, 0);
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    uv_tcp_getsockname(&tcp, (struct sockaddr *)&ss, &len);
+    int port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    uv_close((uv_handle_t *)&tcp, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return port;
+}
+
+static int start(struct side *s, uv_loop_t *loop, const char *name,
+                 uint64_t uid, int port, const char *secret)
+{
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    struct ms_transport_config cfg = {
+        "test", name, addr, uid, (const uint8_t *)secret, strlen(secret),
+        "127.0.0.1", port, 1 << 16, 1 << 20, 2000};
+    struct ms_transport_callbacks cb = {s, on_peer, on_frame};
+    char err[200];
+    memset(s, 0, sizeof *s);
+    int rc = ms_transport_start(&s->t, loop, &cfg, &cb, err, sizeof err);
+    if (rc < 0)
+        fprintf(stderr, "start: %s\n", err);
+    return rc;
+}
+
+static void spin(uv_loop_t *loop, int ms)
+{
+    uint64_t end = uv_hrtime() + (uint64_t)ms * 1000000u;
+    while (uv_hrtime() < end) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+}
+
+static struct ms_frame tell(const char *payload)
+{
+    struct ms_frame f;
+    memset(&f, 0, sizeof f);
+    f.kind = MS_FRAME_TELL;
+    f.type = "Counter";
+    f.type_len = 7;
+    f.id = "c1";
+    f.id_len = 2;
+    f.payload = payload;
+    f.payload_len = strlen(payload);
+    return f;
+}
+
+static void handshake_and_frames(uv_loop_t *loop)
+{
+    struct side a, b;
+    int pa = free_port(), pb = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s3cret") == 0);
+    CHECK(start(&b, loop, "b", 2, pb, "s3cret") == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
+    CHECK(ms_transport_connect(a.t, addr) == 0);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pa);
+    CHECK(ms_transport_connect(b.t, addr) == 0); /* both dial at once */
+    spin(loop, 300);
+    CHECK(a.ups == 1 && b.ups == 1 && a.peer == 2 && b.peer == 1);
+    CHECK(ms_transport_connected(a.t, 2) && ms_transport_connected(b.t, 1));
+    struct ms_frame f = tell("{\"n\":1}");
+    CHECK(ms_transport_send(a.t, 2, &f) == 0);
+    f = tell("{\"n\":2}");
+    CHECK(ms_transport_send(a.t, 2, &f) == 0);
+    f = tell("{\"back\":1}");
+    CHECK(ms_transport_send(b.t, 1, &f) == 0);
+    spin(loop, 100);
+    CHECK(b.frames == 2 && strcmp(b.last, "{\"n\":2}") == 0);
+    CHECK(a.frames == 1 && strcmp(a.last, "{\"back\":1}") == 0);
+    CHECK(a.downs == 0 && b.downs == 0); /* the duplicate went silently */
+    CHECK(ms_transport_send(a.t, 99, &f) == UV_ENOTCONN);
+    ms_transport_close(a.t);
+    spin(loop, 100);
+    CHECK(b.downs == 1);
+    ms_transport_close(b.t);
+    spin(loop, 50);
+}
+
+static void wrong_secret_is_refused(uv_loop_t *loop)
+{
+    struct side a, b;
+    int pa = free_port(), pb = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "right") == 0);
+    CHECK(start(&b, loop, "b", 2, pb, "wrong") == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
+    CHECK(ms_transport_connect(a.t, addr) == 0);
+    spin(loop, 300);
+    CHECK(a.ups == 0 && b.ups == 0);
+    struct ms_transport_stats sa, sb;
+    ms_transport_stats(a.t, &sa);
+    ms_transport_stats(b.t, &sb);
+    CHECK(sa.auth_failures >= 1 && sb.auth_failures >= 1);
+    ms_transport_close(a.t);
+    ms_transport_close(b.t);
+    spin(loop, 50);
+}
+
+/* A raw client writing `bytes` to the transport's port. */
+static void raw_send(uv_loop_t *loop, int port, const char *bytes, size_t n)
+{
+    (void)loop;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    uv_ip4_addr("127.0.0.1", port, &a);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+        ssize_t w = write(fd, bytes, n);
+        (void)w;
+    }
+    spin(loop, 100);
+    close(fd);
+}
+
+static void garbage_and_oversize_frames_close_the_connection(uv_loop_t *loop)
+{
+    struct side a;
+    int pa = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    const char *http = "GET / HTTP/1.1\r\nHost: example\r\nAccept: */*\r\n\r\n";
+    raw_send(loop, pa, http, strlen(http));
+    uint8_t hdr[MS_FRAME_HEADER];
+    struct ms_frame f = tell("{}");
+    ms_frame_encode_header(hdr, &f);
+    hdr[13] = 0xff; /* payload_len (offset 12) far beyond the limit */
+    hdr[14] = 0xff;
+    hdr[15] = 0x7f;
+    raw_send(loop, pa, (const char *)hdr, sizeof hdr);
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.rejected_frames == 2);
+    CHECK(a.ups == 0);
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
+int main(void)
+{
+    ms_log_setup("test", getenv("VERBOSE") ? 0 : MS_LOG_ERROR + 1);
+    uv_loop_t *loop = uv_default_loop();
+    handshake_and_frames(loop);
+    wrong_secret_is_refused(loop);
+    garbage_and_oversize_frames_close_the_connection(loop);
+    uv_run(loop, UV_RUN_DEFAULT);
+    CHECK(uv_loop_close(loop) == 0);
+    CHECK_DONE();
+}
