@@ -13,6 +13,7 @@
 
 #include "bench.h"
 #include "cli.h"
+#include "lua/bridge.h"
 #include "moonshard.h"
 
 static void usage(FILE *f)
@@ -20,6 +21,7 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: moonshard COMMAND ...\n"
         "  run CONFIG.lua                 start every node the config lists\n"
+        "                                 (one process each)\n"
         "  node CONFIG.lua [--name N]     start one node (default: the first)\n"
         "  tell [--node H:P] TYPE ID JSON send a message\n"
         "  ask [--node H:P] [--timeout S] TYPE ID JSON\n"
@@ -48,6 +50,12 @@ static void on_signal(uv_signal_t *s, int signum)
             ms_node_name(r->node));
     uv_close((uv_handle_t *)&r->sigint, NULL);
     uv_close((uv_handle_t *)&r->sigterm, NULL);
+    /* Ctrl-C under `moonshard run` reaches a node twice (from the terminal
+     * and from the launcher): the graceful stop is bounded, so later
+     * signals are ignored instead of killing it half-way (SIGKILL still
+     * works) */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     ms_node_close(r->node);
 }
 
@@ -110,6 +118,117 @@ static int run_node(const char *config, const char *name)
     return 0;
 }
 
+/* ---- run: every node of the config, one process each ------------------ */
+
+#define MAX_CHILDREN 64
+
+struct launcher {
+    uv_loop_t *loop;
+    uv_process_t procs[MAX_CHILDREN];
+    char names[MAX_CHILDREN][64];
+    int n, alive, failed;
+    uv_signal_t sigint, sigterm;
+};
+
+static void on_child_exit(uv_process_t *p, int64_t status, int signum)
+{
+    struct launcher *l = p->data;
+    int i = (int)(p - l->procs);
+    if (status != 0 || (signum && signum != SIGINT && signum != SIGTERM))
+        l->failed = 1;
+    fprintf(stderr, "moonshard: node %s exited (status %lld%s%s)\n",
+            l->names[i], (long long)status, signum ? ", signal " : "",
+            signum ? strsignal(signum) : "");
+    uv_close((uv_handle_t *)p, NULL);
+    if (--l->alive == 0) {
+        uv_close((uv_handle_t *)&l->sigint, NULL);
+        uv_close((uv_handle_t *)&l->sigterm, NULL);
+    }
+}
+
+static void on_launcher_signal(uv_signal_t *s, int signum)
+{
+    struct launcher *l = s->data;
+    fprintf(stderr, "moonshard: stopping %d node(s)\n", l->alive);
+    for (int i = 0; i < l->n; i++)
+        if (uv_is_active((uv_handle_t *)&l->procs[i]))
+            uv_process_kill(&l->procs[i], signum);
+}
+
+static int run_all(const char *config, char names[][64], int n)
+{
+    struct launcher l;
+    memset(&l, 0, sizeof l);
+    l.loop = uv_default_loop();
+    char exe[PATH_MAX];
+    size_t len = sizeof exe;
+    if (uv_exepath(exe, &len) < 0) {
+        fprintf(stderr, "moonshard: cannot find its own executable\n");
+        return 1;
+    }
+    uv_signal_init(l.loop, &l.sigint);
+    uv_signal_init(l.loop, &l.sigterm);
+    l.sigint.data = l.sigterm.data = &l;
+    uv_signal_start(&l.sigint, on_launcher_signal, SIGINT);
+    uv_signal_start(&l.sigterm, on_launcher_signal, SIGTERM);
+    uv_stdio_container_t stdio[3];
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = 1;
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = 2;
+    for (int i = 0; i < n && i < MAX_CHILDREN; i++) {
+        char *args[] = {exe, "node", (char *)config, "--name", names[i], NULL};
+        uv_process_options_t o;
+        memset(&o, 0, sizeof o);
+        o.file = exe;
+        o.args = args;
+        o.exit_cb = on_child_exit;
+        o.stdio = stdio;
+        o.stdio_count = 3;
+        snprintf(l.names[i], sizeof l.names[i], "%.63s", names[i]);
+        l.procs[i].data = &l;
+        int rc = uv_spawn(l.loop, &l.procs[i], &o);
+        if (rc < 0) {
+            fprintf(stderr, "moonshard: cannot start node %s: %s\n",
+                    names[i], uv_strerror(rc));
+            l.failed = 1;
+            continue;
+        }
+        l.n = i + 1;
+        l.alive++;
+    }
+    if (l.alive == 0) {
+        uv_close((uv_handle_t *)&l.sigint, NULL);
+        uv_close((uv_handle_t *)&l.sigterm, NULL);
+    }
+    uv_run(l.loop, UV_RUN_DEFAULT);
+    return l.failed ? 1 : 0;
+}
+
+/* `moonshard run CONFIG`: one node runs in this process; several run as
+ * child processes (`moonshard node CONFIG --name N` each). */
+static int cmd_run(const char *config)
+{
+    struct ms_bridge *b;
+    char names[MAX_CHILDREN][64], err[1024], home[PATH_MAX];
+    ms_home(home, sizeof home);
+    if (ms_bridge_new(&b, uv_default_loop(), home) < 0) {
+        fprintf(stderr, "moonshard: cannot start Lua\n");
+        return 1;
+    }
+    int n = ms_bridge_node_names(b, config, names, MAX_CHILDREN, err,
+                                 sizeof err);
+    ms_bridge_free(b);
+    if (n < 0) {
+        fprintf(stderr, "moonshard: %s\n", err);
+        return 1;
+    }
+    if (n <= 1)
+        return run_node(config, NULL);
+    return run_all(config, names, n);
+}
+
 /* ---- shard ----------------------------------------------------------- */
 
 static int cmd_shard(int argc, char **argv)
@@ -168,6 +287,8 @@ int main(int argc, char **argv)
                     strcmp(cmd, "node") == 0 ? " [--name N]" : "");
             return 2;
         }
+        if (strcmp(cmd, "run") == 0 && !name)
+            return cmd_run(config);
         return run_node(config, name);
     }
     if (strcmp(cmd, "tell") == 0 || strcmp(cmd, "ask") == 0 ||

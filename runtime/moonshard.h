@@ -109,6 +109,11 @@ const char *ms_node_name(struct ms_node *n);
 /* HTTP address the gateway listens on ("127.0.0.1:7201"), or "". */
 const char *ms_node_http_address(struct ms_node *n);
 
+/* Writes the folder that holds lua/ and entities/ into buf:
+ * $MOONSHARD_HOME, else the source tree the binary was built from, else
+ * the folder above the binary. */
+void ms_home(char *buf, size_t len);
+
 /* Folder holding lua/ and entities/ (MOONSHARD_HOME or the build's
  * source tree), borrowed for the node's life. */
 const char *ms_node_home(struct ms_node *n);

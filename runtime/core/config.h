@@ -26,6 +26,10 @@ struct ms_config {
     char http_host[128];
     int http_port;
     int nnodes;                /* nodes listed in the script */
+    char secret[256];          /* cluster secret ("" when not configured) */
+    char seeds[16][128];       /* seed addresses */
+    int nseeds;
+    char roles[256];           /* this node's roles, "a,b" */
     int ntypes;
     struct ms_type_config *types; /* owned; free with ms_config_free */
     size_t max_message;

@@ -646,6 +646,47 @@ int ms_dispatch_tell(struct ms_dispatch *d, int type, const char *id,
     return enqueue(d, m, 0);
 }
 
+/* Registers a pending ask for waiter w with its deadline. */
+static struct ask *open_ask(struct ms_dispatch *d, const struct ms_waiter *w,
+                            uint64_t timeout_ms, uint64_t now_ms)
+{
+    struct ask *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    a->corr = ++d->next_corr;
+    a->w = *w;
+    a->wgen = w->cb ? 0 : d->gens[w->h];
+    a->tm.kind = T_ASK;
+    if (askmap_put(&d->asks, a) < 0 ||
+        ms_timerq_push(&d->tq, &a->tm, deadline(now_ms, timeout_ms)) < 0) {
+        askmap_del(&d->asks, a);
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+static void drop_ask(struct ms_dispatch *d, struct ask *a)
+{
+    askmap_del(&d->asks, a);
+    ms_timerq_remove(&d->tq, &a->tm);
+    free(a);
+}
+
+static int check_waiter(struct ms_dispatch *d, const struct ms_waiter *w,
+                        int type, const char *id, size_t idlen)
+{
+    if (w->cb)
+        return 0;
+    struct entity *self = eget(d, w->h);
+    if (!self)
+        return MS_EINVAL;
+    if (id && self->type == (uint32_t)type && self->idlen == idlen &&
+        memcmp(self->id, id, idlen) == 0)
+        return MS_ESELF;
+    return 0;
+}
+
 int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
                         size_t idlen, const char *json, size_t len,
                         uint64_t timeout_ms, uint64_t now_ms,
@@ -656,42 +697,54 @@ int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
         return rc;
     if (timeout_ms == 0)
         return MS_EINVAL;
-    if (!w->cb) {
-        struct entity *self = eget(d, w->h);
-        if (!self)
-            return MS_EINVAL;
-        if (self->type == (uint32_t)type && self->idlen == idlen &&
-            memcmp(self->id, id, idlen) == 0)
-            return MS_ESELF;
-    }
+    if ((rc = check_waiter(d, w, type, id, idlen)) < 0)
+        return rc;
     struct msg *m = msg_new(d, MS_KIND_ASK, (uint32_t)type, id, idlen, json,
                             len);
-    struct ask *a = calloc(1, sizeof *a);
-    if (!m || !a) {
+    if (!m)
+        return MS_ENOMEM;
+    struct ask *a = open_ask(d, w, timeout_ms, now_ms);
+    if (!a) {
         msg_free(d, m);
-        free(a);
         return MS_ENOMEM;
     }
-    a->corr = m->corr = ++d->next_corr;
-    a->w = *w;
-    a->wgen = w->cb ? 0 : d->gens[w->h];
-    a->tm.kind = T_ASK;
-    if (askmap_put(&d->asks, a) < 0 ||
-        ms_timerq_push(&d->tq, &a->tm, deadline(now_ms, timeout_ms)) < 0) {
-        askmap_del(&d->asks, a);
-        msg_free(d, m);
-        free(a);
-        return MS_ENOMEM;
-    }
+    m->corr = a->corr;
     rc = enqueue(d, m, 0);
     if (rc < 0) {
-        askmap_del(&d->asks, a);
-        ms_timerq_remove(&d->tq, &a->tm);
-        free(a);
+        drop_ask(d, a);
         return rc;
     }
     d->st.asks_started++;
     return (int64_t)a->corr;
+}
+
+int64_t ms_dispatch_ask_open(struct ms_dispatch *d, uint64_t timeout_ms,
+                             uint64_t now_ms, const struct ms_waiter *w)
+{
+    if (d->closing)
+        return MS_ECANCELED;
+    if (timeout_ms == 0)
+        return MS_EINVAL;
+    int rc = check_waiter(d, w, 0, NULL, 0);
+    if (rc < 0)
+        return rc;
+    struct ask *a = open_ask(d, w, timeout_ms, now_ms);
+    if (!a)
+        return MS_ENOMEM;
+    d->st.asks_started++;
+    return (int64_t)a->corr;
+}
+
+int ms_dispatch_ask_complete(struct ms_dispatch *d, int64_t corr, int err,
+                             const char *payload, size_t len)
+{
+    struct ask *a = askmap_find(&d->asks, (uint64_t)corr);
+    if (!a)
+        return 0;
+    if (err == MS_ETIMEDOUT)
+        d->st.asks_timed_out++;
+    complete_ask(d, a, err, payload, len);
+    return 1;
 }
 
 int ms_dispatch_stop(struct ms_dispatch *d, int type, const char *id,

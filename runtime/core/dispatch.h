@@ -90,6 +90,18 @@ int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
                         uint64_t timeout_ms, uint64_t now_ms,
                         const struct ms_waiter *w);
 
+/* Opens an ask whose request travels elsewhere (to another node): the
+ * waiter is told exactly once, by ms_dispatch_ask_complete() or by the
+ * deadline (MS_ETIMEDOUT) or shutdown (MS_ECANCELED). Returns its id (> 0)
+ * or a negative code. */
+int64_t ms_dispatch_ask_open(struct ms_dispatch *d, uint64_t timeout_ms,
+                             uint64_t now_ms, const struct ms_waiter *w);
+
+/* Ends ask `corr` with `err` (0: payload is the reply JSON; else the
+ * error object JSON). Returns 1, or 0 when it already ended. */
+int ms_dispatch_ask_complete(struct ms_dispatch *d, int64_t corr, int err,
+                             const char *payload, size_t len);
+
 /* Accepts an ordered stop request (passivate after earlier messages);
  * counted and bounded like a tell. */
 int ms_dispatch_stop(struct ms_dispatch *d, int type, const char *id,

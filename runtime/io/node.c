@@ -47,7 +47,7 @@ void ms_config_free(struct ms_config *c)
 
 /* Where lua/ and entities/ live: $MOONSHARD_HOME, else the source tree
  * the binary was built from, else the folder above the binary. */
-static void find_home(char *buf, size_t len)
+void ms_home(char *buf, size_t len)
 {
     const char *env = getenv("MOONSHARD_HOME");
     if (env && *env) {
@@ -138,7 +138,7 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
         return MS_ENOMEM;
     }
     n->loop = loop;
-    find_home(n->home, sizeof n->home);
+    ms_home(n->home, sizeof n->home);
     int rc = ms_bridge_new(&n->b, loop, n->home);
     if (rc < 0) {
         snprintf(err, errlen, "cannot start the Lua VM: %s", ms_strerror(rc));

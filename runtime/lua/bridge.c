@@ -580,6 +580,27 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     lua_getfield(L, c, "nodes");
     cfg->nnodes = (int)lua_objlen(L, -1);
     lua_pop(L, 1);
+    copy_field(L, c, "secret", cfg->secret, sizeof cfg->secret);
+    lua_getfield(L, c, "seeds");
+    for (int i = 1; lua_istable(L, -1) && i <= (int)lua_objlen(L, -1) &&
+                    cfg->nseeds < 16;
+         i++) {
+        lua_rawgeti(L, -1, i);
+        snprintf(cfg->seeds[cfg->nseeds++], sizeof cfg->seeds[0], "%s",
+                 lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, nd, "roles");
+    for (int i = 1; lua_istable(L, -1) && i <= (int)lua_objlen(L, -1); i++) {
+        lua_rawgeti(L, -1, i);
+        size_t used = strlen(cfg->roles);
+        snprintf(cfg->roles + used, sizeof cfg->roles - used, "%s%s",
+                 used ? "," : "", lua_tostring(L, -1) ? lua_tostring(L, -1)
+                                                      : "");
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
     lua_getfield(L, c, "limits");
     cfg->max_message = (size_t)num_field(L, -1, "max_message_bytes");
     cfg->json_max_depth = (int)num_field(L, -1, "json_max_depth");
@@ -609,6 +630,33 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     }
     lua_settop(L, top);
     return 0;
+}
+
+int ms_bridge_node_names(struct ms_bridge *b, const char *path,
+                         char names[][64], int max, char *err, size_t errlen)
+{
+    lua_State *L = b->L;
+    int top = lua_gettop(L);
+    lua_pushstring(L, path);
+    if (call_module(L, "moonshard.config", "load", 1, 2, err, errlen) < 0)
+        return MS_ECONFIG;
+    if (lua_isnil(L, -2)) {
+        snprintf(err, errlen, "%s", lua_tostring(L, -1));
+        lua_settop(L, top);
+        return MS_ECONFIG;
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "nodes");
+    int n = (int)lua_objlen(L, -1);
+    if (n > max)
+        n = max;
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, -1, i + 1);
+        copy_field(L, -1, "name", names[i], 64);
+        lua_pop(L, 1);
+    }
+    lua_settop(L, top);
+    return n;
 }
 
 int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,

@@ -37,6 +37,11 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
                           const char *node_name, struct ms_config *cfg,
                           char *err, size_t errlen);
 
+/* Loads the config script at `path` and copies the names of its nodes
+ * (at most `max`). Returns how many, or MS_ECONFIG with `err`. */
+int ms_bridge_node_names(struct ms_bridge *b, const char *path,
+                         char names[][64], int max, char *err, size_t errlen);
+
 /* Binds the dispatcher (borrowed) and loads every behavior module. A
  * module that fails to load is logged and its type marked unavailable;
  * this never fails the node. Returns 0 or a negative code with `err`. */
