@@ -170,7 +170,7 @@ int ms_bench_main(int argc, char **argv)
     struct bench b;
     memset(&b, 0, sizeof b);
     b.loop = uv_default_loop();
-    struct ms_node_options opts = {path, NULL, 1};
+    struct ms_node_options opts = {path, NULL, 1, 1};
     char err[1024];
     int rc = ms_node_new(&b.node, b.loop, &opts, err, sizeof err);
     unlink(path);

@@ -42,6 +42,14 @@ struct runner {
     uv_signal_t sigint, sigterm;
 };
 
+static void stop_runner(void *data)
+{
+    struct runner *r = data;
+    uv_close((uv_handle_t *)&r->sigint, NULL);
+    uv_close((uv_handle_t *)&r->sigterm, NULL);
+    ms_node_close(r->node);
+}
+
 static void on_signal(uv_signal_t *s, int signum)
 {
     struct runner *r = s->data;
@@ -99,7 +107,7 @@ static int run_node(const char *config, const char *name)
     memset(&r, 0, sizeof r);
     r.loop = uv_default_loop();
     signal(SIGPIPE, SIG_IGN);
-    struct ms_node_options opts = {config, name, 0};
+    struct ms_node_options opts = {config, name, 0, 0};
     char err[1024];
     int rc = ms_node_new(&r.node, r.loop, &opts, err, sizeof err);
     if (rc < 0) {
@@ -112,6 +120,7 @@ static int run_node(const char *config, const char *name)
     r.sigint.data = r.sigterm.data = &r;
     uv_signal_start(&r.sigint, on_signal, SIGINT);
     uv_signal_start(&r.sigterm, on_signal, SIGTERM);
+    ms_node_on_stopped(r.node, stop_runner, &r);
     print_hints(r.node);
     uv_run(r.loop, UV_RUN_DEFAULT);
     uv_loop_close(r.loop);

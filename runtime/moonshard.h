@@ -82,6 +82,7 @@ struct ms_node_options {
     const char *config_path; /* cluster config script; required */
     const char *node_name;   /* which node of config.nodes; NULL: first */
     int no_http;             /* 1: do not start the HTTP gateway (bench) */
+    int no_cluster;          /* 1: no transport or membership (bench) */
 };
 
 /*
@@ -94,6 +95,12 @@ struct ms_node_options {
 int ms_node_new(struct ms_node **out, uv_loop_t *loop,
                 const struct ms_node_options *opts, char *err,
                 size_t errlen);
+
+/* Sets what happens when the node decides to stop by itself (it was
+ * removed from the cluster): `cb(data)` is called, and should close the
+ * node (and whatever else keeps the loop alive). Without it the node
+ * closes itself. */
+void ms_node_on_stopped(struct ms_node *n, void (*cb)(void *), void *data);
 
 /* Stops accepting work, cancels pending asks (MS_ECANCELED), passivates
  * every entity (calling `stopped`), closes all handles and frees the node
@@ -157,6 +164,11 @@ void ms_node_stats(struct ms_node *n, struct ms_stats *out);
 /* Writes the node's stats as one JSON object into buf (NUL-terminated,
  * truncated to buflen). Returns the length it needed. */
 size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen);
+
+/* Writes the cluster membership as seen by this node as one JSON object
+ * (see ms_mb_status_json); "{}" without a cluster. Returns the length it
+ * needed. */
+size_t ms_node_members_json(struct ms_node *n, char *buf, size_t buflen);
 
 /* Number of messages accepted but not yet handled (all shards). */
 uint64_t ms_node_pending(struct ms_node *n);

@@ -611,12 +611,15 @@ static void get_index(struct conn *c)
     respond(c, 200, "text/plain; charset=utf-8", text, (size_t)n);
 }
 
-static void get_stats(struct conn *c)
+/* Answers 200 with the JSON a node writer produces, growing the buffer
+ * once when the first attempt was too small. */
+static void get_json(struct conn *c,
+                     size_t (*write)(struct ms_node *, char *, size_t))
 {
-    char small[2048], *big;
+    char small[4096], *big;
     size_t need;
 
-    need = ms_node_stats_json(c->h->node, small, sizeof small);
+    need = write(c->h->node, small, sizeof small);
     if (need < sizeof small) {
         respond(c, 200, JSON, small, need);
         return;
@@ -626,10 +629,15 @@ static void get_stats(struct conn *c)
         respond_node_error(c, MS_ENOMEM);
         return;
     }
-    if (ms_node_stats_json(c->h->node, big, need + 1) < need)
+    if (write(c->h->node, big, need + 1) < need)
         need = strlen(big);
     respond(c, 200, JSON, big, need);
     free(big);
+}
+
+static void get_stats(struct conn *c)
+{
+    get_json(c, ms_node_stats_json);
 }
 
 static void get_health(struct conn *c)
@@ -781,6 +789,11 @@ static void route(struct conn *c)
     } else if (streq(path, plen, "/v1/stats")) {
         if (get)
             get_stats(c);
+        else
+            not_allowed(c, "GET");
+    } else if (streq(path, plen, "/v1/members")) {
+        if (get)
+            get_json(c, ms_node_members_json);
         else
             not_allowed(c, "GET");
     } else if (streq(path, plen, "/v1/health")) {

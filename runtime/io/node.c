@@ -17,6 +17,7 @@
 #include "../core/log.h"
 #include "../lua/bridge.h"
 #include "../moonshard.h"
+#include "cluster.h"
 #include "http.h"
 
 #define ROUND_BUDGET 4096
@@ -27,6 +28,7 @@ struct ms_node {
     struct ms_dispatch *d;
     struct ms_bridge *b;
     struct ms_http *http;
+    struct ms_cluster *cluster;
     uv_idle_t work;
     uv_timer_t tick;
     uv_timer_t gc;     /* steps the Lua GC while the node is idle */
@@ -37,6 +39,8 @@ struct ms_node {
     int open_handles;
     char http_address[160];
     char home[PATH_MAX];
+    void (*on_stopped)(void *);   /* the node decided to stop itself */
+    void *on_stopped_data;
 };
 
 void ms_config_free(struct ms_config *c)
@@ -129,6 +133,8 @@ static void arm(struct ms_node *n)
         uv_timer_stop(&n->tick);
 }
 
+static void on_self_removed(void *data);
+
 int ms_node_new(struct ms_node **out, uv_loop_t *loop,
                 const struct ms_node_options *opts, char *err, size_t errlen)
 {
@@ -181,6 +187,20 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     n->work.data = n->tick.data = n->gc.data = n;
     uv_timer_start(&n->gc, on_gc_tick, GC_IDLE_MS, GC_IDLE_MS);
     uv_unref((uv_handle_t *)&n->gc);
+    if (!opts->no_cluster) {
+        struct ms_cluster_hooks hooks;
+        memset(&hooks, 0, sizeof hooks);
+        hooks.data = n;
+        hooks.on_self_removed = on_self_removed;
+        rc = ms_cluster_start(&n->cluster, loop, &n->cfg, &hooks, err,
+                              errlen);
+        if (rc < 0) {
+            n->open_handles = 3;
+            n->closing = 1;
+            ms_node_close(n);
+            return rc;
+        }
+    }
     if (!opts->no_http) {
         rc = ms_http_start(&n->http, loop, n, n->cfg.http_host,
                            n->cfg.http_port, err, errlen);
@@ -217,7 +237,13 @@ static void on_closed(uv_handle_t *h)
 
 void ms_node_close(struct ms_node *n)
 {
+    if (n->closing && !n->d)
+        return;
     n->closing = 1;
+    if (n->cluster) {
+        ms_cluster_close(n->cluster);
+        n->cluster = NULL;
+    }
     if (n->http) {
         ms_http_close(n->http);
         n->http = NULL;
@@ -238,6 +264,18 @@ void ms_node_close(struct ms_node *n)
     uv_close((uv_handle_t *)&n->work, on_closed);
     uv_close((uv_handle_t *)&n->tick, on_closed);
     uv_close((uv_handle_t *)&n->gc, on_closed);
+}
+
+/* This node was removed from the cluster (after a leave, or downed). */
+static void on_self_removed(void *data)
+{
+    struct ms_node *n = data;
+    ms_log(MS_LOG_WARN, NULL, "this node was removed from the cluster; "
+           "stopping");
+    if (n->on_stopped)
+        n->on_stopped(n->on_stopped_data);
+    else
+        ms_node_close(n);
 }
 
 /* ---- the public API over the dispatcher --------------------------------- */
@@ -313,6 +351,19 @@ int ms_node_stop_entity(struct ms_node *n, int type, const char *id,
 void ms_node_stats(struct ms_node *n, struct ms_stats *out)
 {
     ms_dispatch_stats(n->d, out);
+}
+
+size_t ms_node_members_json(struct ms_node *n, char *buf, size_t buflen)
+{
+    if (!n->cluster)
+        return (size_t)snprintf(buf, buflen, "{}");
+    return ms_cluster_members_json(n->cluster, buf, buflen);
+}
+
+void ms_node_on_stopped(struct ms_node *n, void (*cb)(void *), void *data)
+{
+    n->on_stopped = cb;
+    n->on_stopped_data = data;
 }
 
 size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)

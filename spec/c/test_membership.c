@@ -348,9 +348,10 @@ static void sim_free(struct sim *s)
         free(s->pool[p]);
 }
 
+/* A node that saw itself Down or Removed would stop its process. */
 static int active(struct sim *s, int i)
 {
-    return s->n[i].alive && !s->n[i].self_removed;
+    return s->n[i].alive && !s->n[i].self_removed && !s->n[i].self_down;
 }
 
 /* Every active node sees every active node Up; all agree and converged. */
