@@ -45,6 +45,8 @@ local io_open = io.open
 local G = _G
 local package = package
 
+local strategy = require "moonshard.strategy"
+
 local M = {}
 
 local INT_MAX = 2147483647
@@ -616,7 +618,8 @@ local TOP_FIELDS = {
 local NODE_FIELDS = { name = true, listen = true, http = true, roles = true }
 local ENTITY_FIELDS = {
     module = true, shard_count = true, idle_timeout = true, on_error = true,
-    max_pending = true, slow_handler_ms = true,
+    max_pending = true, slow_handler_ms = true, allocation = true,
+    rebalance = true,
 }
 local LIMIT_FIELDS = { max_message_bytes = true, json_max_depth = true }
 
@@ -695,6 +698,41 @@ local function check_nodes(v, path)
     return nodes
 end
 
+-- An entity's `allocation` (a strategy, default least_loaded) and
+-- `rebalance` (nil, an unbound policy or a strategy), combined as
+-- moonshard.strategy.bind describes. Sets e.allocation and e.rebalance (the
+-- objects the coordinator calls: allocate on the first, rebalance on the
+-- second) and their ids, which every node must agree on.
+local function check_strategies(raw, path, e)
+    local alloc = raw.allocation
+    local ap = child(path, "allocation")
+    if alloc == nil then
+        alloc = strategy.least_loaded()
+    elseif strategy.is_policy(alloc) then
+        fail(ap, "is a rebalance policy without an inner strategy: set it as"
+             .. " 'rebalance', or give it one, as in"
+             .. " strategy.no_rebalance(strategy.least_loaded())", alloc)
+    elseif not strategy.is_strategy(alloc) then
+        fail(ap, "must be a strategy (a table with an 'id' string and"
+             .. " allocate and rebalance methods), as in"
+             .. " strategy.least_loaded()", alloc)
+    end
+    local rebalance = raw.rebalance
+    local rp = child(path, "rebalance")
+    if rebalance ~= nil and not strategy.is_policy(rebalance)
+        and not strategy.is_strategy(rebalance) then
+        fail(rp, "must be a rebalance policy (as in"
+             .. " strategy.rate_limited{ threshold = 1 }) or a strategy",
+             rebalance)
+    end
+    local ok, bound = pcall(strategy.bind, alloc, rebalance)
+    if not ok then
+        fail(rp, tostring(bound), rebalance)
+    end
+    e.allocation, e.allocation_id = alloc, alloc.id
+    e.rebalance, e.rebalance_id = bound, bound.id
+end
+
 local function check_entity(name, raw, path)
     check_table(raw, path)
     check_known(raw, path, ENTITY_FIELDS)
@@ -735,6 +773,7 @@ local function check_entity(name, raw, path)
     e.max_pending = integer_field(raw, "max_pending", path, 1, 1000000, 10000)
     e.slow_handler_ms = integer_field(raw, "slow_handler_ms", path, 1,
                                       INT_MAX, 100, true)
+    check_strategies(raw, path, e)
     return e
 end
 

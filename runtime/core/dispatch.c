@@ -735,6 +735,38 @@ int64_t ms_dispatch_ask_open(struct ms_dispatch *d, uint64_t timeout_ms,
     return (int64_t)a->corr;
 }
 
+int ms_dispatch_ask_enqueue(struct ms_dispatch *d, int64_t corr, int type,
+                            const char *id, size_t idlen, const char *json,
+                            size_t len)
+{
+    struct ask *a = askmap_find(&d->asks, (uint64_t)corr);
+    if (!a)
+        return 0; /* it ended meanwhile (timeout): nothing to deliver */
+    int rc = check(d, type, idlen, len);
+    if (rc == 0 && (rc = check_waiter(d, &a->w, type, id, idlen)) == 0) {
+        struct msg *m = msg_new(d, MS_KIND_ASK, (uint32_t)type, id, idlen,
+                                json, len);
+        if (!m)
+            rc = MS_ENOMEM;
+        else {
+            m->corr = a->corr;
+            rc = enqueue(d, m, 0);
+        }
+    }
+    if (rc < 0) {
+        char buf[256];
+        size_t n = ms_error_json(buf, sizeof buf, rc, ms_strerror(rc));
+        complete_ask(d, a, rc, buf, n);
+        return rc;
+    }
+    return 1;
+}
+
+int ms_dispatch_ask_pending(struct ms_dispatch *d, int64_t corr)
+{
+    return askmap_find(&d->asks, (uint64_t)corr) != NULL;
+}
+
 int ms_dispatch_ask_complete(struct ms_dispatch *d, int64_t corr, int err,
                              const char *payload, size_t len)
 {

@@ -97,6 +97,17 @@ int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
 int64_t ms_dispatch_ask_open(struct ms_dispatch *d, uint64_t timeout_ms,
                              uint64_t now_ms, const struct ms_waiter *w);
 
+/* Delivers the request of an ask opened with ms_dispatch_ask_open() to a
+ * local entity after all (its shard turned out to be ours). Returns 1
+ * when accepted, 0 when the ask already ended, or a negative code (the
+ * ask then ends with that error). */
+int ms_dispatch_ask_enqueue(struct ms_dispatch *d, int64_t corr, int type,
+                            const char *id, size_t idlen, const char *json,
+                            size_t len);
+
+/* 1 while ask `corr` has not ended. */
+int ms_dispatch_ask_pending(struct ms_dispatch *d, int64_t corr);
+
 /* Ends ask `corr` with `err` (0: payload is the reply JSON; else the
  * error object JSON). Returns 1, or 0 when it already ended. */
 int ms_dispatch_ask_complete(struct ms_dispatch *d, int64_t corr, int err,

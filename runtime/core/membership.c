@@ -13,6 +13,7 @@
 #include "membership.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,15 +114,11 @@ static int valid_roles(const char *s, size_t len)
 int ms_mb_has_role(const struct ms_mb_member *mb, const char *role)
 {
     size_t rl = strlen(role);
-    const char *p = mb->roles;
-    while (*p) {
-        const char *e = strchr(p, ',');
-        size_t l = e ? (size_t)(e - p) : strlen(p);
-        if (l == rl && memcmp(p, role, rl) == 0)
+    for (const char *p = mb->roles; *p; p += strcspn(p, ",") + 1) {
+        if (strcspn(p, ",") == rl && memcmp(p, role, rl) == 0)
             return 1;
-        if (!e)
+        if (!p[strcspn(p, ",")])
             break;
-        p = e + 1;
     }
     return 0;
 }
@@ -161,12 +158,20 @@ static int live(int status)
 
 /* --- the tables --- */
 
-static uint32_t lower_bound(const struct state *s, uint64_t uid)
+/* Both tables are sorted by uid, and both element types start with it. */
+_Static_assert(offsetof(struct mrec, pub.uid) == 0, "uid first");
+_Static_assert(offsetof(struct tomb, uid) == 0, "uid first");
+
+/* Index of the first of n elements of `size` bytes with uid >= `uid`. */
+static uint32_t lower_bound(const void *base, size_t size, uint32_t n,
+                            uint64_t uid)
 {
-    uint32_t lo = 0, hi = s->n;
+    uint32_t lo = 0, hi = n;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (s->recs[mid].pub.uid < uid)
+        uint64_t u;
+        memcpy(&u, (const char *)base + mid * size, sizeof u);
+        if (u < uid)
             lo = mid + 1;
         else
             hi = mid;
@@ -176,7 +181,7 @@ static uint32_t lower_bound(const struct state *s, uint64_t uid)
 
 static struct mrec *find(const struct state *s, uint64_t uid)
 {
-    uint32_t i = lower_bound(s, uid);
+    uint32_t i = lower_bound(s->recs, sizeof *s->recs, s->n, uid);
     return i < s->n && s->recs[i].pub.uid == uid ? &s->recs[i] : NULL;
 }
 
@@ -198,7 +203,7 @@ static int reserve(struct state *s, uint32_t n)
 /* Inserts a copy of `pub`; room must have been reserved. */
 static struct mrec *insert(struct state *s, const struct ms_mb_member *pub)
 {
-    uint32_t i = lower_bound(s, pub->uid);
+    uint32_t i = lower_bound(s->recs, sizeof *s->recs, s->n, pub->uid);
     memmove(&s->recs[i + 1], &s->recs[i], (s->n - i) * sizeof s->recs[0]);
     s->n++;
     memset(&s->recs[i], 0, sizeof s->recs[i]);
@@ -215,15 +220,8 @@ static void erase(struct state *s, struct mrec *r)
 
 static struct tomb *tomb_find(const struct state *s, uint64_t uid)
 {
-    uint32_t lo = 0, hi = s->ntombs;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (s->tombs[mid].uid < uid)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < s->ntombs && s->tombs[lo].uid == uid ? &s->tombs[lo] : NULL;
+    uint32_t i = lower_bound(s->tombs, sizeof *s->tombs, s->ntombs, uid);
+    return i < s->ntombs && s->tombs[i].uid == uid ? &s->tombs[i] : NULL;
 }
 
 static int tomb_less(const struct tomb *a, const struct tomb *b)
@@ -258,9 +256,7 @@ static void tomb_add(struct state *s, uint64_t uid, uint64_t seq)
                 (s->ntombs - lo - 1) * sizeof t);
         s->ntombs--;
     }
-    uint32_t i = 0;
-    while (i < s->ntombs && s->tombs[i].uid < uid)
-        i++;
+    uint32_t i = lower_bound(s->tombs, sizeof t, s->ntombs, uid);
     memmove(&s->tombs[i + 1], &s->tombs[i], (s->ntombs - i) * sizeof t);
     s->tombs[i] = t;
     s->ntombs++;
@@ -657,13 +653,13 @@ int ms_mb_new(struct ms_membership **out, const struct ms_mb_self *self,
         ms_mb_free(m);
         return MS_ENOMEM;
     }
+#define OR(x, dflt) ((x) ? (x) : (dflt))
     m->self_uid = me.uid;
-    m->hb_ms = cfg->heartbeat_interval_ms ? cfg->heartbeat_interval_ms : 1000;
-    m->unreachable_ms =
-        cfg->unreachable_after_ms ? cfg->unreachable_after_ms : 5000;
-    m->gossip_ms = cfg->gossip_interval_ms ? cfg->gossip_interval_ms : 1000;
-    m->fanout = cfg->gossip_fanout ? cfg->gossip_fanout : 3;
-    m->seed_timeout_ms = cfg->seed_timeout_ms ? cfg->seed_timeout_ms : 5000;
+    m->hb_ms = OR(cfg->heartbeat_interval_ms, 1000);
+    m->unreachable_ms = OR(cfg->unreachable_after_ms, 5000);
+    m->gossip_ms = OR(cfg->gossip_interval_ms, 1000);
+    m->fanout = OR(cfg->gossip_fanout, 3);
+    m->seed_timeout_ms = OR(cfg->seed_timeout_ms, 5000);
     m->assume_no_shards = cfg->assume_no_shards != 0;
     struct mrec *r = insert(&m->st, &me);
     r->seen = 1;
@@ -691,9 +687,10 @@ static void gossip_round(struct ms_membership *m)
     for (uint32_t i = 0; i < m->st.n; i++)
         eligible += monitored(m, &m->st.recs[i]);
     uint32_t want = eligible < m->fanout ? eligible : m->fanout;
-    uint32_t i = lower_bound(&m->st, m->gossip_cursor + 1);
-    if (m->gossip_cursor == UINT64_MAX)
-        i = 0;
+    uint32_t i = m->gossip_cursor == UINT64_MAX
+                     ? 0
+                     : lower_bound(m->st.recs, sizeof *m->st.recs, m->st.n,
+                                   m->gossip_cursor + 1);
     for (uint32_t k = 0; want && k < 2 * m->st.n; k++, i++) {
         if (i >= m->st.n)
             i = 0;
@@ -846,91 +843,64 @@ int ms_mb_set_owns_shards(struct ms_membership *m, uint64_t uid, int owns,
 struct sbuf {
     char *p;
     size_t n, cap;
-    int oom;
+    int oom;  /* out of memory: the text is lost */
 };
 
-static void sb_grow(struct sbuf *b, size_t extra)
-{
-    if (b->oom || b->n + extra + 1 <= b->cap)
-        return;
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->n + extra + 1)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-        b->oom = 1;
-        return;
-    }
-    b->p = p;
-    b->cap = cap;
-}
-
-static void sb_puts(struct sbuf *b, const char *s)
-{
-    size_t len = strlen(s);
-    sb_grow(b, len);
-    if (b->oom)
-        return;
-    memcpy(b->p + b->n, s, len + 1);
-    b->n += len;
-}
-
+/* Appends printf-style text, growing the buffer. */
 static void sb_fmt(struct sbuf *b, const char *fmt, ...)
 {
-    char tmp[64];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    sb_puts(b, tmp);
+    for (int pass = 0; pass < 2 && !b->oom; pass++) {
+        size_t room = b->cap - b->n;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->n : NULL, room, fmt, ap);
+        va_end(ap);
+        if (n >= 0 && (size_t)n < room) {
+            b->n += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 1024;
+        while (n >= 0 && cap < b->n + (size_t)n + 1)
+            cap *= 2;
+        char *p = n >= 0 ? realloc(b->p, cap) : NULL;
+        if (!p)
+            b->oom = 1;
+        else
+            b->p = p, b->cap = cap;
+    }
 }
 
-static void sb_uid(struct sbuf *b, uint64_t uid)
-{
-    sb_fmt(b, "\"%016llx\"", (unsigned long long)uid);
-}
+#define UID "\"%016llx\""
+#define ULL(x) ((unsigned long long)(x))
 
 char *ms_mb_gossip_encode(const struct ms_membership *m, size_t *len)
 {
     const struct state *s = &m->st;
     struct sbuf b = {0};
     sb_fmt(&b, "{\"v\":1,\"max_up\":%u,\"max_tomb\":%llu,\"members\":[",
-           s->max_up, (unsigned long long)s->max_tomb);
+           s->max_up, ULL(s->max_tomb));
     for (uint32_t i = 0; i < s->n; i++) {
         const struct ms_mb_member *p = &s->recs[i].pub;
-        sb_puts(&b, i ? ",{\"u\":" : "{\"u\":");
-        sb_uid(&b, p->uid);
-        sb_puts(&b, ",\"n\":\"");
-        sb_puts(&b, p->name);
-        sb_puts(&b, "\",\"a\":\"");
-        sb_puts(&b, p->address);
-        sb_puts(&b, "\",\"r\":\"");
-        sb_puts(&b, p->roles);
-        sb_puts(&b, "\",\"ver\":\"");
-        sb_puts(&b, p->version);
-        sb_fmt(&b, "\",\"w\":%u,\"i\":%llu,\"s\":\"", p->weight,
-               (unsigned long long)p->incarnation);
-        sb_puts(&b, ms_mb_status_name(p->status));
-        sb_fmt(&b, "\",\"o\":%u}", p->up_number);
+        sb_fmt(&b,
+               "%s{\"u\":" UID ",\"n\":\"%s\",\"a\":\"%s\",\"r\":\"%s\","
+               "\"ver\":\"%s\",\"w\":%u,\"i\":%llu,\"s\":\"%s\",\"o\":%u}",
+               i ? "," : "", ULL(p->uid), p->name, p->address, p->roles,
+               p->version, p->weight, ULL(p->incarnation),
+               ms_mb_status_name(p->status), p->up_number);
     }
-    sb_puts(&b, "],\"tombstones\":[");
-    for (uint32_t i = 0; i < s->ntombs; i++) {
-        sb_puts(&b, i ? ",{\"u\":" : "{\"u\":");
-        sb_uid(&b, s->tombs[i].uid);
-        sb_fmt(&b, ",\"q\":%llu}", (unsigned long long)s->tombs[i].seq);
-    }
-    sb_puts(&b, "],\"seen\":[");
-    int first = 1;
-    for (uint32_t i = 0; i < s->n; i++) {
-        if (!s->recs[i].seen)
-            continue;
-        if (!first)
-            sb_puts(&b, ",");
-        first = 0;
-        sb_uid(&b, s->recs[i].pub.uid);
-    }
-    sb_puts(&b, "]}");
-    if (b.oom || !b.p) {
+    sb_fmt(&b, "],\"tombstones\":[");
+    for (uint32_t i = 0; i < s->ntombs; i++)
+        sb_fmt(&b, "%s{\"u\":" UID ",\"q\":%llu}", i ? "," : "",
+               ULL(s->tombs[i].uid), ULL(s->tombs[i].seq));
+    sb_fmt(&b, "],\"seen\":[");
+    const char *sep = "";
+    for (uint32_t i = 0; i < s->n; i++)
+        if (s->recs[i].seen) {
+            sb_fmt(&b, "%s" UID, sep, ULL(s->recs[i].pub.uid));
+            sep = ",";
+        }
+    sb_fmt(&b, "]}");
+    if (b.oom) {
         free(b.p);
         return NULL;
     }
@@ -1164,10 +1134,8 @@ static int parse(const char *json, size_t len, struct state *s)
 
 static int in_seen(const struct state *s, uint64_t uid)
 {
-    for (uint32_t i = 0; i < s->nseen; i++)
-        if (s->seen[i] == uid)
-            return 1;
-    return 0;
+    uint32_t i = lower_bound(s->seen, sizeof *s->seen, s->nseen, uid);
+    return i < s->nseen && s->seen[i] == uid;
 }
 
 /* Answers the sender: SEND_GOSSIP to `uid`, address from `rs`. */
@@ -1367,64 +1335,43 @@ size_t ms_mb_status_json(const struct ms_membership *m, char *buf,
 {
     struct sbuf b = {0};
     const struct ms_mb_member *lead = ms_mb_leader(m);
-    sb_puts(&b, "{\"self\":");
-    sb_uid(&b, m->self_uid);
-    sb_puts(&b, ",\"leader\":");
+    char leader[24] = "null";
     if (lead)
-        sb_uid(&b, lead->uid);
-    else
-        sb_puts(&b, "null");
-    sb_fmt(&b, ",\"converged\":%s,\"digest\":",
-           ms_mb_converged(m) ? "true" : "false");
-    sb_uid(&b, m->digest);
-    sb_fmt(&b, ",\"tombstones\":%u,\"members\":[", m->st.ntombs);
-    struct ms_mb_member *sorted = NULL;
-    if (m->st.n) {
-        sorted = malloc(m->st.n * sizeof *sorted);
-        if (!sorted)
-            b.oom = 1;
-    }
+        snprintf(leader, sizeof leader, UID, ULL(lead->uid));
+    sb_fmt(&b,
+           "{\"self\":" UID ",\"leader\":%s,\"converged\":%s,"
+           "\"digest\":" UID ",\"tombstones\":%u,\"members\":[",
+           ULL(m->self_uid), leader, ms_mb_converged(m) ? "true" : "false",
+           ULL(m->digest), m->st.ntombs);
+    struct ms_mb_member *sorted = malloc((m->st.n + 1) * sizeof *sorted);
+    if (!sorted)
+        b.oom = 1;
     for (uint32_t i = 0; sorted && i < m->st.n; i++)
         sorted[i] = m->st.recs[i].pub;
     if (sorted)
         qsort(sorted, m->st.n, sizeof *sorted, ms_mb_age_cmp);
     for (uint32_t i = 0; sorted && i < m->st.n; i++) {
         const struct ms_mb_member *p = &sorted[i];
-        sb_puts(&b, i ? ",{\"uid\":" : "{\"uid\":");
-        sb_uid(&b, p->uid);
-        sb_puts(&b, ",\"name\":\"");
-        sb_puts(&b, p->name);
-        sb_puts(&b, "\",\"address\":\"");
-        sb_puts(&b, p->address);
-        sb_puts(&b, "\",\"status\":\"");
-        sb_puts(&b, ms_mb_status_name(p->status));
-        sb_fmt(&b, "\",\"up_number\":%u,\"roles\":[", p->up_number);
+        sb_fmt(&b,
+               "%s{\"uid\":" UID ",\"name\":\"%s\",\"address\":\"%s\","
+               "\"status\":\"%s\",\"up_number\":%u,\"roles\":[",
+               i ? "," : "", ULL(p->uid), p->name, p->address,
+               ms_mb_status_name(p->status), p->up_number);
         for (const char *r = p->roles; *r;) {
-            const char *e = strchr(r, ',');
-            size_t l = e ? (size_t)(e - r) : strlen(r);
-            char role[MS_MB_MAX_ROLE + 1];
-            memcpy(role, r, l);
-            role[l] = 0;
-            sb_puts(&b, r == p->roles ? "\"" : ",\"");
-            sb_puts(&b, role);
-            sb_puts(&b, "\"");
-            r = e ? e + 1 : r + l;
+            size_t l = strcspn(r, ",");
+            sb_fmt(&b, "%s\"%.*s\"", r == p->roles ? "" : ",", (int)l, r);
+            r += l + (r[l] == ',');
         }
-        sb_puts(&b, "],\"version\":\"");
-        sb_puts(&b, p->version);
-        sb_fmt(&b, "\",\"weight\":%u,\"reachable\":%s}", p->weight,
-               p->reachable ? "true" : "false");
+        sb_fmt(&b, "],\"version\":\"%s\",\"weight\":%u,\"reachable\":%s}",
+               p->version, p->weight, p->reachable ? "true" : "false");
     }
     free(sorted);
-    sb_puts(&b, "]}");
-    size_t need = b.n;
-    if (b.oom) {
-        need = 0;
-        if (buflen)
-            buf[0] = 0;
-    } else if (buflen) {
+    sb_fmt(&b, "]}");
+    size_t need = b.oom ? 0 : b.n;
+    if (buflen) {
         size_t n = need < buflen - 1 ? need : buflen - 1;
-        memcpy(buf, b.p, n);
+        if (n)
+            memcpy(buf, b.p, n);
         buf[n] = 0;
     }
     free(b.p);

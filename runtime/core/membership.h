@@ -82,6 +82,12 @@
  * after seed_timeout_ms without that. The other seeds never bootstrap, so
  * a cluster is not founded twice.
  *
+ * A node that sees itself Down should stop its process (MEMBER_DOWN with
+ * is_self): it can no longer act, and when it is the last member nobody is
+ * left to remove it. A cluster whose Up members were all downed or removed
+ * admits no one any more (only a first seed with no Up member ever known
+ * bootstraps): that takes an operator, as in Akka.
+ *
  * Wire framing is the caller's: a gossip or heartbeat frame should carry the
  * target uid, and a node should drop frames meant for another uid (a new
  * incarnation at the same address). Reply to a heartbeat on the connection
@@ -227,8 +233,10 @@ void ms_mb_free(struct ms_membership *m);
  */
 void ms_mb_tick(struct ms_membership *m, uint64_t now_ms);
 
-/* Milliseconds from `now_ms` until ms_mb_tick() has work, 0 if now. Never
- * more than the heartbeat or gossip interval. */
+/* Milliseconds from `now_ms` until ms_mb_tick() has work, 0 if now (and
+ * before the first call of any entry point). Never more than the heartbeat
+ * or gossip interval while this node is a member; UINT64_MAX once it has
+ * been removed (nothing left to do). */
 uint64_t ms_mb_next_deadline(const struct ms_membership *m, uint64_t now_ms);
 
 /*
@@ -298,7 +306,8 @@ int ms_mb_down(struct ms_membership *m, const char *address,
 /*
  * Tells the view whether member `uid` still owns shards (the coordinator
  * knows; only the leader's view uses it, to move Leaving -> Exiting). Local,
- * never gossiped. Returns 0 or MS_EINVAL for an unknown uid.
+ * never gossiped: a new leader's caller must tell it again. Returns 0 or
+ * MS_EINVAL for an unknown uid.
  */
 int ms_mb_set_owns_shards(struct ms_membership *m, uint64_t uid, int owns,
                           uint64_t now_ms);

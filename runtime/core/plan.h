@@ -47,8 +47,9 @@
  *
  * - Numbers are unsigned decimal integers without leading zeros. `term`
  *   is <= MS_PLAN_MAX_TERM (0 only in "alloc", "stale_term" and
- *   "alloc_refused": a node that never heard from a coordinator), `shards` is 1..MS_PLAN_MAX_SHARDS,
- *   `shard` < MS_PLAN_MAX_SHARDS, generations 1..MS_PLAN_MAX_GEN.
+ *   "alloc_refused": a node that never heard from a coordinator),
+ *   `shards` is 1..MS_PLAN_MAX_SHARDS, `shard` < MS_PLAN_MAX_SHARDS,
+ *   generations 1..MS_PLAN_MAX_GEN.
  * - Entries are in strictly ascending shard order, each shard < `shards`,
  *   at most MS_PLAN_MSG_MAX_ENTRIES per message; "e" may be empty. A plan
  *   or view larger than that is sent as several messages of the same
@@ -168,7 +169,7 @@ int ms_plan_owns(const struct ms_plan *p, uint32_t shard, uint64_t self_uid,
 /* The number of shards `uid` owns in this plan. */
 uint32_t ms_plan_count_owned(const struct ms_plan *p, uint64_t uid);
 
-/* --- the fence -------------------------------------------------------------- */
+/* --- the fence ------------------------------------------------------------ */
 
 /* One per node, zero-initialised by the caller; fields readable. */
 struct ms_plan_fence {
@@ -188,7 +189,7 @@ struct ms_plan_fence {
 int ms_plan_fence_check(struct ms_plan_fence *f, uint64_t term,
                         uint64_t from_uid);
 
-/* --- CONTROL messages ------------------------------------------------------- */
+/* --- CONTROL messages ----------------------------------------------------- */
 
 enum ms_plan_msg_kind {
     MS_PLAN_MSG_VIEW_REQUEST = 1,

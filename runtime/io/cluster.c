@@ -308,8 +308,9 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
     }
     uv_timer_init(loop, &c->tick);
     c->tick.data = c;
-    ms_mb_tick(c->mb, uv_now(loop));
-    drain(c);
+    /* the first tick runs from the loop, once the caller has set up what
+     * the hooks reach */
+    uv_timer_start(&c->tick, on_tick, 0, 0);
     *out = c;
     return 0;
 }

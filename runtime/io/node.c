@@ -19,6 +19,7 @@
 #include "../moonshard.h"
 #include "cluster.h"
 #include "http.h"
+#include "router.h"
 
 #define ROUND_BUDGET 4096
 
@@ -29,6 +30,7 @@ struct ms_node {
     struct ms_bridge *b;
     struct ms_http *http;
     struct ms_cluster *cluster;
+    struct ms_router *router;
     uv_idle_t work;
     uv_timer_t tick;
     uv_timer_t gc;     /* steps the Lua GC while the node is idle */
@@ -135,6 +137,49 @@ static void arm(struct ms_node *n)
 
 static void on_self_removed(void *data);
 
+/* ---- cluster hooks ------------------------------------------------------ */
+
+static void on_cluster_frame(void *data, uint64_t uid, const struct ms_frame *f)
+{
+    struct ms_node *n = data;
+    if (n->router)
+        ms_router_on_frame(n->router, uid, f);
+    arm(n);
+}
+
+static void on_coordinator(void *data, uint64_t uid)
+{
+    struct ms_node *n = data;
+    if (n->router)
+        ms_router_on_coordinator(n->router, uid);
+    arm(n);
+}
+
+static void on_member(void *data, uint64_t uid, int status, int is_self)
+{
+    struct ms_node *n = data;
+    (void)is_self;
+    if (n->router)
+        ms_router_on_member(n->router, uid, status);
+    arm(n);
+}
+
+static int route_tell(void *data, int type, const char *id, size_t idlen,
+                      const char *json, size_t len)
+{
+    struct ms_node *n = data;
+    return ms_router_tell(n->router, type, id, idlen, json, len);
+}
+
+static int64_t route_ask(void *data, int type, const char *id, size_t idlen,
+                         const char *json, size_t len, uint64_t timeout_ms,
+                         const struct ms_waiter *w)
+{
+    struct ms_node *n = data;
+    return ms_router_ask(n->router, type, id, idlen, json, len, timeout_ms,
+                         w);
+}
+
 int ms_node_new(struct ms_node **out, uv_loop_t *loop,
                 const struct ms_node_options *opts, char *err, size_t errlen)
 {
@@ -192,14 +237,24 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
         memset(&hooks, 0, sizeof hooks);
         hooks.data = n;
         hooks.on_self_removed = on_self_removed;
+        hooks.on_frame = on_cluster_frame;
+        hooks.on_coordinator = on_coordinator;
+        hooks.on_member = on_member;
         rc = ms_cluster_start(&n->cluster, loop, &n->cfg, &hooks, err,
                               errlen);
+        if (rc == 0) {
+            rc = ms_router_new(&n->router, loop, n->d, n->cluster, &n->cfg);
+            if (rc < 0)
+                snprintf(err, errlen, "out of memory");
+        }
         if (rc < 0) {
             n->open_handles = 3;
             n->closing = 1;
             ms_node_close(n);
             return rc;
         }
+        struct ms_route_ops ops = {n, route_tell, route_ask};
+        ms_bridge_set_route(n->b, &ops);
     }
     if (!opts->no_http) {
         rc = ms_http_start(&n->http, loop, n, n->cfg.http_host,
@@ -240,6 +295,11 @@ void ms_node_close(struct ms_node *n)
     if (n->closing && !n->d)
         return;
     n->closing = 1;
+    if (n->router) {
+        ms_bridge_set_route(n->b, NULL);
+        ms_router_close(n->router);
+        n->router = NULL;
+    }
     if (n->cluster) {
         ms_cluster_close(n->cluster);
         n->cluster = NULL;
@@ -323,6 +383,8 @@ int ms_node_tell(struct ms_node *n, int type, const char *id, size_t idlen,
 {
     if (n->closing)
         return MS_ECANCELED;
+    if (n->router)
+        return kick(n, ms_router_tell(n->router, type, id, idlen, json, len));
     return kick(n, ms_dispatch_tell(n->d, type, id, idlen, json, len));
 }
 
@@ -335,8 +397,11 @@ int ms_node_ask(struct ms_node *n, int type, const char *id, size_t idlen,
     if (timeout_ms == 0 || !cb)
         return MS_EINVAL;
     struct ms_waiter w = {cb, data, 0};
-    int64_t rc = ms_dispatch_ask(n->d, type, id, idlen, json, len,
-                                 timeout_ms, uv_now(n->loop), &w);
+    int64_t rc = n->router
+                     ? ms_router_ask(n->router, type, id, idlen, json, len,
+                                     timeout_ms, &w)
+                     : ms_dispatch_ask(n->d, type, id, idlen, json, len,
+                                       timeout_ms, uv_now(n->loop), &w);
     return kick(n, rc < 0 ? (int)rc : 0);
 }
 

@@ -49,6 +49,8 @@ struct ms_bridge {
     int handled;
     uint64_t slow;
     uint64_t min_slow_ms; /* smallest slow_handler_ms of all types */
+    struct ms_route_ops route;
+    int routed;           /* route is set */
 };
 
 /* An entity suspended in an ask: its coroutine, the kind of the message
@@ -267,7 +269,9 @@ static int l_tell(lua_State *L)
     int type = (int)luaL_checkinteger(L, 1);
     const char *id = luaL_checklstring(L, 2, &idlen);
     const char *json = luaL_checklstring(L, 3, &len);
-    int rc = ms_dispatch_tell(B->d, type, id, idlen, json, len);
+    int rc = B->routed
+                 ? B->route.tell(B->route.data, type, id, idlen, json, len)
+                 : ms_dispatch_tell(B->d, type, id, idlen, json, len);
     if (rc < 0)
         return push_err(L, rc);
     lua_pushboolean(L, 1);
@@ -286,8 +290,11 @@ static int l_ask(lua_State *L)
     if (B->cur_h == 0)
         return luaL_error(L, "ask is only possible inside a handler");
     struct ms_waiter w = {NULL, NULL, B->cur_h};
-    int64_t corr = ms_dispatch_ask(B->d, type, id, idlen, json, len,
-                                   timeout_ms ? timeout_ms : 1, now_ms(), &w);
+    uint64_t t = timeout_ms ? timeout_ms : 1;
+    int64_t corr = B->routed ? B->route.ask(B->route.data, type, id, idlen,
+                                            json, len, t, &w)
+                             : ms_dispatch_ask(B->d, type, id, idlen, json,
+                                               len, t, now_ms(), &w);
     if (corr < 0)
         return push_err(L, (int)corr);
     B->ask_corr = (uint64_t)corr;
@@ -887,6 +894,13 @@ int ms_bridge_run(struct ms_bridge *b, int budget)
         b->cur_h = 0;
     }
     return b->handled;
+}
+
+void ms_bridge_set_route(struct ms_bridge *b, const struct ms_route_ops *ops)
+{
+    b->routed = ops != NULL;
+    if (ops)
+        b->route = *ops;
 }
 
 int ms_bridge_gc_step(struct ms_bridge *b, int kb)

@@ -48,6 +48,20 @@ int ms_bridge_node_names(struct ms_bridge *b, const char *path,
 int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,
                     const struct ms_config *cfg, char *err, size_t errlen);
 
+/* Where entity-to-entity sends go: by default straight into this node's
+ * dispatcher; in a cluster through the router. */
+struct ms_route_ops {
+    void *data;
+    int (*tell)(void *data, int type, const char *id, size_t idlen,
+                const char *json, size_t len);
+    int64_t (*ask)(void *data, int type, const char *id, size_t idlen,
+                   const char *json, size_t len, uint64_t timeout_ms,
+                   const struct ms_waiter *w);
+};
+
+/* Sets the route for entity sends (copied); NULL restores the default. */
+void ms_bridge_set_route(struct ms_bridge *b, const struct ms_route_ops *ops);
+
 /* Runs ready work: resumes entities whose asks finished, then up to
  * `budget` deliveries. Returns the number of messages handled. */
 int ms_bridge_run(struct ms_bridge *b, int budget);

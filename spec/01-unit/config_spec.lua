@@ -103,11 +103,20 @@ describe("moonshard.config", function()
             local cfg = assert(config.load(write_temp(BASE)))
             assert.equal(2, #cfg.entity_list)
             local counter, order = cfg.entity_list[1], cfg.entity_list[2]
+            -- The strategy objects are checked in strategy_config_spec.lua.
+            local fields = {}
+            for k, v in pairs(counter) do
+                if k ~= "allocation" and k ~= "rebalance" then
+                    fields[k] = v
+                end
+            end
+            local ll = "least_loaded{absolute_limit=0,relative_limit=0.1}"
             assert.same({
                 name = "Counter", module = "counter", shard_count = 16,
                 idle_timeout = 120, idle_timeout_ms = 120000,
                 on_error = "stop", max_pending = 10000, slow_handler_ms = 100,
-            }, counter)
+                allocation_id = ll, rebalance_id = ll,
+            }, fields)
             assert.equal("Order", order.name)
             assert.equal(2500, order.idle_timeout_ms)
             assert.equal("resume", order.on_error)

@@ -554,6 +554,59 @@ static void test_seed_bootstrap(void)
     ms_mb_free(b);
 }
 
+static char *gossip_of(int nmembers, const char *member_fmt, uint64_t first);
+#define MEMBER                                                              \
+    "{\"u\":\"%016llx\",\"n\":\"x%d\",\"a\":\"10.0.0.1:%d\",\"r\":\"\","    \
+    "\"ver\":\"\",\"w\":1,\"i\":0,\"s\":\"up\",\"o\":1}"
+
+/* Gossip goes to `fanout` peers per round, round-robin in uid order;
+ * heartbeats and unreachability follow the configured intervals. */
+static void test_rounds(void)
+{
+    struct ms_membership *m = NULL;
+    struct ms_mb_self self = {.name = "a", .address = "h:1", .uid = 1};
+    struct ms_mb_config cfg = {.heartbeat_interval_ms = 250,
+                               .unreachable_after_ms = 1000,
+                               .gossip_interval_ms = 500};
+    CHECK(ms_mb_new(&m, &self, &cfg) == 0);
+    ms_mb_tick(m, 0);
+    count_kind(m, 0);
+    char *g = gossip_of(4, MEMBER, 2); /* uids 2..5 */
+    CHECK(ms_mb_gossip_merge(m, g, strlen(g), 2, 10) == 0);
+    free(g);
+    struct ms_mb_action a;
+    int answers = 0;
+    while (ms_mb_next_action(m, &a))
+        answers += a.kind == MS_MB_SEND_GOSSIP && a.uid == 2;
+    CHECK(answers == 1); /* the sender was behind */
+    uint64_t targets[16];
+    int nt = 0, hbs = 0, unreachable = 0;
+    for (uint64_t t = 250; t <= 2000; t += 250) {
+        ms_mb_tick(m, t);
+        while (ms_mb_next_action(m, &a)) {
+            if (a.kind == MS_MB_SEND_GOSSIP && nt < 16)
+                targets[nt++] = a.uid;
+            hbs += a.kind == MS_MB_SEND_HEARTBEAT;
+            if (a.kind == MS_MB_MEMBER_UNREACHABLE) {
+                CHECK(t == 1250); /* 1000 ms after it was learned at 10 */
+                unreachable++;
+            }
+        }
+        CHECK(ms_mb_next_deadline(m, t) <= 250);
+    }
+    static const uint64_t want[12] = {2, 3, 4, 5, 2, 3, 4, 5, 2, 3, 4, 5};
+    CHECK(nt == 12);
+    for (int i = 0; i < nt && i < 12; i++)
+        CHECK(targets[i] == want[i]);
+    CHECK(hbs == 8 * 4);
+    CHECK(unreachable == 4);
+    ms_mb_on_heartbeat_ack(m, 3, 2010);
+    CHECK(ms_mb_is_reachable(m, 3) && !ms_mb_is_reachable(m, 4));
+    CHECK(ms_mb_next_action(m, &a) && a.kind == MS_MB_MEMBER_REACHABLE &&
+          a.uid == 3);
+    ms_mb_free(m);
+}
+
 /* --- the simulation --- */
 
 static void test_converge_join_leave(void)
@@ -810,11 +863,15 @@ static void test_chaos(uint64_t seed)
         if (!active(&s, i))
             continue;
         members++;
+        if (!ms_mb_leader(s.n[i].m))
+            continue; /* its cluster lost every Up member (to downs, or it
+                         restarted after they all left): only an operator
+                         can help, and no status may move */
         for (int j = 0; j < s.nn; j++) {
             int st = status_in(&s, i, j);
             /* nobody is left half-way out: Leaving, Exiting and Down all
-             * end in Removed (Joining stays when its cluster lost every
-             * Up member to downs; unknown when split off) */
+             * end in Removed, dead incarnations too (unknown when split
+             * off by downs on both sides of a partition) */
             CHECK(st != MS_MB_LEAVING && st != MS_MB_EXITING &&
                   st != MS_MB_DOWN);
             if (!s.n[j].alive)
@@ -850,10 +907,6 @@ static char *gossip_of(int nmembers, const char *member_fmt, uint64_t first)
     snprintf(b + n, cap - n, "],\"tombstones\":[],\"seen\":[]}");
     return b;
 }
-
-#define MEMBER                                                              \
-    "{\"u\":\"%016llx\",\"n\":\"x%d\",\"a\":\"10.0.0.1:%d\",\"r\":\"\","    \
-    "\"ver\":\"\",\"w\":1,\"i\":0,\"s\":\"up\",\"o\":1}"
 
 struct bad {
     const char *text;
@@ -1082,6 +1135,7 @@ int main(void)
     test_new_rejects();
     test_single_node();
     test_seed_bootstrap();
+    test_rounds();
     test_converge_join_leave();
     test_partition_heals();
     test_kill_then_down();

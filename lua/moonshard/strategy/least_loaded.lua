@@ -38,7 +38,6 @@
 local util = require "moonshard.strategy.util"
 
 local ipairs = ipairs
-local next = next
 local tostring = tostring
 local setmetatable = setmetatable
 local ceil = math.ceil
@@ -48,6 +47,7 @@ local sort = table.sort
 
 local M = {}
 
+-- luacheck: no self (a method need not use its object's options)
 local methods = {}
 local mt = { __index = methods }
 
@@ -117,7 +117,7 @@ end
 -- Returns the shards to move this round, ascending.
 function methods:rebalance(view)
     local v = util.view(view, 2)
-    if next(v.in_progress) ~= nil or not util.stable(v) then
+    if util.in_progress_count(v) > 0 or not util.stable(v) then
         return {}
     end
     local list = regions(v)

@@ -21,8 +21,8 @@
 -- name), so a strategy gives the same answer whatever order the caller built
 -- its tables in. `plan` and `in_progress` may be nil (empty). A member's
 -- `reachable` may be nil (reachable); `status` "exiting" counts as leaving;
--- members whose status is none of up, leaving, exiting and joining (say
--- "down" or "removed") are dropped from the view.
+-- members that are "down" or "removed" are dropped from the view; any other
+-- status is an error.
 
 local type = type
 local pairs = pairs
@@ -309,6 +309,7 @@ end
 -- Members and the view
 
 local STATUSES = { up = true, leaving = true, exiting = true, joining = true }
+local GONE = { down = true, removed = true }
 
 function M.is_leaving(m)
     return m.status == "leaving" or m.status == "exiting"
@@ -389,6 +390,9 @@ function M.view(view, level)
         by_name[m.name] = m
         if STATUSES[m.status] then
             members[#members + 1] = m
+        elseif not GONE[m.status] then
+            bad_view(format("member %s has status %s", m.name,
+                            tostring(m.status)), level)
         end
     end
     sort(members, M.older)

@@ -1,0 +1,878 @@
+/*
+ * router.c -- routes messages to shard owners; the region side of the
+ * plan protocol (runtime/core/plan.h).
+ *
+ * Remote asks are opened in the dispatcher (ms_dispatch_ask_open) before
+ * their frame leaves, so the dispatcher's deadline ends them exactly once
+ * whatever happens to the frame; a REPLY or REPLY_ERROR completes them.
+ */
+#include "router.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/coordinator.h"
+#include "../core/log.h"
+#include "../core/membership.h"
+#include "../core/plan.h"
+#include "../moonshard.h"
+
+#define SWEEP_MS 100
+#define ALLOC_RETRY_MS 500
+#define MAX_RETRIES 5
+
+struct pend {
+    struct pend *next;
+    int kind;             /* MS_FRAME_TELL or MS_FRAME_ASK */
+    int64_t corr;         /* the dispatcher's ask (ASK) */
+    uint64_t deadline_ms;
+    uint32_t idlen, len;
+    int retries;
+    char data[];          /* id, payload */
+};
+
+struct rshard {
+    struct pend *head, *tail;
+    uint32_t n;
+    uint64_t alloc_sent_ms;
+};
+
+struct rtype {
+    struct ms_plan *plan;
+    struct rshard *shards;   /* allocated on first use */
+    char fingerprint[512];
+    int refused;             /* the coordinator refused our settings */
+};
+
+struct ms_router {
+    uv_loop_t *loop;
+    struct ms_dispatch *d;
+    struct ms_cluster *c;
+    const struct ms_config *cfg;
+    struct rtype *types;
+    int ntypes;
+    uint64_t self;
+    struct ms_plan_fence fence;
+    uv_timer_t sweep;
+    uint32_t nbuffered;      /* messages waiting, all shards */
+    struct ms_coord *coord;  /* active while this node coordinates */
+    struct ms_router_stats st;
+};
+
+/* Reply to a remote ask handled here. */
+struct remote_ask {
+    struct ms_router *r;
+    uint64_t uid;
+    uint64_t corr;
+};
+
+static void flush_shard(struct ms_router *r, int type, uint32_t shard);
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static uint64_t now(struct ms_router *r)
+{
+    return uv_now(r->loop);
+}
+
+static const char *tname(struct ms_router *r, int type)
+{
+    return r->cfg->types[type].name;
+}
+
+static int type_by_name(struct ms_router *r, const char *name, size_t len)
+{
+    for (int i = 0; i < r->ntypes; i++)
+        if (strlen(tname(r, i)) == len && memcmp(tname(r, i), name, len) == 0)
+            return i;
+    return -1;
+}
+
+static void on_control(struct ms_router *r, uint64_t uid,
+                       const struct ms_frame *f);
+
+/* Sends a CONTROL payload to `uid`; to this node itself it is handled at
+ * once, as if it had arrived. */
+static void send_payload(struct ms_router *r, uint64_t uid, const char *txt,
+                         size_t len)
+{
+    struct ms_frame f;
+    memset(&f, 0, sizeof f);
+    f.kind = MS_FRAME_CONTROL;
+    f.payload = txt;
+    f.payload_len = len;
+    if (uid == r->self)
+        on_control(r, r->self, &f);
+    else
+        ms_cluster_send(r->c, uid, &f);
+}
+
+static void send_control(struct ms_router *r, uint64_t uid,
+                         const struct ms_plan_msg *m)
+{
+    char *txt;
+    size_t len;
+    if (ms_plan_msg_encode(m, &txt, &len) < 0)
+        return;
+    send_payload(r, uid, txt, len);
+    free(txt);
+}
+
+/* Performs the coordinator's queued actions. Broadcasts go to every live
+ * member, this node included. */
+static void coord_drain(struct ms_router *r)
+{
+    struct ms_coord_action a;
+    while (ms_coord_next_action(r->coord, &a)) {
+        if (a.kind == MS_COORD_SEND) {
+            send_payload(r, a.uid, a.payload, a.len);
+        } else if (a.kind == MS_COORD_BROADCAST) {
+            struct ms_membership *mb = ms_cluster_membership(r->c);
+            size_t n = ms_mb_member_count(mb);
+            uint64_t *uids = malloc((n + 1) * sizeof *uids);
+            size_t k = 0;
+            for (size_t i = 0; uids && i < n; i++) {
+                const struct ms_mb_member *m = ms_mb_member_at(mb, i);
+                if (m && m->status <= MS_MB_EXITING)
+                    uids[k++] = m->uid;
+            }
+            for (size_t i = 0; i < k; i++)
+                send_payload(r, uids[i], a.payload, a.len);
+            free(uids);
+        } else if (a.kind == MS_COORD_READY) {
+            ms_log(MS_LOG_INFO, NULL, "coordinator ready, term %llu",
+                   (unsigned long long)a.term);
+        } else if (a.kind == MS_COORD_DEPOSED) {
+            ms_log(MS_LOG_WARN, NULL, "coordinator deposed by term %llu",
+                   (unsigned long long)a.term);
+        }
+        free(a.payload);
+    }
+}
+
+static int frame_error(struct ms_router *r, uint64_t uid, uint64_t corr,
+                       int err, const char *message)
+{
+    char buf[512];
+    size_t n = ms_error_json(buf, sizeof buf, err, message);
+    struct ms_frame f;
+    memset(&f, 0, sizeof f);
+    f.kind = MS_FRAME_REPLY_ERROR;
+    f.corr = corr;
+    f.flags = (uint16_t)(-err);
+    f.payload = buf;
+    f.payload_len = n;
+    return ms_cluster_send(r->c, uid, &f);
+}
+
+static void fail_ask(struct ms_router *r, int64_t corr, int err,
+                     const char *message)
+{
+    char buf[512];
+    size_t n = ms_error_json(buf, sizeof buf, err, message);
+    ms_dispatch_ask_complete(r->d, corr, err, buf, n);
+}
+
+/* ---- waiting for an owner ------------------------------------------------ */
+
+static struct rshard *rshard(struct ms_router *r, int type, uint32_t shard)
+{
+    struct rtype *t = &r->types[type];
+    if (!t->shards) {
+        t->shards = calloc(r->cfg->types[type].shard_count, sizeof *t->shards);
+        if (!t->shards)
+            return NULL;
+    }
+    return &t->shards[shard];
+}
+
+/* Asks the coordinator to allocate the shard (at most every
+ * ALLOC_RETRY_MS per shard). */
+static void request_alloc(struct ms_router *r, int type, uint32_t shard)
+{
+    struct rshard *s = rshard(r, type, shard);
+    uint64_t coord = ms_cluster_coordinator(r->c);
+    if (!s || !coord || now(r) - s->alloc_sent_ms < ALLOC_RETRY_MS)
+        return;
+    s->alloc_sent_ms = now(r);
+    struct ms_plan_msg m;
+    memset(&m, 0, sizeof m);
+    m.kind = MS_PLAN_MSG_ALLOC;
+    m.term = r->fence.term;
+    snprintf(m.type, sizeof m.type, "%s", tname(r, type));
+    m.shard = shard;
+    send_control(r, coord, &m);
+}
+
+static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
+                  int64_t corr, uint64_t deadline_ms, const char *id,
+                  size_t idlen, const char *json, size_t len, int retries)
+{
+    struct rshard *s = rshard(r, type, shard);
+    if (!s)
+        return MS_ENOMEM;
+    if (s->n >= MS_ROUTE_BUFFER) {
+        r->st.buffer_overflows++;
+        return MS_EOVERFLOW;
+    }
+    struct pend *p = malloc(sizeof *p + idlen + len);
+    if (!p)
+        return MS_ENOMEM;
+    p->next = NULL;
+    p->kind = kind;
+    p->corr = corr;
+    p->deadline_ms = deadline_ms;
+    p->idlen = (uint32_t)idlen;
+    p->len = (uint32_t)len;
+    p->retries = retries;
+    memcpy(p->data, id, idlen);
+    memcpy(p->data + idlen, json, len);
+    if (s->tail)
+        s->tail->next = p;
+    else
+        s->head = p;
+    s->tail = p;
+    s->n++;
+    r->nbuffered++;
+    r->st.buffered++;
+    return 0;
+}
+
+/* ---- sending ------------------------------------------------------------- */
+
+/* Sends a request frame to `owner`. */
+static int send_request(struct ms_router *r, uint64_t owner, int kind,
+                        int64_t corr, int type, uint32_t shard, uint64_t gen,
+                        const char *id, size_t idlen, const char *json,
+                        size_t len, int retries)
+{
+    struct ms_frame f;
+    memset(&f, 0, sizeof f);
+    f.kind = (uint8_t)kind;
+    f.flags = (uint16_t)retries;
+    f.corr = (uint64_t)corr;
+    f.shard = shard;
+    f.generation = gen;
+    f.type = tname(r, type);
+    f.type_len = strlen(f.type);
+    f.id = id;
+    f.id_len = idlen;
+    f.payload = json;
+    f.payload_len = len;
+    int rc = ms_cluster_send(r->c, owner, &f);
+    if (rc == 0)
+        r->st.remote_routes++;
+    return rc;
+}
+
+/*
+ * Routes one message whose ask (if any) is already open. Returns 0 when
+ * it was delivered, sent or buffered, or a negative code (a tell was not
+ * accepted; an ask was failed with that code).
+ */
+static int route(struct ms_router *r, int kind, int64_t corr, int type,
+                 const char *id, size_t idlen, const char *json, size_t len,
+                 uint64_t deadline_ms, int retries)
+{
+    uint32_t shard = ms_shard_of(id, idlen, r->cfg->types[type].shard_count);
+    uint64_t gen;
+    uint64_t owner = ms_plan_owner(r->types[type].plan, shard, &gen);
+    struct rshard *s = r->types[type].shards
+                           ? &r->types[type].shards[shard] : NULL;
+    int waiting = s && s->head; /* keep order behind waiting messages */
+    if (owner == r->self && !waiting) {
+        r->st.local_routes++;
+        if (kind == MS_FRAME_TELL)
+            return ms_dispatch_tell(r->d, type, id, idlen, json, len);
+        int rc = ms_dispatch_ask_enqueue(r->d, corr, type, id, idlen, json,
+                                         len);
+        return rc < 0 ? rc : 0;
+    }
+    if (owner && owner != r->self && !waiting &&
+        ms_cluster_member_usable(r->c, owner) &&
+        send_request(r, owner, kind, corr, type, shard, gen, id, idlen, json,
+                     len, retries) == 0)
+        return 0;
+    int rc = buffer(r, type, shard, kind, corr, deadline_ms, id, idlen, json,
+                    len, retries);
+    if (rc < 0) {
+        if (kind == MS_FRAME_ASK)
+            fail_ask(r, corr, rc, rc == MS_EOVERFLOW
+                                      ? "too many messages wait for this "
+                                        "shard's owner"
+                                      : ms_strerror(rc));
+        return rc;
+    }
+    if (!owner)
+        request_alloc(r, type, shard);
+    return 0;
+}
+
+int ms_router_tell(struct ms_router *r, int type, const char *id,
+                   size_t idlen, const char *json, size_t len)
+{
+    if (type < 0 || type >= r->ntypes)
+        return MS_ENOTYPE;
+    if (idlen == 0 || idlen > MS_MAX_ID || len > r->cfg->max_message)
+        return MS_E2BIG;
+    if (r->types[type].refused)
+        return MS_EUNAVAIL;
+    return route(r, MS_FRAME_TELL, 0, type, id, idlen, json, len,
+                 now(r) + MS_ROUTE_TELL_DEADLINE_MS, 0);
+}
+
+int64_t ms_router_ask(struct ms_router *r, int type, const char *id,
+                      size_t idlen, const char *json, size_t len,
+                      uint64_t timeout_ms, const struct ms_waiter *w)
+{
+    if (type < 0 || type >= r->ntypes)
+        return MS_ENOTYPE;
+    if (idlen == 0 || idlen > MS_MAX_ID || len > r->cfg->max_message)
+        return MS_E2BIG;
+    if (r->types[type].refused)
+        return MS_EUNAVAIL;
+    uint32_t shard = ms_shard_of(id, idlen, r->cfg->types[type].shard_count);
+    uint64_t owner = ms_plan_owner(r->types[type].plan, shard, NULL);
+    struct rshard *s = r->types[type].shards
+                           ? &r->types[type].shards[shard] : NULL;
+    if (owner == r->self && !(s && s->head)) {
+        r->st.local_routes++;
+        return ms_dispatch_ask(r->d, type, id, idlen, json, len, timeout_ms,
+                               now(r), w);
+    }
+    int64_t corr = ms_dispatch_ask_open(r->d, timeout_ms, now(r), w);
+    if (corr < 0)
+        return corr;
+    route(r, MS_FRAME_ASK, corr, type, id, idlen, json, len,
+          now(r) + timeout_ms, 0);
+    return corr; /* a failure above already ended the ask */
+}
+
+/* Sends (or delivers) what waits for a shard, in order, while its owner is
+ * usable. */
+static void flush_shard(struct ms_router *r, int type, uint32_t shard)
+{
+    struct rshard *s = r->types[type].shards
+                           ? &r->types[type].shards[shard] : NULL;
+    if (!s)
+        return;
+    uint64_t gen;
+    uint64_t owner = ms_plan_owner(r->types[type].plan, shard, &gen);
+    if (!owner || (owner != r->self && !ms_cluster_member_usable(r->c, owner)))
+        return;
+    while (s->head) {
+        struct pend *p = s->head;
+        const char *id = p->data, *json = p->data + p->idlen;
+        int rc = 0;
+        if (p->kind == MS_FRAME_ASK && !ms_dispatch_ask_pending(r->d, p->corr)) {
+            rc = 0; /* it timed out meanwhile */
+        } else if (owner == r->self) {
+            r->st.local_routes++;
+            if (p->kind == MS_FRAME_TELL)
+                rc = ms_dispatch_tell(r->d, type, id, p->idlen, json, p->len);
+            else
+                ms_dispatch_ask_enqueue(r->d, p->corr, type, id, p->idlen,
+                                        json, p->len);
+            if (rc < 0)
+                ms_log(MS_LOG_WARN, NULL, "a tell for %s that waited for its "
+                       "shard's owner was refused: %s", tname(r, type),
+                       ms_strerror(rc));
+        } else {
+            rc = send_request(r, owner, p->kind, p->corr, type, shard, gen, id,
+                              p->idlen, json, p->len, p->retries);
+            if (rc < 0)
+                return; /* the connection went: keep waiting */
+        }
+        s->head = p->next;
+        if (!s->head)
+            s->tail = NULL;
+        s->n--;
+        r->nbuffered--;
+        free(p);
+    }
+}
+
+/* Fails waiting messages past their deadline; re-asks for allocations. */
+static void on_sweep(uv_timer_t *t)
+{
+    struct ms_router *r = t->data;
+    uint64_t n = now(r);
+    ms_coord_tick(r->coord, n);
+    coord_drain(r);
+    for (int type = 0; type < r->ntypes && r->nbuffered; type++) {
+        struct rtype *rt = &r->types[type];
+        if (!rt->shards)
+            continue;
+        for (uint32_t sh = 0; sh < r->cfg->types[type].shard_count; sh++) {
+            struct rshard *s = &rt->shards[sh];
+            if (!s->head)
+                continue;
+            flush_shard(r, type, sh);
+            while (s->head && s->head->deadline_ms <= n) {
+                struct pend *p = s->head;
+                s->head = p->next;
+                if (!s->head)
+                    s->tail = NULL;
+                s->n--;
+                r->nbuffered--;
+                r->st.expired++;
+                if (p->kind == MS_FRAME_ASK)
+                    fail_ask(r, p->corr, MS_ETIMEDOUT,
+                             "no owner for the entity's shard before the "
+                             "deadline");
+                else
+                    ms_log(MS_LOG_WARN, NULL, "a tell to %s %.*s was dropped: "
+                           "no owner for shard %u within %d s",
+                           tname(r, type), (int)p->idlen, p->data, sh,
+                           MS_ROUTE_TELL_DEADLINE_MS / 1000);
+                free(p);
+            }
+            if (s->head && !ms_plan_owner(rt->plan, sh, NULL))
+                request_alloc(r, type, sh);
+        }
+    }
+}
+
+/* ---- incoming ------------------------------------------------------------ */
+
+static void on_remote_reply(void *data, int err, const char *payload,
+                            size_t len)
+{
+    struct remote_ask *ra = data;
+    struct ms_router *r = ra->r;
+    if (err == 0) {
+        struct ms_frame f;
+        memset(&f, 0, sizeof f);
+        f.kind = MS_FRAME_REPLY;
+        f.corr = ra->corr;
+        f.payload = payload;
+        f.payload_len = len;
+        ms_cluster_send(r->c, ra->uid, &f);
+    } else {
+        struct ms_frame f;
+        memset(&f, 0, sizeof f);
+        f.kind = MS_FRAME_REPLY_ERROR;
+        f.corr = ra->corr;
+        f.flags = (uint16_t)(-err);
+        f.payload = payload;
+        f.payload_len = len;
+        ms_cluster_send(r->c, ra->uid, &f);
+    }
+    free(ra);
+}
+
+/* A TELL or ASK from another node for a shard we may own. */
+static void on_request(struct ms_router *r, uint64_t uid,
+                       const struct ms_frame *f)
+{
+    int type = type_by_name(r, f->type, f->type_len);
+    if (type < 0) {
+        if (f->kind == MS_FRAME_ASK)
+            frame_error(r, uid, f->corr, MS_ENOTYPE,
+                        "unknown entity type on the owner");
+        return;
+    }
+    uint32_t shard = ms_shard_of(f->id, f->id_len,
+                                 r->cfg->types[type].shard_count);
+    if (shard != f->shard ||
+        !ms_plan_owns(r->types[type].plan, shard, r->self, f->generation)) {
+        /* echo the request so that the sender can route it again */
+        struct ms_frame no = *f;
+        no.kind = MS_FRAME_NOT_OWNER;
+        no.flags = f->kind == MS_FRAME_ASK ? 1 : 0;
+        ms_plan_owner(r->types[type].plan, shard, &no.generation);
+        ms_cluster_send(r->c, uid, &no);
+        r->st.not_owner_sent++;
+        return;
+    }
+    r->st.forwards++;
+    if (f->kind == MS_FRAME_TELL) {
+        int rc = ms_dispatch_tell(r->d, type, f->id, f->id_len, f->payload,
+                                  f->payload_len);
+        if (rc < 0)
+            ms_log(MS_LOG_WARN, NULL, "a tell from another node was "
+                   "refused: %s", ms_strerror(rc));
+        return;
+    }
+    struct remote_ask *ra = malloc(sizeof *ra);
+    if (!ra) {
+        frame_error(r, uid, f->corr, MS_ENOMEM, "out of memory");
+        return;
+    }
+    ra->r = r;
+    ra->uid = uid;
+    ra->corr = f->corr;
+    struct ms_waiter w = {on_remote_reply, ra, 0};
+    /* the asker's deadline governs; ours only bounds a lost node */
+    int64_t rc = ms_dispatch_ask(r->d, type, f->id, f->id_len, f->payload,
+                                 f->payload_len, 24 * 3600 * 1000ULL, now(r),
+                                 &w);
+    if (rc < 0) {
+        frame_error(r, uid, f->corr, (int)rc, ms_strerror((int)rc));
+        free(ra);
+    }
+}
+
+/* Our request reached a node that does not own the shard. */
+static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
+{
+    int type = type_by_name(r, f->type, f->type_len);
+    if (type < 0)
+        return;
+    int kind = f->flags ? MS_FRAME_ASK : MS_FRAME_TELL;
+    int64_t corr = (int64_t)f->corr;
+    if (kind == MS_FRAME_ASK && !ms_dispatch_ask_pending(r->d, corr))
+        return;
+    r->st.not_owner_retries++;
+    int retries = 1; /* the echo does not carry our count; bound by time */
+    uint32_t shard = f->shard;
+    uint64_t gen;
+    ms_plan_owner(r->types[type].plan, shard, &gen);
+    /* our plan is stale (or the owner's): wait for a newer one */
+    int rc = buffer(r, type, shard, kind, corr,
+                    now(r) + (kind == MS_FRAME_ASK ? 30000
+                                                   : MS_ROUTE_TELL_DEADLINE_MS),
+                    f->id, f->id_len, f->payload, f->payload_len, retries);
+    if (rc < 0 && kind == MS_FRAME_ASK)
+        fail_ask(r, corr, rc, ms_strerror(rc));
+    uint64_t coord = ms_cluster_coordinator(r->c);
+    if (coord) {
+        struct rshard *s = rshard(r, type, shard);
+        if (s)
+            s->alloc_sent_ms = 0;
+        request_alloc(r, type, shard);
+    }
+}
+
+/* Region side of the plan protocol. */
+static void answer_views(struct ms_router *r, uint64_t uid, uint64_t term)
+{
+    for (int type = 0; type < r->ntypes; type++) {
+        uint32_t cursor = 0;
+        do {
+            char *txt;
+            size_t len;
+            if (ms_plan_view_encode(r->types[type].plan, tname(r, type),
+                                    r->types[type].fingerprint, term, &cursor,
+                                    &txt, &len) < 0)
+                break;
+            struct ms_frame f;
+            memset(&f, 0, sizeof f);
+            f.kind = MS_FRAME_CONTROL;
+            f.payload = txt;
+            f.payload_len = len;
+            ms_cluster_send(r->c, uid, &f);
+            free(txt);
+        } while (cursor < ms_plan_shard_count(r->types[type].plan));
+    }
+    struct ms_plan_msg done;
+    memset(&done, 0, sizeof done);
+    done.kind = MS_PLAN_MSG_VIEW_DONE;
+    done.term = term;
+    send_control(r, uid, &done);
+}
+
+static void on_control(struct ms_router *r, uint64_t uid,
+                       const struct ms_frame *f)
+{
+    struct ms_plan_msg m;
+    int rc = ms_plan_msg_decode(f->payload, f->payload_len, &m);
+    if (rc < 0) {
+        ms_log(MS_LOG_WARN, NULL, "malformed control message from "
+               "%016llx: %s", (unsigned long long)uid, ms_strerror(rc));
+        return;
+    }
+    switch (m.kind) {
+    case MS_PLAN_MSG_VIEW_REQUEST:
+        if (ms_plan_fence_check(&r->fence, m.term, uid)) {
+            if (uid != r->self) {
+                ms_coord_observe_term(r->coord, m.term);
+                coord_drain(r);
+            }
+            answer_views(r, uid, m.term);
+        } else {
+            struct ms_plan_msg st;
+            memset(&st, 0, sizeof st);
+            st.kind = MS_PLAN_MSG_STALE_TERM;
+            st.term = r->fence.term;
+            send_control(r, uid, &st);
+        }
+        break;
+    case MS_PLAN_MSG_PLAN: {
+        int type = type_by_name(r, m.type, strlen(m.type));
+        if (type < 0 || !ms_plan_fence_check(&r->fence, m.term, uid))
+            break;
+        ms_plan_apply_msg(r->types[type].plan, &m);
+        for (size_t i = 0; i < m.nentries; i++)
+            flush_shard(r, type, m.entries[i].shard);
+        break;
+    }
+    case MS_PLAN_MSG_ALLOC_REFUSED: {
+        int type = type_by_name(r, m.type, strlen(m.type));
+        if (type >= 0 && strcmp(m.code, "not_ready") != 0)
+            ms_log(MS_LOG_WARN, NULL, "allocation of %s shard %u refused: "
+                   "%s (%s)", m.type, m.shard, m.code, m.reason);
+        break; /* waiting messages fail at their deadline; sweep retries */
+    }
+    case MS_PLAN_MSG_REGISTER_REFUSED: {
+        int type = type_by_name(r, m.type, strlen(m.type));
+        if (type >= 0 && !r->types[type].refused) {
+            r->types[type].refused = 1;
+            ms_log(MS_LOG_ERROR, NULL, "the cluster refused entity type %s "
+                   "on this node: %s", m.type, m.reason);
+        }
+        break;
+    }
+    default:
+        /* view, view_done, stale_term, alloc: the coordinator's */
+        ms_coord_on_msg(r->coord, uid, &m, now(r));
+        coord_drain(r);
+    }
+    ms_plan_msg_free(&m);
+}
+
+void ms_router_on_frame(struct ms_router *r, uint64_t uid,
+                        const struct ms_frame *f)
+{
+    switch (f->kind) {
+    case MS_FRAME_TELL:
+    case MS_FRAME_ASK:
+        on_request(r, uid, f);
+        break;
+    case MS_FRAME_REPLY:
+        ms_dispatch_ask_complete(r->d, (int64_t)f->corr, 0, f->payload,
+                                 f->payload_len);
+        break;
+    case MS_FRAME_REPLY_ERROR:
+        ms_dispatch_ask_complete(r->d, (int64_t)f->corr,
+                                 f->flags ? -(int)f->flags : MS_EHANDLER,
+                                 f->payload, f->payload_len);
+        break;
+    case MS_FRAME_NOT_OWNER:
+        on_not_owner(r, f);
+        break;
+    case MS_FRAME_CONTROL:
+        on_control(r, uid, f);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- public -------------------------------------------------------------- */
+
+static void fingerprint(const struct ms_type_config *t, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s|module=%s|shards=%u|idle_ms=%llu|on_error=%s",
+             t->name, t->module, t->shard_count,
+             (unsigned long long)t->idle_timeout_ms,
+             t->on_error_stop ? "stop" : "resume");
+}
+
+/* Allocation strategy until the Lua strategies are wired in: the host with
+ * the fewest shards of the type, non-leaving first, then reachable first,
+ * then the lowest uid. */
+static uint64_t allocate_least_loaded(void *data, int type, uint32_t shard,
+                                      const struct ms_coord_view *view,
+                                      char *err, size_t errlen)
+{
+    (void)data;
+    (void)type;
+    (void)shard;
+    const struct ms_coord_host *best = NULL;
+    for (size_t i = 0; i < view->nhosts; i++) {
+        const struct ms_coord_host *h = &view->hosts[i];
+        if (!best || h->leaving < best->leaving ||
+            (h->leaving == best->leaving &&
+             (h->shards < best->shards ||
+              (h->shards == best->shards && h->reachable > best->reachable))))
+            best = h;
+    }
+    if (!best) {
+        snprintf(err, errlen, "no member can host %s", view->type_name);
+        return 0;
+    }
+    return best->uid;
+}
+
+int ms_router_new(struct ms_router **out, uv_loop_t *loop,
+                  struct ms_dispatch *d, struct ms_cluster *c,
+                  const struct ms_config *cfg)
+{
+    struct ms_router *r = calloc(1, sizeof *r);
+    if (!r)
+        return MS_ENOMEM;
+    r->loop = loop;
+    r->d = d;
+    r->c = c;
+    r->cfg = cfg;
+    r->self = ms_cluster_self_uid(c);
+    r->ntypes = cfg->ntypes;
+    r->types = calloc((size_t)cfg->ntypes + 1, sizeof *r->types);
+    if (!r->types) {
+        free(r);
+        return MS_ENOMEM;
+    }
+    for (int i = 0; i < cfg->ntypes; i++) {
+        r->types[i].plan = ms_plan_new(cfg->types[i].shard_count);
+        fingerprint(&cfg->types[i], r->types[i].fingerprint,
+                    sizeof r->types[i].fingerprint);
+    }
+    struct ms_coord_type *ct = calloc((size_t)cfg->ntypes + 1, sizeof *ct);
+    if (!ct) {
+        free(r->types);
+        free(r);
+        return MS_ENOMEM;
+    }
+    for (int i = 0; i < cfg->ntypes; i++) {
+        ct[i].name = cfg->types[i].name;
+        ct[i].shard_count = cfg->types[i].shard_count;
+        ct[i].fingerprint = r->types[i].fingerprint;
+    }
+    struct ms_coord_config cc;
+    memset(&cc, 0, sizeof cc);
+    cc.self_uid = r->self;
+    cc.types = ct;
+    cc.ntypes = cfg->ntypes;
+    cc.allocate = allocate_least_loaded;
+    cc.data = r;
+    int rc = ms_coord_new(&r->coord, &cc);
+    free(ct);
+    if (rc < 0) {
+        for (int i = 0; i < cfg->ntypes; i++)
+            ms_plan_free(r->types[i].plan);
+        free(r->types);
+        free(r);
+        return rc;
+    }
+    uv_timer_init(loop, &r->sweep);
+    r->sweep.data = r;
+    uv_timer_start(&r->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+    uv_unref((uv_handle_t *)&r->sweep);
+    *out = r;
+    return 0;
+}
+
+uint64_t ms_router_owner(struct ms_router *r, int type, const char *id,
+                         size_t idlen, uint32_t *shard)
+{
+    uint32_t s = ms_shard_of(id, idlen, r->cfg->types[type].shard_count);
+    if (shard)
+        *shard = s;
+    return ms_plan_owner(r->types[type].plan, s, NULL);
+}
+
+size_t ms_router_allocations_json(struct ms_router *r, int type, char *buf,
+                                  size_t len)
+{
+    struct ms_plan *p = r->types[type].plan;
+    uint32_t n = ms_plan_shard_count(p);
+    size_t o = 0;
+    int w = snprintf(buf, len, "{\"type\":\"%s\",\"generation\":%llu,"
+                     "\"shard_count\":%u,\"shards\":[",
+                     tname(r, type),
+                     (unsigned long long)ms_plan_generation(p), n);
+    o = w > 0 ? (size_t)w : 0;
+    for (uint32_t s = 0; s < n; s++) {
+        uint64_t gen;
+        uint64_t owner = ms_plan_owner(p, s, &gen);
+        const char *name = owner ? ms_cluster_member_name(r->c, owner) : NULL;
+        char item[200];
+        if (owner)
+            w = snprintf(item, sizeof item,
+                         "%s{\"shard\":%u,\"owner\":\"%s\",\"uid\":"
+                         "\"%016llx\",\"generation\":%llu}",
+                         s ? "," : "", s, name ? name : "?",
+                         (unsigned long long)owner, (unsigned long long)gen);
+        else
+            w = snprintf(item, sizeof item, "%s{\"shard\":%u,\"owner\":null}",
+                         s ? "," : "", s);
+        if (o + (size_t)w < len)
+            memcpy(buf + o, item, (size_t)w + 1);
+        o += (size_t)w;
+    }
+    if (o + 2 < len)
+        memcpy(buf + o, "]}", 3);
+    return o + 2;
+}
+
+uint32_t ms_router_owned(struct ms_router *r)
+{
+    uint32_t n = 0;
+    for (int i = 0; i < r->ntypes; i++)
+        n += ms_plan_count_owned(r->types[i].plan, r->self);
+    return n;
+}
+
+void ms_router_stats(struct ms_router *r, struct ms_router_stats *out)
+{
+    *out = r->st;
+}
+
+void ms_router_on_coordinator(struct ms_router *r, uint64_t uid)
+{
+    if (uid == r->self) {
+        uint64_t t = ms_coord_max_term(r->coord);
+        if (r->fence.term > t)
+            t = r->fence.term;
+        if (ms_coord_become(r->coord, t + 1, now(r)) < 0)
+            ms_log(MS_LOG_ERROR, NULL, "cannot become coordinator at term "
+                   "%llu", (unsigned long long)(t + 1));
+    } else if (ms_coord_active(r->coord)) {
+        ms_coord_resign(r->coord);
+    }
+    coord_drain(r);
+    /* waiting messages ask the new coordinator on the next sweep */
+    for (int t = 0; t < r->ntypes; t++)
+        if (r->types[t].shards)
+            for (uint32_t s = 0; s < r->cfg->types[t].shard_count; s++)
+                r->types[t].shards[s].alloc_sent_ms = 0;
+}
+
+void ms_router_on_member(struct ms_router *r, uint64_t uid, int status)
+{
+    if (status == MS_MB_UP)
+        ms_coord_member_up(r->coord, uid, now(r));
+    else if (status == MS_MB_LEAVING)
+        ms_coord_member_leaving(r->coord, uid, now(r));
+    else if (status >= MS_MB_DOWN)
+        ms_coord_member_removed(r->coord, uid, now(r));
+    coord_drain(r);
+    /* a member that came (back) may own shards with waiting messages */
+    for (int t = 0; t < r->ntypes; t++)
+        if (r->types[t].shards)
+            for (uint32_t s = 0; s < r->cfg->types[t].shard_count; s++)
+                if (r->types[t].shards[s].head)
+                    flush_shard(r, t, s);
+}
+
+static void on_sweep_closed(uv_handle_t *h)
+{
+    struct ms_router *r = h->data;
+    for (int t = 0; t < r->ntypes; t++) {
+        ms_plan_free(r->types[t].plan);
+        free(r->types[t].shards);
+    }
+    free(r->types);
+    ms_coord_free(r->coord);
+    free(r);
+}
+
+void ms_router_close(struct ms_router *r)
+{
+    for (int t = 0; t < r->ntypes; t++) {
+        struct rtype *rt = &r->types[t];
+        for (uint32_t s = 0; rt->shards && s < r->cfg->types[t].shard_count;
+             s++) {
+            while (rt->shards[s].head) {
+                struct pend *p = rt->shards[s].head;
+                rt->shards[s].head = p->next;
+                if (p->kind == MS_FRAME_ASK)
+                    fail_ask(r, p->corr, MS_ECANCELED, "the node is stopping");
+                free(p);
+            }
+        }
+    }
+    uv_close((uv_handle_t *)&r->sweep, on_sweep_closed);
+}

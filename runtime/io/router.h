@@ -1,0 +1,85 @@
+/*
+ * router.h -- the path of a message across the cluster (DESIGN.md §2).
+ *
+ * shard = fnv1a64(id) % shard_count; the owner comes from this node's copy
+ * of the plan; a local owner gets the message in its shard FIFO, a remote
+ * one a frame {kind, type, id, shard, generation, corr} + the JSON bytes.
+ * Without a usable owner (no plan yet, shard unassigned, owner
+ * unreachable) a message waits in a bounded per-shard buffer (1,024) for
+ * its deadline, then fails explicitly: the router never guesses (G4).
+ * The owner checks the generation and answers NOT_OWNER to a stale
+ * sender, which refreshes and retries within the ask's deadline.
+ */
+#ifndef MS_IO_ROUTER_H
+#define MS_IO_ROUTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "../core/config.h"
+#include "../core/dispatch.h"
+#include "../core/frame.h"
+#include "cluster.h"
+
+#define MS_ROUTE_BUFFER 1024         /* waiting messages per shard */
+#define MS_ROUTE_TELL_DEADLINE_MS 10000 /* how long a tell may wait */
+
+struct ms_router;
+
+struct ms_router_stats {
+    uint64_t local_routes;     /* delivered to this node's FIFOs */
+    uint64_t remote_routes;    /* sent to the owner */
+    uint64_t forwards;         /* received from other nodes and delivered */
+    uint64_t not_owner_sent;   /* NOT_OWNER answers to stale senders */
+    uint64_t not_owner_retries;/* our messages re-routed after NOT_OWNER */
+    uint64_t buffered;         /* messages that had to wait for an owner */
+    uint64_t buffer_overflows; /* refused: the shard's buffer was full */
+    uint64_t expired;          /* waited past their deadline (failed) */
+};
+
+/* Creates the router of a node. All arguments are borrowed for its life. */
+int ms_router_new(struct ms_router **out, uv_loop_t *loop,
+                  struct ms_dispatch *d, struct ms_cluster *c,
+                  const struct ms_config *cfg);
+
+/* See ms_node_tell: routes a tell. */
+int ms_router_tell(struct ms_router *r, int type, const char *id,
+                   size_t idlen, const char *json, size_t len);
+
+/* See ms_node_ask: routes an ask for waiter w; returns its id or a
+ * negative code (waiter not told). */
+int64_t ms_router_ask(struct ms_router *r, int type, const char *id,
+                      size_t idlen, const char *json, size_t len,
+                      uint64_t timeout_ms, const struct ms_waiter *w);
+
+/* Frames for the router: TELL, ASK, REPLY, REPLY_ERROR, NOT_OWNER,
+ * CONTROL. */
+void ms_router_on_frame(struct ms_router *r, uint64_t uid,
+                        const struct ms_frame *f);
+
+/* The coordinator changed (0: none). */
+void ms_router_on_coordinator(struct ms_router *r, uint64_t uid);
+
+/* A member reached `status` (enum ms_mb_status). */
+void ms_router_on_member(struct ms_router *r, uint64_t uid, int status);
+
+/* The owner of `type`'s shard for `id`, 0 when unassigned. */
+uint64_t ms_router_owner(struct ms_router *r, int type, const char *id,
+                         size_t idlen, uint32_t *shard);
+
+/* The plan of `type` as JSON {"type":..,"generation":..,"shards":[..]} with
+ * owner names (defensive copy for the caller). */
+size_t ms_router_allocations_json(struct ms_router *r, int type, char *buf,
+                                  size_t len);
+
+/* Shards of all types this node owns. */
+uint32_t ms_router_owned(struct ms_router *r);
+
+void ms_router_stats(struct ms_router *r, struct ms_router_stats *out);
+
+/* Fails every waiting message (MS_ECANCELED) and frees the router from its
+ * timer's close callback. */
+void ms_router_close(struct ms_router *r);
+
+#endif
