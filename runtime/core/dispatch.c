@@ -369,6 +369,11 @@ const char *ms_dispatch_type_name(struct ms_dispatch *d, int type)
     return type >= 0 && type < d->ntypes ? d->types[type].cfg.name : "?";
 }
 
+int ms_dispatch_unavailable(struct ms_dispatch *d, int type)
+{
+    return type >= 0 && type < d->ntypes && d->types[type].unavailable;
+}
+
 void ms_dispatch_set_unavailable(struct ms_dispatch *d, int type, int yes)
 {
     if (type >= 0 && type < d->ntypes)

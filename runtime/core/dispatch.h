@@ -77,6 +77,9 @@ const char *ms_dispatch_type_name(struct ms_dispatch *d, int type);
  * with MS_EUNAVAIL. */
 void ms_dispatch_set_unavailable(struct ms_dispatch *d, int type, int yes);
 
+/* 1 when the type was marked unavailable. */
+int ms_dispatch_unavailable(struct ms_dispatch *d, int type);
+
 /* Accepts a tell. The payload is copied. Returns 0 or MS_ENOTYPE, MS_E2BIG,
  * MS_EOVERFLOW, MS_EUNAVAIL, MS_ENOMEM. */
 int ms_dispatch_tell(struct ms_dispatch *d, int type, const char *id,

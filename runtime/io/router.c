@@ -316,7 +316,10 @@ int ms_router_tell(struct ms_router *r, int type, const char *id,
         return MS_ENOTYPE;
     if (idlen == 0 || idlen > MS_MAX_ID || len > r->cfg->max_message)
         return MS_E2BIG;
-    if (r->types[type].refused)
+    /* a type whose behavior failed to load here (or that the cluster
+     * refused) is neither hosted nor routed from this node: every node runs
+     * the same code, so it would fail on the others too */
+    if (r->types[type].refused || ms_dispatch_unavailable(r->d, type))
         return MS_EUNAVAIL;
     return route(r, MS_FRAME_TELL, 0, type, id, idlen, json, len,
                  now(r) + MS_ROUTE_TELL_DEADLINE_MS, 0);
@@ -330,7 +333,7 @@ int64_t ms_router_ask(struct ms_router *r, int type, const char *id,
         return MS_ENOTYPE;
     if (idlen == 0 || idlen > MS_MAX_ID || len > r->cfg->max_message)
         return MS_E2BIG;
-    if (r->types[type].refused)
+    if (r->types[type].refused || ms_dispatch_unavailable(r->d, type))
         return MS_EUNAVAIL;
     uint32_t shard = ms_shard_of(id, idlen, r->cfg->types[type].shard_count);
     uint64_t owner = ms_plan_owner(r->types[type].plan, shard, NULL);
@@ -550,6 +553,8 @@ static void answer_views(struct ms_router *r, uint64_t uid, uint64_t term)
 {
     for (int type = 0; type < r->ntypes; type++) {
         uint32_t cursor = 0;
+        if (ms_dispatch_unavailable(r->d, type))
+            continue; /* not hosted here */
         do {
             char *txt;
             size_t len;
@@ -557,12 +562,7 @@ static void answer_views(struct ms_router *r, uint64_t uid, uint64_t term)
                                     r->types[type].fingerprint, term, &cursor,
                                     &txt, &len) < 0)
                 break;
-            struct ms_frame f;
-            memset(&f, 0, sizeof f);
-            f.kind = MS_FRAME_CONTROL;
-            f.payload = txt;
-            f.payload_len = len;
-            ms_cluster_send(r->c, uid, &f);
+            send_payload(r, uid, txt, len);
             free(txt);
         } while (cursor < ms_plan_shard_count(r->types[type].plan));
     }
