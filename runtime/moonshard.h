@@ -170,6 +170,32 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen);
  * needed. */
 size_t ms_node_members_json(struct ms_node *n, char *buf, size_t buflen);
 
+/* Writes {"type":..,"id":..,"shard":N,"owner":"name"|null,"uid":..} for
+ * the entity: the owner in this node's copy of the plan. */
+size_t ms_node_owner_json(struct ms_node *n, int type, const char *id,
+                          size_t idlen, char *buf, size_t buflen);
+
+/* Writes the plan of `type` (a defensive copy with its generation). */
+size_t ms_node_allocations_json(struct ms_node *n, int type, char *buf,
+                                size_t buflen);
+
+/* Eager creation: activates the entity where it lives; `cb` gets
+ * {"created":true} when this request created it, else false. */
+int ms_node_activate(struct ms_node *n, int type, const char *id,
+                     size_t idlen, uint64_t timeout_ms, ms_ask_cb cb,
+                     void *data);
+
+/* 0 when `token` matches the configured admin_token, MS_EINVAL when none
+ * is configured, UV_EACCES when it does not match. */
+int ms_node_check_admin(struct ms_node *n, const char *token, size_t len);
+
+/* This node leaves the cluster gracefully (it stops once removed). */
+int ms_node_leave(struct ms_node *n);
+
+/* Downs the member at `address` ("host:port", optionally as a JSON
+ * string). Returns 0 or MS_EINVAL for an unknown address. */
+int ms_node_down(struct ms_node *n, const char *address);
+
 /* Number of messages accepted but not yet handled (all shards). */
 uint64_t ms_node_pending(struct ms_node *n);
 

@@ -613,7 +613,7 @@ local MODULE_PATTERN = "^[%w_%-]+[%w_%-%.]*$"
 
 local TOP_FIELDS = {
     cluster = true, secret = true, seeds = true, nodes = true,
-    entities = true, limits = true, gc_step_kb = true,
+    entities = true, limits = true, gc_step_kb = true, admin_token = true,
 }
 local NODE_FIELDS = { name = true, listen = true, http = true, roles = true }
 local ENTITY_FIELDS = {
@@ -821,6 +821,7 @@ local function check(t)
         required = true, pattern = NAME_PATTERN, pattern_reason = NAME_REASON,
     })
     cfg.secret = string_field(t, "secret", root, {})
+    cfg.admin_token = string_field(t, "admin_token", root, {})
     local seeds = check_seeds(t.seeds, { "seeds" })
     cfg.nodes = check_nodes(t.nodes, { "nodes" })
     -- Without seeds the first node forms the cluster and the others join it.

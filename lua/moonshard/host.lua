@@ -24,6 +24,7 @@ local tell_c, ask_c, after_c, cancel_c = core.tell, core.ask, core.after, core.c
 local stop_c, log_c, now_c, type_index = core.stop, core.log, core.now, core.type_index
 local ASK, IDLE, FREE = core.ASK, core.IDLE, core.FREE
 local KIND_STOP = 3
+local KIND_ACTIVATE = 4
 
 local M = {}
 
@@ -225,8 +226,11 @@ function M.driver()
             if dl.init ~= 0 then
                 activate(h, b, t, ffi_string(dl.id, dl.idlen), dl.shard)
             end
-            if dl.kind == KIND_STOP then
+            local kind = dl.kind
+            if kind == KIND_STOP then
                 passivate(h, b)
+            elseif kind == KIND_ACTIVATE then -- luacheck: ignore 542
+                -- activation only: init ran above if it was needed
             else
                 local msg = decode(ffi_string(dl.payload, dl.len))
                 if type(msg) ~= "table" then

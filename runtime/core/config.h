@@ -27,6 +27,7 @@ struct ms_config {
     int http_port;
     int nnodes;                /* nodes listed in the script */
     char secret[256];          /* cluster secret ("" when not configured) */
+    char admin_token[128];     /* for leave/down ("" when not configured) */
     char seeds[16][128];       /* seed addresses */
     int nseeds;
     char roles[256];           /* this node's roles, "a,b" */

@@ -29,6 +29,7 @@ struct msg {
     uint32_t size;      /* bytes allocated */
     uint8_t kind;
     uint8_t counted;    /* accepted by enqueue: counts in its shard's pending */
+    uint8_t created;    /* ACTIVATE: its delivery activated the entity */
     char data[];        /* id, NUL, payload, NUL */
 };
 
@@ -275,6 +276,7 @@ static void uncount(struct ms_dispatch *d, struct msg *m)
     if (!m->counted)
         return;
     m->counted = 0;
+    m->created = 0;
     struct type *t = &d->types[m->type];
     t->shards[m->hash % t->cfg.shard_count].pending--;
     d->pending--;
@@ -582,6 +584,7 @@ static struct msg *msg_new(struct ms_dispatch *d, int kind, uint32_t type, const
     m->len = (uint32_t)len;
     m->kind = (uint8_t)kind;
     m->counted = 0;
+    m->created = 0;
     m->hash = ms_fnv1a64(id, idlen);
     memcpy(m->data, id, idlen);
     m->data[idlen] = 0;
@@ -692,9 +695,31 @@ static int check_waiter(struct ms_dispatch *d, const struct ms_waiter *w,
     return 0;
 }
 
+static int64_t ask_kind(struct ms_dispatch *d, int kind, int type,
+                        const char *id, size_t idlen, const char *json,
+                        size_t len, uint64_t timeout_ms, uint64_t now_ms,
+                        const struct ms_waiter *w);
+
 int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
                         size_t idlen, const char *json, size_t len,
                         uint64_t timeout_ms, uint64_t now_ms,
+                        const struct ms_waiter *w)
+{
+    return ask_kind(d, MS_KIND_ASK, type, id, idlen, json, len, timeout_ms,
+                    now_ms, w);
+}
+
+int64_t ms_dispatch_activate(struct ms_dispatch *d, int type, const char *id,
+                             size_t idlen, uint64_t timeout_ms,
+                             uint64_t now_ms, const struct ms_waiter *w)
+{
+    return ask_kind(d, MS_KIND_ACTIVATE, type, id, idlen, "{}", 2,
+                    timeout_ms, now_ms, w);
+}
+
+static int64_t ask_kind(struct ms_dispatch *d, int kind, int type,
+                        const char *id, size_t idlen, const char *json,
+                        size_t len, uint64_t timeout_ms, uint64_t now_ms,
                         const struct ms_waiter *w)
 {
     int rc = check(d, type, idlen, len);
@@ -704,8 +729,7 @@ int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
         return MS_EINVAL;
     if ((rc = check_waiter(d, w, type, id, idlen)) < 0)
         return rc;
-    struct msg *m = msg_new(d, MS_KIND_ASK, (uint32_t)type, id, idlen, json,
-                            len);
+    struct msg *m = msg_new(d, kind, (uint32_t)type, id, idlen, json, len);
     if (!m)
         return MS_ENOMEM;
     struct ask *a = open_ask(d, w, timeout_ms, now_ms);
@@ -740,17 +764,17 @@ int64_t ms_dispatch_ask_open(struct ms_dispatch *d, uint64_t timeout_ms,
     return (int64_t)a->corr;
 }
 
-int ms_dispatch_ask_enqueue(struct ms_dispatch *d, int64_t corr, int type,
-                            const char *id, size_t idlen, const char *json,
-                            size_t len)
+int ms_dispatch_ask_enqueue(struct ms_dispatch *d, int64_t corr, int kind,
+                            int type, const char *id, size_t idlen,
+                            const char *json, size_t len)
 {
     struct ask *a = askmap_find(&d->asks, (uint64_t)corr);
     if (!a)
         return 0; /* it ended meanwhile (timeout): nothing to deliver */
     int rc = check(d, type, idlen, len);
     if (rc == 0 && (rc = check_waiter(d, &a->w, type, id, idlen)) == 0) {
-        struct msg *m = msg_new(d, MS_KIND_ASK, (uint32_t)type, id, idlen,
-                                json, len);
+        struct msg *m = msg_new(d, kind, (uint32_t)type, id, idlen, json,
+                                len);
         if (!m)
             rc = MS_ENOMEM;
         else {
@@ -887,6 +911,7 @@ static void fill(struct ms_dispatch *d, struct entity *e, struct msg *m,
             e->last_ms = d->now_ms;
             list_add(d, e, d->now_ms);
             out->init = 1;
+            m->created = 1;
             d->st.activations++;
             d->st.active_entities++;
         }
@@ -998,7 +1023,7 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
         if (!e) {
             e = ecreate(d, m->type, m->hash, m->data, m->idlen);
             if (!e) {
-                if (m->kind == MS_KIND_ASK)
+                if (m->kind == MS_KIND_ASK || m->kind == MS_KIND_ACTIVATE)
                     fail_ask(d, m->corr, MS_ENOMEM, "out of memory");
                 msg_free(d, m);
                 continue;
@@ -1035,9 +1060,17 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
     struct msg *m = e->cur;
     e->cur = NULL;
     e->busy = 0;
-    if (m && m->kind == MS_KIND_ASK && !e->replied)
+    if (m && m->kind == MS_KIND_ACTIVATE && !e->replied) {
+        struct ask *a = askmap_find(&d->asks, m->corr);
+        if (a) {
+            const char *js = m->created ? "{\"created\":true}"
+                                        : "{\"created\":false}";
+            complete_ask(d, a, 0, js, strlen(js));
+        }
+    } else if (m && m->kind == MS_KIND_ASK && !e->replied) {
         fail_ask(d, m->corr, MS_ENOREPLY,
                  "the handler finished without replying");
+    }
     d->now_ms = now_ms;
     e->last_ms = now_ms;
     if (m && m->kind == MS_KIND_STOP && e->active) {
@@ -1098,7 +1131,8 @@ void ms_dispatch_fail(struct ms_dispatch *d, uint32_t h, const char *message,
     d->st.handler_errors++;
     if (!e)
         return;
-    if (e->cur && e->cur->kind == MS_KIND_ASK && !e->replied) {
+    if (e->cur && (e->cur->kind == MS_KIND_ASK ||
+                   e->cur->kind == MS_KIND_ACTIVATE) && !e->replied) {
         e->replied = 1;
         fail_ask(d, e->cur->corr, MS_EHANDLER, message);
     }

@@ -21,7 +21,10 @@
 
 #include "../moonshard.h"
 
-enum { MS_KIND_TELL = 1, MS_KIND_ASK = 2, MS_KIND_STOP = 3 };
+/* ACTIVATE: an ask that only activates the entity (runs init if it is not
+ * active) and is answered {"created":true|false} by the dispatcher. */
+enum { MS_KIND_TELL = 1, MS_KIND_ASK = 2, MS_KIND_STOP = 3,
+       MS_KIND_ACTIVATE = 4 };
 
 struct ms_dispatch_type {
     const char *name;         /* borrowed for the dispatcher's life */
@@ -85,6 +88,13 @@ int ms_dispatch_unavailable(struct ms_dispatch *d, int type);
 int ms_dispatch_tell(struct ms_dispatch *d, int type, const char *id,
                      size_t idlen, const char *json, size_t len);
 
+/* Accepts an activation request: an ask (MS_KIND_ACTIVATE) answered
+ * {"created":true} when it activated the entity, {"created":false} when the
+ * entity was already active. */
+int64_t ms_dispatch_activate(struct ms_dispatch *d, int type, const char *id,
+                             size_t idlen, uint64_t timeout_ms,
+                             uint64_t now_ms, const struct ms_waiter *w);
+
 /* Accepts an ask; the waiter is told exactly once, never from inside this
  * call. Returns the ask's id (> 0) or a negative code (waiter not told). An
  * entity asking itself gets MS_ESELF. */
@@ -104,9 +114,9 @@ int64_t ms_dispatch_ask_open(struct ms_dispatch *d, uint64_t timeout_ms,
  * local entity after all (its shard turned out to be ours). Returns 1
  * when accepted, 0 when the ask already ended, or a negative code (the
  * ask then ends with that error). */
-int ms_dispatch_ask_enqueue(struct ms_dispatch *d, int64_t corr, int type,
-                            const char *id, size_t idlen, const char *json,
-                            size_t len);
+int ms_dispatch_ask_enqueue(struct ms_dispatch *d, int64_t corr, int kind,
+                            int type, const char *id, size_t idlen,
+                            const char *json, size_t len);
 
 /* 1 while ask `corr` has not ended. */
 int ms_dispatch_ask_pending(struct ms_dispatch *d, int64_t corr);

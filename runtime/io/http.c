@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +57,11 @@ struct conn {
     unsigned busy : 1;          /* a request is being answered */
     unsigned reading : 1;
     unsigned keep_alive : 1;    /* of the current request */
+    unsigned in_token : 1;      /* the header being read is the token */
+    char field[24];             /* start of the current header name */
+    size_t field_len;
+    char token[128];            /* X-Moonshard-Token value */
+    size_t token_len;
     unsigned lingering : 1;     /* response out, waiting for the peer's EOF */
     unsigned closing : 1;       /* uv_close called */
     size_t head_bytes;          /* URL + header bytes of this request */
@@ -95,6 +101,7 @@ struct part {
 static int on_message_begin(http_parser *p);
 static int on_url(http_parser *p, const char *at, size_t len);
 static int on_header(http_parser *p, const char *at, size_t len);
+static int on_header_value(http_parser *p, const char *at, size_t len);
 static int on_headers_complete(http_parser *p);
 static int on_body(http_parser *p, const char *at, size_t len);
 static int on_message_complete(http_parser *p);
@@ -103,7 +110,7 @@ static const http_parser_settings settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
     .on_header_field = on_header,
-    .on_header_value = on_header,
+    .on_header_value = on_header_value,
     .on_headers_complete = on_headers_complete,
     .on_body = on_body,
     .on_message_complete = on_message_complete,
@@ -640,6 +647,62 @@ static void get_stats(struct conn *c)
     get_json(c, ms_node_stats_json);
 }
 
+static void get_allocations(struct conn *c, char *type, size_t tlen)
+{
+    if (pct_decode(type, &tlen) != 0) {
+        respond_error(c, 400, "bad_request", "bad percent-escape in path");
+        return;
+    }
+    int t = ms_node_type(c->h->node, type, tlen);
+    if (t < 0) {
+        respond_error(c, 404, ms_errname(MS_ENOTYPE),
+                      "unknown entity type '%.*s'",
+                      (int)(tlen > 100 ? 100 : tlen), type);
+        return;
+    }
+    size_t need = ms_node_allocations_json(c->h->node, t, NULL, 0);
+    char *buf = malloc(need + 1);
+    if (!buf) {
+        respond_node_error(c, MS_ENOMEM);
+        return;
+    }
+    ms_node_allocations_json(c->h->node, t, buf, need + 1);
+    respond(c, 200, JSON, buf, need);
+    free(buf);
+}
+
+/* POST /v1/leave and /v1/down (body: the member's address as a JSON
+ * string or {"address": ...}); both need the admin token in the
+ * X-Moonshard-Token header. */
+static void post_admin(struct conn *c, int leave)
+{
+    int rc = ms_node_check_admin(c->h->node, c->token, c->token_len);
+    if (rc < 0) {
+        respond_error(c, 403, "forbidden", "%s",
+                      rc == MS_EINVAL ? "this node has no admin_token "
+                                        "configured"
+                                      : "missing or wrong X-Moonshard-Token");
+        return;
+    }
+    if (leave) {
+        rc = ms_node_leave(c->h->node);
+    } else {
+        char address[200];
+        size_t n = c->body_len < sizeof address - 1 ? c->body_len
+                                                    : sizeof address - 1;
+        memcpy(address, c->body ? c->body : "", n);
+        address[n] = 0;
+        rc = ms_node_down(c->h->node, address);
+    }
+    if (rc < 0)
+        respond_error(c, rc == MS_EINVAL ? 404 : 409,
+                      rc == MS_EINVAL ? "not_found" : "conflict", "%s",
+                      leave ? "this node cannot leave now"
+                            : "no member has this address");
+    else
+        respond(c, 202, JSON, OK_BODY, strlen(OK_BODY));
+}
+
 static void get_health(struct conn *c)
 {
     const char *name = ms_node_name(c->h->node);
@@ -680,10 +743,12 @@ static void post_entity(struct conn *c, char *seg, size_t len,
     alen = len - tlen - idlen - 2;
     if (memchr(action, '/', alen) != NULL ||
         !(streq(action, alen, "tell") || streq(action, alen, "ask") ||
-          streq(action, alen, "stop")))
+          streq(action, alen, "stop") || streq(action, alen, "activate") ||
+          streq(action, alen, "owner")))
         goto not_found;
-    if (c->parser.method != HTTP_POST) {
-        not_allowed(c, "POST");
+    int owner_q = streq(action, alen, "owner");
+    if (c->parser.method != (owner_q ? HTTP_GET : HTTP_POST)) {
+        not_allowed(c, owner_q ? "GET" : "POST");
         return;
     }
 
@@ -701,6 +766,23 @@ static void post_entity(struct conn *c, char *seg, size_t len,
         respond_error(c, 404, ms_errname(MS_ENOTYPE),
                       "unknown entity type '%.*s'",
                       (int)(tlen > 100 ? 100 : tlen), type);
+        return;
+    }
+
+    if (owner_q) {
+        char buf[512];
+        size_t n = ms_node_owner_json(node, t, id, idlen, buf, sizeof buf);
+        respond(c, 200, JSON, buf, n < sizeof buf ? n : sizeof buf - 1);
+        return;
+    }
+    if (action[0] == 'a' && action[1] == 'c') {
+        c->refs++;
+        rc = ms_node_activate(node, t, id, idlen, TIMEOUT_DEFAULT_MS, on_ask,
+                              c);
+        if (rc < 0) {
+            c->refs--;
+            respond_node_error(c, rc);
+        }
         return;
     }
 
@@ -791,6 +873,17 @@ static void route(struct conn *c)
             get_stats(c);
         else
             not_allowed(c, "GET");
+    } else if (plen > 17 && memcmp(path, "/v1/allocations/", 16) == 0) {
+        if (get)
+            get_allocations(c, path + 16, plen - 16);
+        else
+            not_allowed(c, "GET");
+    } else if (streq(path, plen, "/v1/leave") ||
+               streq(path, plen, "/v1/down")) {
+        if (c->parser.method == HTTP_POST)
+            post_admin(c, path[4] == 'l');
+        else
+            not_allowed(c, "POST");
     } else if (streq(path, plen, "/v1/members")) {
         if (get)
             get_json(c, ms_node_members_json);
@@ -829,6 +922,9 @@ static int on_message_begin(http_parser *p)
     struct conn *c = p->data;
 
     c->head_bytes = 0;
+    c->field_len = 0;
+    c->in_token = 0;
+    c->token_len = 0;
     c->url_len = 0;
     c->body_expect = 0;
     c->keep_alive = 0;
@@ -864,10 +960,35 @@ static int on_url(http_parser *p, const char *at, size_t len)
     return 0;
 }
 
+/* Header names arrive in pieces; only X-Moonshard-Token is kept. */
 static int on_header(http_parser *p, const char *at, size_t len)
 {
-    (void)at;
-    return head_add(p->data, len);
+    struct conn *c = p->data;
+    if (c->in_token || c->field_len == SIZE_MAX) {
+        c->field_len = 0;
+        c->in_token = 0;
+    }
+    for (size_t i = 0; i < len && c->field_len < sizeof c->field; i++)
+        c->field[c->field_len++] = (char)(at[i] | 0x20);
+    if (len && c->field_len >= sizeof c->field)
+        c->field_len = sizeof c->field; /* too long: not ours */
+    return head_add(c, len);
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len)
+{
+    struct conn *c = p->data;
+    if (!c->in_token && c->field_len != SIZE_MAX) {
+        c->in_token = c->field_len == 17 &&
+                      memcmp(c->field, "x-moonshard-token", 17) == 0;
+        if (c->in_token)
+            c->token_len = 0;
+        c->field_len = SIZE_MAX; /* the next name starts afresh */
+    }
+    if (c->in_token)
+        for (size_t i = 0; i < len && c->token_len < sizeof c->token; i++)
+            c->token[c->token_len++] = at[i];
+    return head_add(c, len);
 }
 
 static int on_headers_complete(http_parser *p)

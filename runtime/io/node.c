@@ -418,6 +418,93 @@ void ms_node_stats(struct ms_node *n, struct ms_stats *out)
     ms_dispatch_stats(n->d, out);
 }
 
+size_t ms_node_owner_json(struct ms_node *n, int type, const char *id,
+                          size_t idlen, char *buf, size_t buflen)
+{
+    uint32_t shard = ms_shard_of(id, idlen, n->cfg.types[type].shard_count);
+    uint64_t owner = n->router ? ms_router_owner(n->router, type, id, idlen,
+                                                 &shard)
+                               : 1;
+    const char *name = !n->router ? n->cfg.node_name
+                       : owner    ? ms_cluster_member_name(n->cluster, owner)
+                                  : NULL;
+    char esc[2 * MS_MAX_ID + 1];
+    size_t o = 0;
+    for (size_t i = 0; i < idlen && o + 2 < sizeof esc; i++) {
+        unsigned char ch = (unsigned char)id[i];
+        if (ch == '"' || ch == '\\')
+            esc[o++] = '\\';
+        esc[o++] = ch < 0x20 ? '?' : (char)ch;
+    }
+    esc[o] = 0;
+    int w;
+    if (owner && name)
+        w = snprintf(buf, buflen, "{\"type\":\"%s\",\"id\":\"%s\",\"shard\":%u,"
+                     "\"owner\":\"%s\",\"uid\":\"%016llx\"}",
+                     n->cfg.types[type].name, esc, shard, name,
+                     (unsigned long long)owner);
+    else
+        w = snprintf(buf, buflen, "{\"type\":\"%s\",\"id\":\"%s\",\"shard\":%u,"
+                     "\"owner\":null}", n->cfg.types[type].name, esc, shard);
+    return w < 0 ? 0 : (size_t)w;
+}
+
+size_t ms_node_allocations_json(struct ms_node *n, int type, char *buf,
+                                size_t buflen)
+{
+    if (!n->router)
+        return (size_t)snprintf(buf, buflen, "{}");
+    return ms_router_allocations_json(n->router, type, buf, buflen);
+}
+
+int ms_node_activate(struct ms_node *n, int type, const char *id,
+                     size_t idlen, uint64_t timeout_ms, ms_ask_cb cb,
+                     void *data)
+{
+    if (n->closing)
+        return MS_ECANCELED;
+    struct ms_waiter w = {cb, data, 0};
+    int64_t rc = n->router
+                     ? ms_router_activate(n->router, type, id, idlen,
+                                          timeout_ms, &w)
+                     : ms_dispatch_activate(n->d, type, id, idlen, timeout_ms,
+                                            uv_now(n->loop), &w);
+    return kick(n, rc < 0 ? (int)rc : 0);
+}
+
+int ms_node_check_admin(struct ms_node *n, const char *token, size_t len)
+{
+    size_t want = strlen(n->cfg.admin_token);
+    if (!want)
+        return MS_EINVAL;
+    unsigned diff = (unsigned)(want ^ len);
+    for (size_t i = 0; i < want; i++)
+        diff |= (unsigned)(n->cfg.admin_token[i] ^ (i < len ? token[i] : 0));
+    return diff ? UV_EACCES : 0;
+}
+
+int ms_node_leave(struct ms_node *n)
+{
+    if (!n->cluster)
+        return MS_EINVAL;
+    return ms_cluster_leave(n->cluster);
+}
+
+int ms_node_down(struct ms_node *n, const char *address)
+{
+    if (!n->cluster)
+        return MS_EINVAL;
+    char a[200];
+    size_t l = 0;
+    for (const char *p = address; *p && l + 1 < sizeof a; p++)
+        if (*p != '"' && *p != ' ' && *p != '\n' && *p != '{' && *p != '}')
+            a[l++] = *p;
+    a[l] = 0;
+    /* {"address":"h:p"} -> address:h:p */
+    const char *v = strncmp(a, "address:", 8) == 0 ? a + 8 : a;
+    return ms_cluster_down(n->cluster, v);
+}
+
 size_t ms_node_members_json(struct ms_node *n, char *buf, size_t buflen)
 {
     if (!n->cluster)
@@ -443,7 +530,7 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         "\"handler_errors\":%llu,\"asks_started\":%llu,"
         "\"asks_timed_out\":%llu,\"overflows\":%llu,"
         "\"slow_handlers\":%llu,\"timers_fired\":%llu,"
-        "\"shutdown_drops\":%llu,\"pending\":%llu}",
+        "\"shutdown_drops\":%llu,\"pending\":%llu",
         n->cfg.node_name, n->cfg.cluster, MS_VERSION,
         (unsigned long long)s.routed, (unsigned long long)s.delivered,
         (unsigned long long)s.activations, (unsigned long long)s.passivations,
@@ -455,7 +542,38 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         (unsigned long long)s.timers_fired,
         (unsigned long long)s.shutdown_drops,
         (unsigned long long)ms_dispatch_pending(n->d));
-    return len < 0 ? 0 : (size_t)len;
+    if (len < 0)
+        return 0;
+    size_t o = (size_t)len;
+    if (n->router) {
+        struct ms_router_stats r;
+        ms_router_stats(n->router, &r);
+        char extra[1024];
+        size_t e = (size_t)snprintf(
+            extra, sizeof extra,
+            ",\"local_routes\":%llu,\"remote_routes\":%llu,"
+            "\"forwards\":%llu,\"not_owner_sent\":%llu,"
+            "\"not_owner_retries\":%llu,\"route_buffered\":%llu,"
+            "\"route_overflows\":%llu,\"route_expired\":%llu,"
+            "\"owned_shards\":%u,",
+            (unsigned long long)r.local_routes,
+            (unsigned long long)r.remote_routes,
+            (unsigned long long)r.forwards,
+            (unsigned long long)r.not_owner_sent,
+            (unsigned long long)r.not_owner_retries,
+            (unsigned long long)r.buffered,
+            (unsigned long long)r.buffer_overflows,
+            (unsigned long long)r.expired, ms_router_owned(n->router));
+        e += ms_cluster_stats_json(n->cluster, extra + e, sizeof extra - e);
+        if (o + e < buflen)
+            memcpy(buf + o, extra, e + 1);
+        o += e;
+    }
+    if (o + 1 < buflen) {
+        buf[o] = '}';
+        buf[o + 1] = 0;
+    }
+    return o + 1;
 }
 
 uint64_t ms_node_pending(struct ms_node *n)

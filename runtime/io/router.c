@@ -22,9 +22,15 @@
 #define ALLOC_RETRY_MS 500
 #define MAX_RETRIES 5
 
+/* Frame flag of an ASK that is an activation request. */
+#define FLAG_ACTIVATE 0x4000
+/* Frame flag of a NOT_OWNER: the echoed request was an ask. */
+#define FLAG_WAS_ASK 0x0001
+
 struct pend {
     struct pend *next;
     int kind;             /* MS_FRAME_TELL or MS_FRAME_ASK */
+    int activate;         /* ASK that is an activation request */
     int64_t corr;         /* the dispatcher's ask (ASK) */
     uint64_t deadline_ms;
     uint32_t idlen, len;
@@ -206,8 +212,9 @@ static void request_alloc(struct ms_router *r, int type, uint32_t shard)
 }
 
 static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
-                  int64_t corr, uint64_t deadline_ms, const char *id,
-                  size_t idlen, const char *json, size_t len, int retries)
+                  int activate, int64_t corr, uint64_t deadline_ms,
+                  const char *id, size_t idlen, const char *json, size_t len,
+                  int retries)
 {
     struct rshard *s = rshard(r, type, shard);
     if (!s)
@@ -221,6 +228,7 @@ static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
         return MS_ENOMEM;
     p->next = NULL;
     p->kind = kind;
+    p->activate = activate;
     p->corr = corr;
     p->deadline_ms = deadline_ms;
     p->idlen = (uint32_t)idlen;
@@ -243,14 +251,14 @@ static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
 
 /* Sends a request frame to `owner`. */
 static int send_request(struct ms_router *r, uint64_t owner, int kind,
-                        int64_t corr, int type, uint32_t shard, uint64_t gen,
-                        const char *id, size_t idlen, const char *json,
-                        size_t len, int retries)
+                        int activate, int64_t corr, int type, uint32_t shard,
+                        uint64_t gen, const char *id, size_t idlen,
+                        const char *json, size_t len)
 {
     struct ms_frame f;
     memset(&f, 0, sizeof f);
     f.kind = (uint8_t)kind;
-    f.flags = (uint16_t)retries;
+    f.flags = activate ? FLAG_ACTIVATE : 0;
     f.corr = (uint64_t)corr;
     f.shard = shard;
     f.generation = gen;
@@ -271,9 +279,9 @@ static int send_request(struct ms_router *r, uint64_t owner, int kind,
  * it was delivered, sent or buffered, or a negative code (a tell was not
  * accepted; an ask was failed with that code).
  */
-static int route(struct ms_router *r, int kind, int64_t corr, int type,
-                 const char *id, size_t idlen, const char *json, size_t len,
-                 uint64_t deadline_ms, int retries)
+static int route(struct ms_router *r, int kind, int activate, int64_t corr,
+                 int type, const char *id, size_t idlen, const char *json,
+                 size_t len, uint64_t deadline_ms, int retries)
 {
     uint32_t shard = ms_shard_of(id, idlen, r->cfg->types[type].shard_count);
     uint64_t gen;
@@ -285,17 +293,19 @@ static int route(struct ms_router *r, int kind, int64_t corr, int type,
         r->st.local_routes++;
         if (kind == MS_FRAME_TELL)
             return ms_dispatch_tell(r->d, type, id, idlen, json, len);
-        int rc = ms_dispatch_ask_enqueue(r->d, corr, type, id, idlen, json,
-                                         len);
+        int rc = ms_dispatch_ask_enqueue(r->d, corr,
+                                         activate ? MS_KIND_ACTIVATE
+                                                  : MS_KIND_ASK,
+                                         type, id, idlen, json, len);
         return rc < 0 ? rc : 0;
     }
     if (owner && owner != r->self && !waiting &&
         ms_cluster_member_usable(r->c, owner) &&
-        send_request(r, owner, kind, corr, type, shard, gen, id, idlen, json,
-                     len, retries) == 0)
+        send_request(r, owner, kind, activate, corr, type, shard, gen, id,
+                     idlen, json, len) == 0)
         return 0;
-    int rc = buffer(r, type, shard, kind, corr, deadline_ms, id, idlen, json,
-                    len, retries);
+    int rc = buffer(r, type, shard, kind, activate, corr, deadline_ms, id,
+                    idlen, json, len, retries);
     if (rc < 0) {
         if (kind == MS_FRAME_ASK)
             fail_ask(r, corr, rc, rc == MS_EOVERFLOW
@@ -321,13 +331,33 @@ int ms_router_tell(struct ms_router *r, int type, const char *id,
      * the same code, so it would fail on the others too */
     if (r->types[type].refused || ms_dispatch_unavailable(r->d, type))
         return MS_EUNAVAIL;
-    return route(r, MS_FRAME_TELL, 0, type, id, idlen, json, len,
+    return route(r, MS_FRAME_TELL, 0, 0, type, id, idlen, json, len,
                  now(r) + MS_ROUTE_TELL_DEADLINE_MS, 0);
 }
+
+static int64_t router_ask(struct ms_router *r, int activate, int type,
+                          const char *id, size_t idlen, const char *json,
+                          size_t len, uint64_t timeout_ms,
+                          const struct ms_waiter *w);
 
 int64_t ms_router_ask(struct ms_router *r, int type, const char *id,
                       size_t idlen, const char *json, size_t len,
                       uint64_t timeout_ms, const struct ms_waiter *w)
+{
+    return router_ask(r, 0, type, id, idlen, json, len, timeout_ms, w);
+}
+
+int64_t ms_router_activate(struct ms_router *r, int type, const char *id,
+                           size_t idlen, uint64_t timeout_ms,
+                           const struct ms_waiter *w)
+{
+    return router_ask(r, 1, type, id, idlen, "{}", 2, timeout_ms, w);
+}
+
+static int64_t router_ask(struct ms_router *r, int activate, int type,
+                          const char *id, size_t idlen, const char *json,
+                          size_t len, uint64_t timeout_ms,
+                          const struct ms_waiter *w)
 {
     if (type < 0 || type >= r->ntypes)
         return MS_ENOTYPE;
@@ -341,13 +371,15 @@ int64_t ms_router_ask(struct ms_router *r, int type, const char *id,
                            ? &r->types[type].shards[shard] : NULL;
     if (owner == r->self && !(s && s->head)) {
         r->st.local_routes++;
-        return ms_dispatch_ask(r->d, type, id, idlen, json, len, timeout_ms,
-                               now(r), w);
+        return activate ? ms_dispatch_activate(r->d, type, id, idlen,
+                                               timeout_ms, now(r), w)
+                        : ms_dispatch_ask(r->d, type, id, idlen, json, len,
+                                          timeout_ms, now(r), w);
     }
     int64_t corr = ms_dispatch_ask_open(r->d, timeout_ms, now(r), w);
     if (corr < 0)
         return corr;
-    route(r, MS_FRAME_ASK, corr, type, id, idlen, json, len,
+    route(r, MS_FRAME_ASK, activate, corr, type, id, idlen, json, len,
           now(r) + timeout_ms, 0);
     return corr; /* a failure above already ended the ask */
 }
@@ -375,15 +407,17 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
             if (p->kind == MS_FRAME_TELL)
                 rc = ms_dispatch_tell(r->d, type, id, p->idlen, json, p->len);
             else
-                ms_dispatch_ask_enqueue(r->d, p->corr, type, id, p->idlen,
-                                        json, p->len);
+                ms_dispatch_ask_enqueue(r->d, p->corr,
+                                        p->activate ? MS_KIND_ACTIVATE
+                                                    : MS_KIND_ASK,
+                                        type, id, p->idlen, json, p->len);
             if (rc < 0)
                 ms_log(MS_LOG_WARN, NULL, "a tell for %s that waited for its "
                        "shard's owner was refused: %s", tname(r, type),
                        ms_strerror(rc));
         } else {
-            rc = send_request(r, owner, p->kind, p->corr, type, shard, gen, id,
-                              p->idlen, json, p->len, p->retries);
+            rc = send_request(r, owner, p->kind, p->activate, p->corr, type,
+                              shard, gen, id, p->idlen, json, p->len);
             if (rc < 0)
                 return; /* the connection went: keep waiting */
         }
@@ -483,7 +517,8 @@ static void on_request(struct ms_router *r, uint64_t uid,
         /* echo the request so that the sender can route it again */
         struct ms_frame no = *f;
         no.kind = MS_FRAME_NOT_OWNER;
-        no.flags = f->kind == MS_FRAME_ASK ? 1 : 0;
+        no.flags = (uint16_t)((f->kind == MS_FRAME_ASK ? FLAG_WAS_ASK : 0) |
+                              (f->flags & FLAG_ACTIVATE));
         ms_plan_owner(r->types[type].plan, shard, &no.generation);
         ms_cluster_send(r->c, uid, &no);
         r->st.not_owner_sent++;
@@ -508,9 +543,12 @@ static void on_request(struct ms_router *r, uint64_t uid,
     ra->corr = f->corr;
     struct ms_waiter w = {on_remote_reply, ra, 0};
     /* the asker's deadline governs; ours only bounds a lost node */
-    int64_t rc = ms_dispatch_ask(r->d, type, f->id, f->id_len, f->payload,
-                                 f->payload_len, 24 * 3600 * 1000ULL, now(r),
-                                 &w);
+    int64_t rc = (f->flags & FLAG_ACTIVATE)
+                     ? ms_dispatch_activate(r->d, type, f->id, f->id_len,
+                                            24 * 3600 * 1000ULL, now(r), &w)
+                     : ms_dispatch_ask(r->d, type, f->id, f->id_len,
+                                       f->payload, f->payload_len,
+                                       24 * 3600 * 1000ULL, now(r), &w);
     if (rc < 0) {
         frame_error(r, uid, f->corr, (int)rc, ms_strerror((int)rc));
         free(ra);
@@ -523,7 +561,8 @@ static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
     int type = type_by_name(r, f->type, f->type_len);
     if (type < 0)
         return;
-    int kind = f->flags ? MS_FRAME_ASK : MS_FRAME_TELL;
+    int kind = (f->flags & FLAG_WAS_ASK) ? MS_FRAME_ASK : MS_FRAME_TELL;
+    int activate = (f->flags & FLAG_ACTIVATE) != 0;
     int64_t corr = (int64_t)f->corr;
     if (kind == MS_FRAME_ASK && !ms_dispatch_ask_pending(r->d, corr))
         return;
@@ -533,7 +572,7 @@ static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
     uint64_t gen;
     ms_plan_owner(r->types[type].plan, shard, &gen);
     /* our plan is stale (or the owner's): wait for a newer one */
-    int rc = buffer(r, type, shard, kind, corr,
+    int rc = buffer(r, type, shard, kind, activate, corr,
                     now(r) + (kind == MS_FRAME_ASK ? 30000
                                                    : MS_ROUTE_TELL_DEADLINE_MS),
                     f->id, f->id_len, f->payload, f->payload_len, retries);
@@ -832,12 +871,18 @@ void ms_router_on_coordinator(struct ms_router *r, uint64_t uid)
 
 void ms_router_on_member(struct ms_router *r, uint64_t uid, int status)
 {
-    if (status == MS_MB_UP)
+    if (status == MS_MB_UP) {
         ms_coord_member_up(r->coord, uid, now(r));
-    else if (status == MS_MB_LEAVING)
-        ms_coord_member_leaving(r->coord, uid, now(r));
-    else if (status >= MS_MB_DOWN)
+    } else if (status == MS_MB_LEAVING || status >= MS_MB_EXITING) {
+        /* Until handoff moves shards with their messages (issue 5), a
+         * leaving member gives its shards up at once: they are unassigned
+         * at a new generation and reallocated on the next message; its own
+         * accepted messages are handled before it exits, and later ones
+         * it receives are answered NOT_OWNER and routed again. */
         ms_coord_member_removed(r->coord, uid, now(r));
+        if (ms_coord_active(r->coord))
+            ms_cluster_set_owns_shards(r->c, uid, 0);
+    }
     coord_drain(r);
     /* a member that came (back) may own shards with waiting messages */
     for (int t = 0; t < r->ntypes; t++)

@@ -53,6 +53,12 @@ int64_t ms_router_ask(struct ms_router *r, int type, const char *id,
                       size_t idlen, const char *json, size_t len,
                       uint64_t timeout_ms, const struct ms_waiter *w);
 
+/* Routes an activation request (eager creation): the waiter gets
+ * {"created":true|false}. */
+int64_t ms_router_activate(struct ms_router *r, int type, const char *id,
+                           size_t idlen, uint64_t timeout_ms,
+                           const struct ms_waiter *w);
+
 /* Frames for the router: TELL, ASK, REPLY, REPLY_ERROR, NOT_OWNER,
  * CONTROL. */
 void ms_router_on_frame(struct ms_router *r, uint64_t uid,

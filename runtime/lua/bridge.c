@@ -588,6 +588,8 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     cfg->nnodes = (int)lua_objlen(L, -1);
     lua_pop(L, 1);
     copy_field(L, c, "secret", cfg->secret, sizeof cfg->secret);
+    copy_field(L, c, "admin_token", cfg->admin_token,
+               sizeof cfg->admin_token);
     lua_getfield(L, c, "seeds");
     for (int i = 1; lua_istable(L, -1) && i <= (int)lua_objlen(L, -1) &&
                     cfg->nseeds < 16;
