@@ -29,6 +29,9 @@ static const char *const usages[] = {
     "ask [--node HOST:PORT] [--timeout SECONDS] TYPE ID JSON",
     "stop [--node HOST:PORT] TYPE ID",
     "status [--node HOST:PORT]",
+    "members [--node HOST:PORT]",
+    "leave [--node HOST:PORT] [--token TOKEN]",
+    "down [--node HOST:PORT] [--token TOKEN] ADDRESS",
 };
 
 /* What the parser collected of the response. */
@@ -309,6 +312,54 @@ out:
  * (printed as `error: <status> <body>`), 2 for usage, connection, timeout
  * or protocol errors. Does not keep any pointer into argv.
  */
+/* `moonshard leave` / `moonshard down ADDRESS`: POST /v1/leave or
+ * /v1/down with the admin token ($MOONSHARD_ADMIN_TOKEN or --token). */
+static int admin(int argc, char **argv, const char *node)
+{
+    const char *cmd = argv[0], *token = getenv("MOONSHARD_ADMIN_TOKEN");
+    const char *address = NULL;
+    int down = cmd[0] == 'd';
+    if (node == NULL || node[0] == '\0')
+        node = DEFAULT_NODE;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--node") == 0 && i + 1 < argc)
+            node = argv[++i];
+        else if (strcmp(argv[i], "--token") == 0 && i + 1 < argc)
+            token = argv[++i];
+        else if (down && !address && argv[i][0] != '-')
+            address = argv[i];
+        else
+            return usage(stderr, cmd, 2);
+    }
+    if ((down && !address) || !token || !token[0]) {
+        if (!token || !token[0])
+            fprintf(stderr, "error: the admin token is needed: --token or "
+                    "$MOONSHARD_ADMIN_TOKEN\n");
+        return usage(stderr, cmd, 2);
+    }
+    char *req = NULL;
+    size_t bodylen = down ? strlen(address) + 2 : 0;
+    int n = asprintf(&req,
+                     "POST /v1/%s HTTP/1.1\r\n"
+                     "Host: %s\r\n"
+                     "User-Agent: moonshard/" MS_VERSION "\r\n"
+                     "X-Moonshard-Token: %s\r\n"
+                     "Content-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n"
+                     "Connection: close\r\n"
+                     "\r\n"
+                     "%s%s%s",
+                     down ? "down" : "leave", node, token, bodylen,
+                     down ? "\"" : "", down ? address : "", down ? "\"" : "");
+    if (n < 0) {
+        fprintf(stderr, "error: out of memory\n");
+        return 2;
+    }
+    int code = exchange(node, req, (size_t)n, DEFAULT_TIMEOUT_S + GRACE_S);
+    free(req);
+    return code;
+}
+
 int ms_cli_main(int argc, char **argv)
 {
     const char *cmd = argc > 0 ? argv[0] : NULL;
@@ -326,8 +377,10 @@ int ms_cli_main(int argc, char **argv)
         is_ask = cmd[0] == 'a';
     } else if (strcmp(cmd, "stop") == 0) {
         want = 2;
-    } else if (strcmp(cmd, "status") == 0) {
+    } else if (strcmp(cmd, "status") == 0 || strcmp(cmd, "members") == 0) {
         want = 0;
+    } else if (strcmp(cmd, "leave") == 0 || strcmp(cmd, "down") == 0) {
+        return admin(argc, argv, node);
     } else {
         return usage(stderr, NULL, 2);
     }
@@ -378,13 +431,13 @@ int ms_cli_main(int argc, char **argv)
 
     if (want == 0) {
         n = asprintf(&req,
-                     "GET /v1/stats HTTP/1.1\r\n"
+                     "GET /v1/%s HTTP/1.1\r\n"
                      "Host: %s\r\n"
                      "User-Agent: moonshard/" MS_VERSION "\r\n"
                      "Accept: application/json\r\n"
                      "Connection: close\r\n"
                      "\r\n",
-                     node);
+                     cmd[0] == 'm' ? "members" : "stats", node);
         if (n < 0) {
             fprintf(stderr, "error: out of memory\n");
             return 2;

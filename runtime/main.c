@@ -28,6 +28,10 @@ static void usage(FILE *f)
         "                                 send a request, print the reply\n"
         "  stop [--node H:P] TYPE ID      passivate an entity\n"
         "  status [--node H:P]            print a node's stats\n"
+        "  members [--node H:P]           print the membership as a node sees it\n"
+        "  leave [--node H:P] [--token T] make a node leave the cluster\n"
+        "  down [--node H:P] [--token T] ADDRESS\n"
+        "                                 down an unreachable member\n"
         "  shard --count N ID...          print each id's shard\n"
         "  bench local [--ids N] [--messages N]\n"
         "                                 measure one node\n"
@@ -40,14 +44,32 @@ struct runner {
     uv_loop_t *loop;
     struct ms_node *node;
     uv_signal_t sigint, sigterm;
+    uv_timer_t leave_deadline;
+    int stopped;
 };
+
+#define LEAVE_DEADLINE_MS 10000
 
 static void stop_runner(void *data)
 {
     struct runner *r = data;
-    uv_close((uv_handle_t *)&r->sigint, NULL);
-    uv_close((uv_handle_t *)&r->sigterm, NULL);
+    if (r->stopped)
+        return;
+    r->stopped = 1;
+    if (!uv_is_closing((uv_handle_t *)&r->sigint)) {
+        uv_close((uv_handle_t *)&r->sigint, NULL);
+        uv_close((uv_handle_t *)&r->sigterm, NULL);
+    }
+    uv_close((uv_handle_t *)&r->leave_deadline, NULL);
     ms_node_close(r->node);
+}
+
+static void on_leave_deadline(uv_timer_t *t)
+{
+    struct runner *r = t->data;
+    fprintf(stderr, "moonshard: node %s did not finish leaving within %d s; "
+            "stopping\n", ms_node_name(r->node), LEAVE_DEADLINE_MS / 1000);
+    stop_runner(r);
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -64,7 +86,16 @@ static void on_signal(uv_signal_t *s, int signum)
      * works) */
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
-    ms_node_close(r->node);
+    /* leave the cluster gracefully: the node stops once it is removed
+     * (stop_runner, through ms_node_on_stopped), or at the deadline */
+    if (ms_node_leave(r->node) == 0) {
+        fprintf(stderr, "moonshard: node %s is leaving the cluster\n",
+                ms_node_name(r->node));
+        uv_timer_start(&r->leave_deadline, on_leave_deadline,
+                       LEAVE_DEADLINE_MS, 0);
+        return;
+    }
+    stop_runner(r);
 }
 
 static void print_hints(struct ms_node *n)
@@ -117,7 +148,8 @@ static int run_node(const char *config, const char *name)
     }
     uv_signal_init(r.loop, &r.sigint);
     uv_signal_init(r.loop, &r.sigterm);
-    r.sigint.data = r.sigterm.data = &r;
+    uv_timer_init(r.loop, &r.leave_deadline);
+    r.sigint.data = r.sigterm.data = r.leave_deadline.data = &r;
     uv_signal_start(&r.sigint, on_signal, SIGINT);
     uv_signal_start(&r.sigterm, on_signal, SIGTERM);
     ms_node_on_stopped(r.node, stop_runner, &r);
@@ -301,7 +333,9 @@ int main(int argc, char **argv)
         return run_node(config, name);
     }
     if (strcmp(cmd, "tell") == 0 || strcmp(cmd, "ask") == 0 ||
-        strcmp(cmd, "stop") == 0 || strcmp(cmd, "status") == 0)
+        strcmp(cmd, "stop") == 0 || strcmp(cmd, "status") == 0 ||
+        strcmp(cmd, "members") == 0 || strcmp(cmd, "leave") == 0 ||
+        strcmp(cmd, "down") == 0)
         return ms_cli_main(argc - 1, argv + 1);
     if (strcmp(cmd, "shard") == 0)
         return cmd_shard(argc - 2, argv + 2);

@@ -858,6 +858,18 @@ void ms_router_on_coordinator(struct ms_router *r, uint64_t uid)
         if (ms_coord_become(r->coord, t + 1, now(r)) < 0)
             ms_log(MS_LOG_ERROR, NULL, "cannot become coordinator at term "
                    "%llu", (unsigned long long)(t + 1));
+        /* members that began leaving before this node coordinated give
+         * their shards up now (see ms_router_on_member) */
+        struct ms_membership *mb = ms_cluster_membership(r->c);
+        for (size_t i = 0; i < ms_mb_member_count(mb); i++) {
+            const struct ms_mb_member *m = ms_mb_member_at(mb, i);
+            if (m && (m->status == MS_MB_LEAVING ||
+                      m->status == MS_MB_EXITING)) {
+                uint64_t u = m->uid;
+                ms_coord_member_removed(r->coord, u, now(r));
+                ms_cluster_set_owns_shards(r->c, u, 0);
+            }
+        }
     } else if (ms_coord_active(r->coord)) {
         ms_coord_resign(r->coord);
     }
