@@ -141,9 +141,12 @@ static int write_config(char *dir, char *path, size_t len, long ids)
 int ms_bench_main(int argc, char **argv)
 {
     long nids = 100000, messages = 1000000, nasks = 500000;
+    if (argc >= 1 && strcmp(argv[0], "cluster") == 0)
+        return ms_bench_cluster_main(argc, argv);
     if (argc < 1 || strcmp(argv[0], "local") != 0) {
         fprintf(stderr, "usage: moonshard bench local [--ids N] "
-                "[--messages N]\n");
+                "[--messages N]\n       moonshard bench cluster "
+                "[--seconds S] [--ids N]\n");
         return 2;
     }
     for (int i = 1; i < argc; i++) {

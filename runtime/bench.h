@@ -9,4 +9,8 @@
  * bench's name. Prints the figures; returns the exit code. */
 int ms_bench_main(int argc, char **argv);
 
+/* Runs `moonshard bench cluster [--seconds S] [--ids N]`; argv[0] is
+ * "cluster". Prints the figures; returns the exit code. */
+int ms_bench_cluster_main(int argc, char **argv);
+
 #endif

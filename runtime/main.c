@@ -35,6 +35,8 @@ static void usage(FILE *f)
         "  shard --count N ID...          print each id's shard\n"
         "  bench local [--ids N] [--messages N]\n"
         "                                 measure one node\n"
+        "  bench cluster [--seconds S] [--ids N]\n"
+        "                                 2 nodes vs redis-benchmark INCR\n"
         "  version\n");
 }
 

@@ -164,6 +164,11 @@ static void on_member(void *data, uint64_t uid, int status, int is_self)
     arm(n);
 }
 
+static void kick_node(void *data)
+{
+    arm(data);
+}
+
 static int route_tell(void *data, int type, const char *id, size_t idlen,
                       const char *json, size_t len)
 {
@@ -253,6 +258,7 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
             ms_node_close(n);
             return rc;
         }
+        ms_router_set_kick(n->router, kick_node, n);
         struct ms_route_ops ops = {n, route_tell, route_ask};
         ms_bridge_set_route(n->b, &ops);
     }

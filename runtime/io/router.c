@@ -63,6 +63,12 @@ struct ms_router {
     uv_timer_t sweep;
     uint32_t nbuffered;      /* messages waiting, all shards */
     struct ms_coord *coord;  /* active while this node coordinates */
+    struct selfmsg *self_head, *self_tail; /* CONTROL sent to itself */
+    uv_check_t self_check;
+    uv_idle_t self_idle;
+    int open_handles;
+    void (*kick)(void *);    /* the dispatcher may have work now */
+    void *kick_data;
     struct ms_router_stats st;
 };
 
@@ -98,20 +104,71 @@ static int type_by_name(struct ms_router *r, const char *name, size_t len)
 static void on_control(struct ms_router *r, uint64_t uid,
                        const struct ms_frame *f);
 
-/* Sends a CONTROL payload to `uid`; to this node itself it is handled at
- * once, as if it had arrived. */
+/* A CONTROL message this node sends to itself. */
+struct selfmsg {
+    struct selfmsg *next;
+    size_t len;
+    char txt[];
+};
+
+/* Handles the CONTROL messages this node sent itself, in order. They are
+ * queued, not handled inside send_payload(), because a send can start
+ * inside a Lua leaf function (a handler's tell) and handling one may call
+ * the Lua allocation strategy. */
+static void on_self_control(uv_check_t *h)
+{
+    struct ms_router *r = h->data;
+    while (r->self_head) {
+        struct selfmsg *m = r->self_head;
+        r->self_head = m->next;
+        if (!r->self_head)
+            r->self_tail = NULL;
+        struct ms_frame f;
+        memset(&f, 0, sizeof f);
+        f.kind = MS_FRAME_CONTROL;
+        f.payload = m->txt;
+        f.payload_len = m->len;
+        on_control(r, r->self, &f);
+        free(m);
+    }
+    uv_check_stop(&r->self_check);
+    uv_idle_stop(&r->self_idle);
+    if (r->kick)
+        r->kick(r->kick_data);
+}
+
+static void on_self_idle(uv_idle_t *h)
+{
+    (void)h; /* keeps the loop from blocking while self_check has work */
+}
+
+/* Sends a CONTROL payload to `uid`; to this node itself it is queued for
+ * on_self_control(). */
 static void send_payload(struct ms_router *r, uint64_t uid, const char *txt,
                          size_t len)
 {
-    struct ms_frame f;
-    memset(&f, 0, sizeof f);
-    f.kind = MS_FRAME_CONTROL;
-    f.payload = txt;
-    f.payload_len = len;
-    if (uid == r->self)
-        on_control(r, r->self, &f);
-    else
+    if (uid != r->self) {
+        struct ms_frame f;
+        memset(&f, 0, sizeof f);
+        f.kind = MS_FRAME_CONTROL;
+        f.payload = txt;
+        f.payload_len = len;
         ms_cluster_send(r->c, uid, &f);
+        return;
+    }
+    struct selfmsg *m = malloc(sizeof *m + len);
+    if (!m)
+        return;
+    m->next = NULL;
+    m->len = len;
+    memcpy(m->txt, txt, len);
+    if (r->self_tail)
+        r->self_tail->next = m;
+    else
+        r->self_head = m;
+    r->self_tail = m;
+    uv_check_start(&r->self_check, on_self_control);
+    uv_idle_start(&r->self_idle, on_self_idle);
 }
 
 static void send_control(struct ms_router *r, uint64_t uid,
@@ -411,6 +468,8 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
                                         p->activate ? MS_KIND_ACTIVATE
                                                     : MS_KIND_ASK,
                                         type, id, p->idlen, json, p->len);
+            if (rc == MS_EOVERFLOW)
+                return; /* an accepted tell waits here until there is room */
             if (rc < 0)
                 ms_log(MS_LOG_WARN, NULL, "a tell for %s that waited for its "
                        "shard's owner was refused: %s", tname(r, type),
@@ -469,6 +528,8 @@ static void on_sweep(uv_timer_t *t)
                 request_alloc(r, type, sh);
         }
     }
+    if (r->kick)
+        r->kick(r->kick_data);
 }
 
 /* ---- incoming ------------------------------------------------------------ */
@@ -786,11 +847,20 @@ int ms_router_new(struct ms_router **out, uv_loop_t *loop,
         return rc;
     }
     uv_timer_init(loop, &r->sweep);
-    r->sweep.data = r;
+    uv_check_init(loop, &r->self_check);
+    uv_idle_init(loop, &r->self_idle);
+    r->sweep.data = r->self_check.data = r->self_idle.data = r;
     uv_timer_start(&r->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
     uv_unref((uv_handle_t *)&r->sweep);
     *out = r;
     return 0;
+}
+
+void ms_router_set_kick(struct ms_router *r, void (*kick)(void *),
+                        void *data)
+{
+    r->kick = kick;
+    r->kick_data = data;
 }
 
 uint64_t ms_router_owner(struct ms_router *r, int type, const char *id,
@@ -907,6 +977,13 @@ void ms_router_on_member(struct ms_router *r, uint64_t uid, int status)
 static void on_sweep_closed(uv_handle_t *h)
 {
     struct ms_router *r = h->data;
+    if (--r->open_handles > 0)
+        return;
+    while (r->self_head) {
+        struct selfmsg *m = r->self_head;
+        r->self_head = m->next;
+        free(m);
+    }
     for (int t = 0; t < r->ntypes; t++) {
         ms_plan_free(r->types[t].plan);
         free(r->types[t].shards);
@@ -931,5 +1008,8 @@ void ms_router_close(struct ms_router *r)
             }
         }
     }
+    r->open_handles = 3;
     uv_close((uv_handle_t *)&r->sweep, on_sweep_closed);
+    uv_close((uv_handle_t *)&r->self_check, on_sweep_closed);
+    uv_close((uv_handle_t *)&r->self_idle, on_sweep_closed);
 }

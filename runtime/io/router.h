@@ -70,6 +70,11 @@ void ms_router_on_coordinator(struct ms_router *r, uint64_t uid);
 /* A member reached `status` (enum ms_mb_status). */
 void ms_router_on_member(struct ms_router *r, uint64_t uid, int status);
 
+/* Sets what the router calls after it may have given the dispatcher
+ * work outside of a caller's call (plan applied, deadlines). */
+void ms_router_set_kick(struct ms_router *r, void (*kick)(void *),
+                        void *data);
+
 /* The owner of `type`'s shard for `id`, 0 when unassigned. */
 uint64_t ms_router_owner(struct ms_router *r, int type, const char *id,
                          size_t idlen, uint32_t *shard);

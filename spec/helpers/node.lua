@@ -98,6 +98,10 @@ local WNOHANG = 1
 local SIGKILL, SIGTERM = 9, 15
 local CLOCK_MONOTONIC = 1
 local ESRCH = 3
+local ECONNRESET = 104
+local SIGSTOP, SIGCONT = 19, 18
+M.SIGKILL, M.SIGTERM, M.SIGSTOP, M.SIGCONT = SIGKILL, SIGTERM, SIGSTOP,
+    SIGCONT
 
 local function errtext()
     return ffi.string(C.strerror(ffi.errno()))
@@ -575,10 +579,39 @@ function Node:stop(grace)
     return self.proc.code, self.proc.signal
 end
 
--- Stops every node this spec file started and removes the temp dirs.
+-- Stops every node this spec file started, and every other process it
+-- started that still runs, by PID: SIGTERM to all of them at once, then
+-- SIGKILL to those still running after `grace` seconds (5). Removes the
+-- temp dirs.
 function M.stop_all(grace)
+    local procs, seen = {}, {}
     for _, n in ipairs(nodes) do
-        n:stop(grace)
+        if not seen[n.proc] then
+            seen[n.proc] = true
+            procs[#procs + 1] = n.proc
+        end
+    end
+    for _, pid in ipairs(M.running()) do
+        if not seen[children[pid]] then
+            seen[children[pid]] = true
+            procs[#procs + 1] = children[pid]
+        end
+    end
+    for _, p in ipairs(procs) do
+        if p:poll() then
+            p.done = true
+        else
+            p:send_signal(SIGCONT) -- a stopped process cannot handle TERM
+            p:send_signal(SIGTERM)
+        end
+    end
+    local deadline = M.now() + (grace or 5)
+    for _, p in ipairs(procs) do
+        if not p.done and not p:wait(math.max(deadline - M.now(), 0)) then
+            p:send_signal(SIGKILL)
+            p:wait(5)
+            p.killed = true
+        end
     end
     nodes = {}
     M.cleanup()
@@ -591,14 +624,17 @@ local function pct_encode(s)
 end
 M.pct_encode = pct_encode
 
--- A blocking HTTP/1.1 exchange with 127.0.0.1:port over a fresh connection
--- (the request should say `Connection: close`: this reads until EOF).
--- Returns the status of the first response (0 when there was no valid
--- response), its raw body, an error text and all the bytes received.
-local function exchange(port, request, max_time)
+-- A blocking exchange of raw bytes with 127.0.0.1:port over a fresh TCP
+-- connection: sends `bytes`, then reads until the peer closes or
+-- `max_time` seconds pass without data. Returns every byte received,
+-- an error text (nil when all went well) and `closed`: true when the
+-- peer closed the connection (EOF or reset), false when the read timed
+-- out with the connection still open.
+function M.tcp_exchange(port, bytes, max_time)
+    max_time = max_time or 30
     local fd = C.socket(AF_INET, SOCK_STREAM, 0)
     if fd < 0 then
-        return 0, "", "socket: " .. errtext()
+        return "", "socket: " .. errtext(), false
     end
     local tv = ffi.new("struct ms_spec_timeval")
     tv.tv_sec = floor(max_time)
@@ -612,35 +648,49 @@ local function exchange(port, request, max_time)
     if C.connect(fd, sa, ffi.sizeof(sa)) ~= 0 then
         local why = "connect: " .. errtext()
         C.close(fd)
-        return 0, "", why
+        return "", why, false
     end
-    local sent, len = 0, #request
+    local sent, len = 0, #bytes
     local why
     while sent < len do
-        local k = C.send(fd, ffi.cast("const char *", request) + sent,
+        local k = C.send(fd, ffi.cast("const char *", bytes) + sent,
                          len - sent, MSG_NOSIGNAL)
         if k < 0 and ffi.errno() ~= EINTR then
-            -- a node that refuses a request (413) may close before it read
-            -- all of it: its answer can still be there, so read on
+            -- a peer that refuses a request (413) may close before it
+            -- read all of it: its answer can still be there, so read on
             why = "send: " .. errtext()
             break
         end
         sent = sent + math.max(tonumber(k), 0)
     end
     local chunks, buf = {}, ffi.new("char[65536]")
+    local closed
     while true do
         local k = C.recv(fd, buf, 65536, 0)
         if k > 0 then
             chunks[#chunks + 1] = ffi.string(buf, k)
         elseif k == 0 then
+            closed = true
             break
-        elseif ffi.errno() ~= EINTR then
-            why = "recv: " .. errtext()
-            break
+        else
+            local e = ffi.errno()
+            if e ~= EINTR then
+                closed = e == ECONNRESET
+                why = "recv: " .. errtext()
+                break
+            end
         end
     end
     C.close(fd)
-    local response = concat(chunks)
+    return concat(chunks), why, closed
+end
+
+-- A blocking HTTP/1.1 exchange with 127.0.0.1:port over a fresh connection
+-- (the request should say `Connection: close`: this reads until EOF).
+-- Returns the status of the first response (0 when there was no valid
+-- response), its raw body, an error text and all the bytes received.
+local function exchange(port, request, max_time)
+    local response, why = M.tcp_exchange(port, request, max_time)
     local status = tonumber(match(response, "^HTTP/1%.%d (%d%d%d) "))
     local head_end = find(response, "\r\n\r\n", 1, true)
     if not status or not head_end then
@@ -651,7 +701,8 @@ end
 
 -- The bytes of one HTTP/1.1 request. `body`: nil, a string or a table
 -- (JSON-encoded). `close`: ask the server to close after answering.
-function M.format_request(port, method, path, body, close)
+-- `headers`: extra header lines, { ["X-Name"] = "value" }.
+function M.format_request(port, method, path, body, close, headers)
     if type(body) == "table" then
         body = assert(cjson.encode(body))
     end
@@ -661,6 +712,16 @@ function M.format_request(port, method, path, body, close)
     }
     if close then
         head[#head + 1] = "Connection: close"
+    end
+    if headers then
+        local names = {}
+        for name in pairs(headers) do
+            names[#names + 1] = name
+        end
+        sort(names)
+        for _, name in ipairs(names) do
+            head[#head + 1] = name .. ": " .. headers[name]
+        end
     end
     if body ~= nil then
         head[#head + 1] = "Content-Type: application/json"
@@ -672,10 +733,12 @@ end
 -- One HTTP request to 127.0.0.1:port. `body`: nil (none), a string (sent
 -- as is) or a table (JSON-encoded). Returns status (0 when there was no
 -- response), the decoded JSON body (nil if not JSON), the raw body and an
--- error text. opts.max_time: seconds to wait for the answer (30).
+-- error text. opts.max_time: seconds to wait for the answer (30);
+-- opts.headers: extra headers (see format_request).
 function M.request(port, method, path, body, opts)
     opts = opts or {}
-    local req = M.format_request(port, method, path, body, true)
+    local req = M.format_request(port, method, path, body, true,
+                                 opts.headers)
     local status, raw, why = exchange(port, req, opts.max_time or 30)
     return status, cjson.decode(raw), raw, why
 end
@@ -760,6 +823,319 @@ function Node:settle(delivered, timeout)
         end
         return nil, "pending " .. s.pending .. ", delivered " .. s.delivered
     end, timeout or 10, "the node to settle")
+end
+
+-- GET `path` on this node, decoded; raises unless the status is 200.
+function Node:get_json(path)
+    local status, body, raw = self:http("GET", path, nil, { max_time = 5 })
+    if status ~= 200 or type(body) ~= "table" then
+        error(format("%s GET %s: %s %s", self.name or self.address, path,
+                     tostring(status), raw), 2)
+    end
+    return body
+end
+
+-- GET /v1/members: { self, leader (uids), converged, members = {{uid, name,
+-- address, status, up_number, reachable, ...}} }.
+function Node:members()
+    return self:get_json("/v1/members")
+end
+
+-- GET /v1/allocations/{type}: { type, generation, shard_count, shards =
+-- {{shard, owner (name) or JSON null, uid, generation}} }.
+function Node:allocations(t)
+    return self:get_json("/v1/allocations/" .. pct_encode(t))
+end
+
+-- GET /v1/entities/{type}/{id}/owner: { type, id, shard, owner, uid }.
+function Node:owner(t, id)
+    return self:get_json(entity_path(t, id, "owner"))
+end
+
+-- POST /v1/entities/{type}/{id}/activate; returns status, body, raw.
+function Node:activate(t, id)
+    return self:http("POST", entity_path(t, id, "activate"))
+end
+
+-- POST /v1/leave or /v1/down (`action`) with a member's address as the
+-- JSON body. `token`: the X-Moonshard-Token header; nil: the cluster's
+-- admin token; false: no header. Returns status, body, raw.
+function Node:admin(action, address, token)
+    if token == nil then
+        token = self.cluster and self.cluster.admin_token
+    end
+    local headers = token and { ["X-Moonshard-Token"] = token } or nil
+    return self:http("POST", "/v1/" .. action, cjson.encode(address),
+                     { headers = headers })
+end
+
+-- Sends signal `sig` (helpers.SIGSTOP, ...) to the node's process.
+function Node:signal(sig)
+    self.proc:send_signal(sig)
+end
+
+-- SIGKILL, and waits until the process is reaped.
+function Node:kill()
+    self.proc:send_signal(SIGKILL)
+    assert(self.proc:wait(5), "SIGKILL did not end the node")
+end
+
+-- The member of a /v1/members answer named `name` (the live one when a
+-- restarted node is listed twice), or nil.
+function M.member(view, name)
+    local found
+    for _, m in ipairs(view.members) do
+        if m.name == name and (not found or found.status ~= "up") then
+            found = m
+        end
+    end
+    return found
+end
+
+-- The name of the leader of a /v1/members answer, or nil.
+function M.leader_name(view)
+    for _, m in ipairs(view.members) do
+        if m.uid == view.leader then
+            return m.name
+        end
+    end
+    return nil
+end
+
+-------------------------------------------------------------------------------
+-- Clusters: several nodes of one config, each its own process
+--
+--     local c = helpers.cluster({ size = 4, entities = { ... } })
+--     c:start({ "n1", "n2", "n3" })        -- n4 stays in the config only
+--     c:wait_converged({ "n1", "n2", "n3" })
+--     c:node("n2"):ask("Counter", "c1", { type = "get" })
+--
+-- Nodes are named n1..nK, each with its own listen (the member address,
+-- node.listen) and HTTP port (node.port); the first node is the default
+-- seed. The config sets `secret` and `admin_token` (helpers.SECRET and
+-- helpers.ADMIN_TOKEN unless opts say otherwise). Each node runs as
+-- `moonshard node CONFIG --name nK`; a node started again gets a new
+-- process (a new incarnation) and a new log file. stop_all() stops them
+-- all by PID.
+
+M.SECRET = "spec-cluster-secret"
+M.ADMIN_TOKEN = "spec-admin-token"
+
+local Cluster = {}
+Cluster.__index = Cluster
+
+-- A node of cluster `c` named `name` on fresh ports (not started).
+local function cluster_node(c, name)
+    local lp, hp = M.free_port(), M.free_port()
+    return setmetatable({
+        cluster = c,
+        name = name,
+        dir = c.dir,
+        config = c.config,
+        listen_port = lp,
+        listen = "127.0.0.1:" .. lp,
+        port = hp,
+        address = "127.0.0.1:" .. hp,
+        base = "http://127.0.0.1:" .. hp,
+        runs = 0,
+    }, Node)
+end
+
+-- Writes a config of cluster `c` into its dir as `file`, with `changes`
+-- applied to its top-level fields (say { secret = "other" }) and the
+-- nodes `extra` (from c:new_node) appended to its node list. Returns the
+-- path.
+function Cluster:write_config(file, changes, extra)
+    local opts = self.opts
+    local t = {
+        cluster = opts.cluster or "spec",
+        secret = self.secret,
+        admin_token = self.admin_token,
+        seeds = opts.seeds,
+        entities = opts.entities,
+        limits = opts.limits,
+        nodes = {},
+    }
+    for k, v in pairs(changes or {}) do
+        t[k] = v
+    end
+    local list = {}
+    for _, n in ipairs(self.nodes) do
+        list[#list + 1] = n
+    end
+    for _, n in ipairs(extra or {}) do
+        list[#list + 1] = n
+    end
+    for i, n in ipairs(list) do
+        t.nodes[i] = { name = n.name, listen = n.listen, http = n.address,
+                       roles = opts.roles and opts.roles[n.name] or nil }
+    end
+    local path = self.dir .. "/" .. file
+    M.write_file(path, "-- generated by spec/helpers/node.lua\n"
+        .. format("package.path = %q .. package.path\n",
+                  M.fixtures .. "/?.lua;")
+        .. "return " .. literal(t) .. "\n")
+    return path
+end
+
+-- A cluster config for `opts` (nothing started). opts.entities
+-- (required), opts.size (3), opts.secret, opts.admin_token (false: none),
+-- opts.cluster, opts.seeds, opts.limits, opts.roles = { n1 = {...} },
+-- opts.files = { ["name.lua"] = text } written beside the config.
+function M.cluster(opts)
+    assert(type(opts) == "table" and type(opts.entities) == "table",
+           "cluster: opts.entities is required")
+    local c = setmetatable({
+        opts = opts,
+        dir = M.tmpdir(),
+        nodes = {},
+        by_name = {},
+        secret = opts.secret or M.SECRET,
+        admin_token = opts.admin_token == nil and M.ADMIN_TOKEN
+            or opts.admin_token or nil,
+    }, Cluster)
+    for name, text in pairs(opts.files or {}) do
+        M.write_file(c.dir .. "/" .. name, text)
+    end
+    c.config = c.dir .. "/cluster.lua"
+    for i = 1, opts.size or 3 do
+        local n = cluster_node(c, "n" .. i)
+        c.nodes[i] = n
+        c.by_name[n.name] = n
+    end
+    c:write_config("cluster.lua")
+    return c
+end
+
+-- A node that is not in the cluster's config, on fresh ports: give it a
+-- config of its own (c:write_config(file, changes, { node })) in
+-- node.config before node:launch().
+function Cluster:new_node(name)
+    return cluster_node(self, name)
+end
+
+-- A node by name ("n2") or index (2).
+function Cluster:node(which)
+    local n = type(which) == "number" and self.nodes[which]
+        or self.by_name[which]
+    return assert(n, "no node " .. tostring(which))
+end
+
+-- Nodes for a list of names, indexes or nodes; nil: every node whose
+-- process runs.
+function Cluster:select(list)
+    local out = {}
+    if list == nil then
+        for _, n in ipairs(self.nodes) do
+            if n.proc and n:alive() then
+                out[#out + 1] = n
+            end
+        end
+        return out
+    end
+    for i, x in ipairs(list) do
+        out[i] = type(x) == "table" and x or self:node(x)
+    end
+    return out
+end
+
+-- Starts the node's process (again: a new incarnation), without waiting.
+function Node:launch()
+    self.runs = self.runs + 1
+    self.log_path = format("%s/%s.%d.log", self.dir, self.name, self.runs)
+    self.proc = M.spawn({ M.bin, "node", self.config, "--name", self.name },
+                        { stdout = self.log_path, stderr = "stdout" })
+    self.pid = self.proc.pid
+    nodes[#nodes + 1] = self
+    return self
+end
+
+-- Waits until the node answers GET /v1/health; raises with its log when
+-- it exits or `timeout` (10) seconds pass first.
+function Node:wait_healthy(timeout)
+    local deadline = M.now() + (timeout or 10)
+    while true do
+        if self.proc:poll() then
+            error(format("node %s exited (code %s, signal %s):\n%s",
+                         self.name, tostring(self.proc.code),
+                         tostring(self.proc.signal), self:log()), 2)
+        end
+        if self:http("GET", "/v1/health", nil, { max_time = 1 }) == 200 then
+            return self
+        end
+        if M.now() >= deadline then
+            error("node " .. self.name .. " did not come up:\n" .. self:log(),
+                  2)
+        end
+        M.sleep(0.01)
+    end
+end
+
+-- Starts the nodes `list` (names or indexes; nil: all) and waits until
+-- each answers HTTP (not until it is Up: see wait_converged). Returns
+-- the nodes.
+function Cluster:start(list, timeout)
+    if list == nil then
+        list = {}
+        for i = 1, #self.nodes do
+            list[i] = i
+        end
+    end
+    local started_nodes = self:select(list)
+    for _, n in ipairs(started_nodes) do
+        n:launch()
+    end
+    for _, n in ipairs(started_nodes) do
+        n:wait_healthy(timeout)
+    end
+    return started_nodes
+end
+
+-- Waits until every node of `list` (see select; nil: every running
+-- node) answers /v1/members converged, listing exactly the members of
+-- `list`, all Up and reachable, under one leader. Returns { [name] =
+-- members answer }.
+function Cluster:wait_converged(list, timeout)
+    local sel = self:select(list)
+    local want = {}
+    for i, n in ipairs(sel) do
+        want[i] = n.name
+    end
+    sort(want)
+    want = concat(want, ",")
+    return M.wait_until(function()
+        local views, leader = {}, nil
+        for _, n in ipairs(sel) do
+            local status, view = n:http("GET", "/v1/members", nil,
+                                        { max_time = 2 })
+            if status ~= 200 or type(view) ~= "table" then
+                return nil, n.name .. ": GET /v1/members " .. status
+            end
+            if not view.converged then
+                return nil, n.name .. " is not converged"
+            end
+            local got = {}
+            for _, m in ipairs(view.members) do
+                if m.status ~= "up" or m.reachable == false then
+                    return nil, format("%s sees %s %s%s", n.name, m.name,
+                                       m.status, m.reachable == false
+                                           and " (unreachable)" or "")
+                end
+                got[#got + 1] = m.name
+            end
+            sort(got)
+            got = concat(got, ",")
+            if got ~= want then
+                return nil, n.name .. " lists " .. got
+            end
+            if leader and view.leader ~= leader then
+                return nil, "the nodes see different leaders"
+            end
+            leader = view.leader
+            views[n.name] = view
+        end
+        return views
+    end, timeout or 10, "members " .. want .. " to converge", 0.05)
 end
 
 -- Last resort: kill leftovers when this module is collected or the VM
