@@ -16,6 +16,7 @@ struct ms_type_config {
     int on_error_stop;
     uint32_t max_pending;
     uint32_t slow_handler_ms;
+    char allocation_id[256];   /* the allocation strategy's id */
 };
 
 struct ms_config {

@@ -164,6 +164,15 @@ static void on_member(void *data, uint64_t uid, int status, int is_self)
     arm(n);
 }
 
+static int allocate_lua(void *data, const char *type_name, uint32_t shard,
+                        const char *view_json, char *name, size_t namelen,
+                        char *err, size_t errlen)
+{
+    struct ms_node *n = data;
+    return ms_bridge_allocate(n->b, type_name, shard, view_json, name,
+                              namelen, err, errlen);
+}
+
 static void kick_node(void *data)
 {
     arm(data);
@@ -259,6 +268,7 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
             return rc;
         }
         ms_router_set_kick(n->router, kick_node, n);
+        ms_router_set_allocator(n->router, allocate_lua, n);
         struct ms_route_ops ops = {n, route_tell, route_ask};
         ms_bridge_set_route(n->b, &ops);
     }

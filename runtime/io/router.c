@@ -8,6 +8,7 @@
  */
 #include "router.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,8 @@ struct ms_router {
     int open_handles;
     void (*kick)(void *);    /* the dispatcher may have work now */
     void *kick_data;
+    ms_router_allocate_fn allocator; /* the Lua strategies */
+    void *allocator_data;
     struct ms_router_stats st;
 };
 
@@ -762,38 +765,158 @@ void ms_router_on_frame(struct ms_router *r, uint64_t uid,
 
 /* ---- public -------------------------------------------------------------- */
 
+/* The settings a node must share with the cluster to host a type. */
 static void fingerprint(const struct ms_type_config *t, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s|module=%s|shards=%u|idle_ms=%llu|on_error=%s",
+    snprintf(buf, len, "%s|module=%s|shards=%u|idle_ms=%llu|on_error=%s|"
+             "allocation=%s",
              t->name, t->module, t->shard_count,
              (unsigned long long)t->idle_timeout_ms,
-             t->on_error_stop ? "stop" : "resume");
+             t->on_error_stop ? "stop" : "resume", t->allocation_id);
 }
 
-/* Allocation strategy until the Lua strategies are wired in: the host with
- * the fewest shards of the type, non-leaving first, then reachable first,
- * then the lowest uid. */
-static uint64_t allocate_least_loaded(void *data, int type, uint32_t shard,
-                                      const struct ms_coord_view *view,
-                                      char *err, size_t errlen)
+/* A growable text buffer for the strategy's view. */
+struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+static void sb_add(struct sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void sb_add(struct sbuf *b, const char *fmt, ...)
 {
-    (void)data;
-    (void)type;
-    (void)shard;
-    const struct ms_coord_host *best = NULL;
-    for (size_t i = 0; i < view->nhosts; i++) {
-        const struct ms_coord_host *h = &view->hosts[i];
-        if (!best || h->leaving < best->leaving ||
-            (h->leaving == best->leaving &&
-             (h->shards < best->shards ||
-              (h->shards == best->shards && h->reachable > best->reachable))))
-            best = h;
+    for (int pass = 0; pass < 2 && !b->oom; pass++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL,
+                          b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 1024;
+        while (cap <= b->len + (size_t)n)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
     }
-    if (!best) {
-        snprintf(err, errlen, "no member can host %s", view->type_name);
+}
+
+static int age_cmp_ptr(const void *a, const void *b)
+{
+    return ms_mb_age_cmp(*(const struct ms_mb_member *const *)a,
+                         *(const struct ms_mb_member *const *)b);
+}
+
+/*
+ * The coordinator's allocation callback: runs the type's Lua strategy
+ * (moonshard.alloc) over the DESIGN §3 view of the hosts. Without an
+ * allocator (tests, bench) it takes the host with the fewest shards,
+ * non-leaving first, then the lowest uid.
+ */
+static uint64_t allocate(void *data, int type, uint32_t shard,
+                         const struct ms_coord_view *view, char *err,
+                         size_t errlen)
+{
+    struct ms_router *r = data;
+    (void)type;
+    if (!r->allocator) {
+        const struct ms_coord_host *best = NULL;
+        for (size_t i = 0; i < view->nhosts; i++) {
+            const struct ms_coord_host *h = &view->hosts[i];
+            if (!best || h->leaving < best->leaving ||
+                (h->leaving == best->leaving && h->shards < best->shards))
+                best = h;
+        }
+        if (!best)
+            snprintf(err, errlen, "no member can host %s", view->type_name);
+        return best ? best->uid : 0;
+    }
+    struct ms_membership *mb = ms_cluster_membership(r->c);
+    const struct ms_mb_member **ms = calloc(view->nhosts + 1, sizeof *ms);
+    if (!ms) {
+        snprintf(err, errlen, "out of memory");
         return 0;
     }
-    return best->uid;
+    size_t n = 0;
+    for (size_t i = 0; i < view->nhosts; i++) {
+        const struct ms_mb_member *m = ms_mb_find_by_uid(mb, view->hosts[i].uid);
+        if (m)
+            ms[n++] = m;
+    }
+    qsort(ms, n, sizeof *ms, age_cmp_ptr);
+    struct sbuf b = {0};
+    sb_add(&b, "{\"entity_type\":\"%s\",\"shard_count\":%u,\"members\":[",
+           view->type_name, view->shard_count);
+    for (size_t i = 0; i < n; i++) {
+        const struct ms_mb_member *m = ms[i];
+        sb_add(&b, "%s{\"name\":\"%s\",\"address\":\"%s\",\"uid\":"
+               "\"%016llx\",\"weight\":%u,\"version\":\"%s\","
+               "\"up_number\":%u,\"status\":\"%s\",\"reachable\":%s,"
+               "\"roles\":[",
+               i ? "," : "", m->name, m->address, (unsigned long long)m->uid,
+               m->weight ? m->weight : 1, m->version, m->up_number,
+               ms_mb_status_name(m->status),
+               ms_mb_is_reachable(mb, m->uid) ? "true" : "false");
+        const char *ro = m->roles;
+        int first = 1;
+        while (*ro) {
+            size_t k = strcspn(ro, ",");
+            if (k)
+                sb_add(&b, "%s\"%.*s\"", first ? "" : ",", (int)k, ro);
+            first = 0;
+            ro += k + (ro[k] == ',');
+        }
+        sb_add(&b, "]}");
+    }
+    sb_add(&b, "],\"plan\":[");
+    int first = 1;
+    for (uint32_t sh = 0; sh < view->shard_count; sh++) {
+        if (!view->owners[sh])
+            continue;
+        const struct ms_mb_member *m = ms_mb_find_by_uid(mb, view->owners[sh]);
+        if (!m)
+            continue;
+        sb_add(&b, "%s[%u,\"%s\"]", first ? "" : ",", sh, m->name);
+        first = 0;
+    }
+    sb_add(&b, "]}");
+    free(ms);
+    uint64_t uid = 0;
+    char name[MS_MB_MAX_NAME + 1];
+    if (b.oom) {
+        snprintf(err, errlen, "out of memory");
+    } else if (r->allocator(r->allocator_data, view->type_name, shard, b.p,
+                            name, sizeof name, err, errlen) == 0) {
+        const struct ms_mb_member *m = ms_mb_find_by_name(mb, name);
+        uid = m ? m->uid : 0;
+        if (!uid)
+            snprintf(err, errlen, "strategy chose '%s', not a member", name);
+    }
+    free(b.p);
+    if (!uid)
+        ms_log(MS_LOG_WARN, NULL, "allocation of %s shard %u failed: %s",
+               view->type_name, shard, err);
+    return uid;
+}
+
+void ms_router_set_allocator(struct ms_router *r, ms_router_allocate_fn fn,
+                             void *data)
+{
+    r->allocator = fn;
+    r->allocator_data = data;
 }
 
 int ms_router_new(struct ms_router **out, uv_loop_t *loop,
@@ -835,7 +958,7 @@ int ms_router_new(struct ms_router **out, uv_loop_t *loop,
     cc.self_uid = r->self;
     cc.types = ct;
     cc.ntypes = cfg->ntypes;
-    cc.allocate = allocate_least_loaded;
+    cc.allocate = allocate;
     cc.data = r;
     int rc = ms_coord_new(&r->coord, &cc);
     free(ct);
@@ -962,8 +1085,10 @@ void ms_router_on_member(struct ms_router *r, uint64_t uid, int status)
          * accepted messages are handled before it exits, and later ones
          * it receives are answered NOT_OWNER and routed again. */
         ms_coord_member_removed(r->coord, uid, now(r));
-        if (ms_coord_active(r->coord))
-            ms_cluster_set_owns_shards(r->c, uid, 0);
+        /* only the membership leader's view uses this; telling every
+         * node keeps a cluster whose members all leave at once (no
+         * coordinator left) from waiting for one */
+        ms_cluster_set_owns_shards(r->c, uid, 0);
     }
     coord_drain(r);
     /* a member that came (back) may own shards with waiting messages */

@@ -70,6 +70,18 @@ void ms_router_on_coordinator(struct ms_router *r, uint64_t uid);
 /* A member reached `status` (enum ms_mb_status). */
 void ms_router_on_member(struct ms_router *r, uint64_t uid, int status);
 
+/* Chooses the owner of an unowned shard: the type's allocation strategy
+ * over `view_json`; 0 with the member's name, or a negative code with a
+ * reason. */
+typedef int (*ms_router_allocate_fn)(void *data, const char *type_name,
+                                     uint32_t shard, const char *view_json,
+                                     char *name, size_t namelen, char *err,
+                                     size_t errlen);
+
+/* Sets the allocator the coordinator uses on this node. */
+void ms_router_set_allocator(struct ms_router *r, ms_router_allocate_fn fn,
+                             void *data);
+
 /* Sets what the router calls after it may have given the dispatcher
  * work outside of a caller's call (plan applied, deadlines). */
 void ms_router_set_kick(struct ms_router *r, void (*kick)(void *),

@@ -635,8 +635,13 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
         char on_error[16];
         copy_field(L, -1, "on_error", on_error, sizeof on_error);
         t->on_error_stop = strcmp(on_error, "stop") == 0;
+        copy_field(L, -1, "allocation_id", t->allocation_id,
+                   sizeof t->allocation_id);
         lua_pop(L, 1);
     }
+    /* the coordinator's strategies come from this config */
+    lua_pushvalue(L, c);
+    call_module(L, "moonshard.alloc", "configure", 1, 0, err, errlen);
     lua_settop(L, top);
     return 0;
 }
@@ -953,6 +958,30 @@ int ms_bridge_call(struct ms_bridge *b, const char *module, const char *fn,
     }
     lua_pop(L, 1);
     return *out ? 0 : MS_ENOMEM;
+}
+
+int ms_bridge_allocate(struct ms_bridge *b, const char *type_name,
+                       uint32_t shard, const char *view_json, char *name,
+                       size_t namelen, char *err, size_t errlen)
+{
+    lua_State *L = b->L;
+    int top = lua_gettop(L);
+    lua_pushstring(L, type_name);
+    lua_pushinteger(L, shard);
+    lua_pushstring(L, view_json);
+    int rc = call_module(L, "moonshard.alloc", "allocate", 3, 2, err,
+                         errlen);
+    if (rc < 0)
+        return rc;
+    if (lua_isstring(L, -2)) {
+        snprintf(name, namelen, "%s", lua_tostring(L, -2));
+    } else {
+        snprintf(err, errlen, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1)
+                                                        : "no member");
+        rc = MS_EINVAL;
+    }
+    lua_settop(L, top);
+    return rc;
 }
 
 uint64_t ms_bridge_slow_count(struct ms_bridge *b)

@@ -88,6 +88,13 @@ int ms_bridge_call(struct ms_bridge *b, const char *module, const char *fn,
 int ms_lua_run_isolated(const char *home, const char *module, const char *fn,
                         const char *arg, char **out, char *err, size_t errlen);
 
+/* Runs the allocation strategy of `type_name` (moonshard.alloc) on a view
+ * (JSON, see lua/moonshard/alloc.lua). Returns 0 with the chosen member's
+ * name, or a negative code with the strategy's reason in `err`. */
+int ms_bridge_allocate(struct ms_bridge *b, const char *type_name,
+                       uint32_t shard, const char *view_json, char *name,
+                       size_t namelen, char *err, size_t errlen);
+
 /* Slow handlers seen so far are counted here. */
 uint64_t ms_bridge_slow_count(struct ms_bridge *b);
 
