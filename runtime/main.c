@@ -120,6 +120,8 @@ static void print_hints(struct ms_node *n)
     const char *node_arg = *node_opt ? addr : "";
     printf("moonshard: node %s is up, HTTP gateway on http://%s\n",
            ms_node_name(n), addr);
+    if (ms_node_index(n) != 0)
+        return; /* the first node of the config prints the hints */
     if (ms_node_type(n, "Counter", 7) >= 0) {
         printf("  try, in another terminal:\n"
                "    %s tell%s%s Counter c1 '{\"type\":\"incr\",\"by\":2}'\n"
@@ -130,7 +132,9 @@ static void print_hints(struct ms_node *n)
                cmd, node_opt, node_arg, cmd, node_opt, node_arg, addr, cmd,
                node_opt, node_arg);
     }
-    printf("  Ctrl-C stops the node.\n");
+    printf("    %s members%s%s\n"
+           "  Ctrl-C stops the node(s): each leaves the cluster first.\n",
+           cmd, node_opt, node_arg);
     fflush(stdout);
 }
 

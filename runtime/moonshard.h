@@ -125,6 +125,9 @@ void ms_home(char *buf, size_t len);
  * source tree), borrowed for the node's life. */
 const char *ms_node_home(struct ms_node *n);
 
+/* This node's place in the config's node list (0: the first). */
+int ms_node_index(struct ms_node *n);
+
 /* Largest accepted payload in bytes (limits.max_message_bytes). */
 size_t ms_node_max_message(struct ms_node *n);
 

@@ -27,6 +27,7 @@ struct ms_config {
     char http_host[128];
     int http_port;
     int nnodes;                /* nodes listed in the script */
+    int node_index;            /* this node's place in that list, from 0 */
     char secret[256];          /* cluster secret ("" when not configured) */
     char admin_token[128];     /* for leave/down ("" when not configured) */
     char seeds[16][128];       /* seed addresses */

@@ -378,6 +378,11 @@ const char *ms_node_http_address(struct ms_node *n)
     return n->http_address;
 }
 
+int ms_node_index(struct ms_node *n)
+{
+    return n->cfg.node_index;
+}
+
 const char *ms_node_home(struct ms_node *n)
 {
     return n->home;

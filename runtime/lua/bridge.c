@@ -586,6 +586,12 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     }
     lua_getfield(L, c, "nodes");
     cfg->nnodes = (int)lua_objlen(L, -1);
+    for (int i = 1; i <= cfg->nnodes; i++) {
+        lua_rawgeti(L, -1, i);
+        if (lua_rawequal(L, -1, nd))
+            cfg->node_index = i - 1;
+        lua_pop(L, 1);
+    }
     lua_pop(L, 1);
     copy_field(L, c, "secret", cfg->secret, sizeof cfg->secret);
     copy_field(L, c, "admin_token", cfg->admin_token,

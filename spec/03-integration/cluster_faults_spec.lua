@@ -128,11 +128,11 @@ describe("cluster faults", function()
         it("fails the asks to its ids explicitly (504 or 503) from every "
            .. "other node", function()
             for _, n in ipairs(live()) do
-                for k = 1, math.min(#on_victim, 3) do
+                for k = 1, math.min(#on_victim, 2) do
                     local id = on_victim[k]
                     local t0 = helpers.now()
                     local status, body, raw = n:ask("Counter", id,
-                                                    { type = "get" }, 0.3)
+                                                    { type = "get" }, 0.25)
                     assert.is_truthy(status == 504 or status == 503,
                                      n.name .. " " .. id .. ": " .. status
                                      .. " " .. raw)
