@@ -9,6 +9,8 @@
 
 local helpers = require "helpers.node"
 
+local format = string.format
+
 local SHARDS = 32
 local IDS = 30
 
@@ -63,8 +65,11 @@ describe("a cluster", function()
     setup(function()
         c = helpers.cluster({
             size = 4,
-            entities = { Counter = { module = "counter",
-                                     shard_count = SHARDS } },
+            entities = {
+                Counter = { module = "counter", shard_count = SHARDS },
+                -- many shards: a fresh id almost always needs a new one
+                Tally = { module = "counter", shard_count = 1024 },
+            },
         })
         n1, n2, n3, n4 = c:node("n1"), c:node("n2"), c:node("n3"),
             c:node("n4")
@@ -319,6 +324,28 @@ describe("a cluster", function()
                                 id)
                 end
             end
+        end)
+    end)
+
+    describe("order", function()
+        it("keeps one sender's messages to an id in order while the id's "
+           .. "shard is being allocated", function()
+            local bad = {}
+            for _, n in ipairs({ n1, n2, n4 }) do
+                for i = 1, 40 do
+                    local id = n.name .. "-" .. i
+                    n:tell("Tally", id, { type = "reset" })
+                    n:tell("Tally", id, { type = "incr", by = i })
+                    local status, body, raw = n:ask("Tally", id,
+                                                    { type = "get" }, 5)
+                    if status ~= 200 or body.value ~= i then
+                        bad[#bad + 1] = format("via %s %s: %s %s (owner %s)",
+                            n.name, id, status, raw,
+                            tostring(n:owner("Tally", id).owner))
+                    end
+                end
+            end
+            assert.same({}, bad)
         end)
     end)
 end)

@@ -66,7 +66,7 @@ static int start(struct side *s, uv_loop_t *loop, const char *name,
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     struct ms_transport_config cfg = {
         "test", name, addr, uid, (const uint8_t *)secret, strlen(secret),
-        "127.0.0.1", port, 1 << 16, 1 << 20, 2000};
+        "127.0.0.1", port, 1 << 16, 4 << 20, 2000};
     struct ms_transport_callbacks cb = {s, on_peer, on_frame};
     char err[200];
     memset(s, 0, sizeof *s);
@@ -188,6 +188,52 @@ static void garbage_and_oversize_frames_close_the_connection(uv_loop_t *loop)
     spin(loop, 50);
 }
 
+/* B authenticates, then its loop stops running: it reads nothing more.
+ * A's queue to B grows until max_out_bytes; then A drops B and counts
+ * it, and serves on. */
+static void a_peer_that_stops_reading_is_dropped(uv_loop_t *loop)
+{
+    uv_loop_t other;
+    uv_loop_init(&other);
+    struct side a, b;
+    int pa = free_port(), pb = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    CHECK(start(&b, &other, "b", 2, pb, "s") == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
+    CHECK(ms_transport_connect(a.t, addr) == 0);
+    for (int i = 0; i < 300 && !(a.ups && b.ups); i++) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        uv_run(&other, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    CHECK(a.ups == 1 && b.ups == 1);
+    /* from now on only A's loop runs */
+    static char big[60000];
+    memset(big, 'x', sizeof big - 1);
+    struct ms_frame f = tell(big);
+    int rc = 0, sent = 0;
+    for (int i = 0; i < 200 && rc == 0; i++) {
+        rc = ms_transport_send(a.t, 2, &f);
+        if (rc == 0)
+            sent++;
+        uv_run(loop, UV_RUN_NOWAIT);
+    }
+    CHECK(rc == MS_EOVERFLOW);
+    CHECK(sent > 0);
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.slow_peer_drops == 1);
+    CHECK(!ms_transport_connected(a.t, 2));
+    spin(loop, 50);
+    CHECK(a.downs == 1);
+    ms_transport_close(a.t);
+    ms_transport_close(b.t);
+    spin(loop, 50);
+    uv_run(&other, UV_RUN_DEFAULT);
+    CHECK(uv_loop_close(&other) == 0);
+}
+
 int main(void)
 {
     ms_log_setup("test", getenv("VERBOSE") ? 0 : MS_LOG_ERROR + 1);
@@ -195,6 +241,7 @@ int main(void)
     handshake_and_frames(loop);
     wrong_secret_is_refused(loop);
     garbage_and_oversize_frames_close_the_connection(loop);
+    a_peer_that_stops_reading_is_dropped(loop);
     uv_run(loop, UV_RUN_DEFAULT);
     CHECK(uv_loop_close(loop) == 0);
     CHECK_DONE();
