@@ -85,23 +85,9 @@ function Ref:tell(msg)
     return nil, errtable(code, message)
 end
 
-function Ref:ask(msg, seconds)
-    if type(msg) ~= "table" then
-        error("bad 'msg' argument: a table is required", 2)
-    end
-    seconds = seconds or default_ask_timeout
-    if type(seconds) ~= "number" or not (seconds > 0 and seconds <= MAX_ASK_S) then
-        error("bad 'seconds' argument: the ask timeout must be in (0, "
-              .. MAX_ASK_S .. "]", 2)
-    end
-    local co = running()
-    if co == nil or co ~= current then
-        error("ask must be called by a handler itself (not from a coroutine "
-              .. "it created)", 2)
-    end
-    local corr, code, message = ask_c(self._t, self.id, encode(msg),
-                                      seconds * 1000)
-    if not corr then return nil, errtable(code, message) end
+-- Waits in the running handler's coroutine for the end of ask `corr`
+-- (issued by ask_c or activate_c), then returns the reply or nil, err.
+local function await(co)
     detached[co] = true
     local reply, err = yield(ASK)
     current = co
@@ -117,6 +103,56 @@ function Ref:ask(msg, seconds)
         return nil, errtable(e.code or "error", e.message or "")
     end
     return nil, errtable("error", tostring(err))
+end
+
+-- The running handler's coroutine, or raises: asks and activations must be
+-- made by a handler itself.
+local function handler_coroutine(what)
+    local co = running()
+    if co == nil or co ~= current then
+        error(what .. " must be called by a handler itself (not from a "
+              .. "coroutine it created)", 3)
+    end
+    return co
+end
+
+local function check_seconds(seconds)
+    seconds = seconds or default_ask_timeout
+    if type(seconds) ~= "number" or not (seconds > 0 and seconds <= MAX_ASK_S) then
+        error("bad 'seconds' argument: the ask timeout must be in (0, "
+              .. MAX_ASK_S .. "]", 3)
+    end
+    return seconds
+end
+
+function Ref:ask(msg, seconds)
+    if type(msg) ~= "table" then
+        error("bad 'msg' argument: a table is required", 2)
+    end
+    seconds = check_seconds(seconds)
+    local co = handler_coroutine("ask")
+    local corr, code, message = ask_c(self._t, self.id, encode(msg),
+                                      seconds * 1000)
+    if not corr then return nil, errtable(code, message) end
+    return await(co)
+end
+
+-- Eager creation of entity (tname, id) where it lives; inside a handler,
+-- waits like an ask. Returns true when this call activated it, false when
+-- it was active already, or nil, err.
+function M.activate(tname, id, seconds)
+    local t = type(tname) == "string" and type_index(tname)
+    if not t then error("unknown entity type '" .. tostring(tname) .. "'", 2) end
+    if type(id) ~= "string" or id == "" then
+        error("bad 'id' argument: a non-empty string is required", 2)
+    end
+    seconds = check_seconds(seconds)
+    local co = handler_coroutine("activate")
+    local corr, code, message = core.activate(t, id, seconds * 1000)
+    if not corr then return nil, errtable(code, message) end
+    local r, err = await(co)
+    if not r then return nil, err end
+    return r.created == true
 end
 
 -- ctx ---------------------------------------------------------------------

@@ -173,6 +173,30 @@ static int allocate_lua(void *data, const char *type_name, uint32_t shard,
                               namelen, err, errlen);
 }
 
+static int64_t route_activate(void *data, int type, const char *id,
+                              size_t idlen, uint64_t timeout_ms,
+                              const struct ms_waiter *w)
+{
+    struct ms_node *n = data;
+    return ms_router_activate(n->router, type, id, idlen, timeout_ms, w);
+}
+
+static size_t route_owner(void *data, int type, const char *id, size_t idlen,
+                          char *buf, size_t len)
+{
+    return ms_node_owner_json(data, type, id, idlen, buf, len);
+}
+
+static size_t route_allocations(void *data, int type, char *buf, size_t len)
+{
+    return ms_node_allocations_json(data, type, buf, len);
+}
+
+static size_t route_stats(void *data, char *buf, size_t len)
+{
+    return ms_node_stats_json(data, buf, len);
+}
+
 static void kick_node(void *data)
 {
     arm(data);
@@ -269,7 +293,10 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
         }
         ms_router_set_kick(n->router, kick_node, n);
         ms_router_set_allocator(n->router, allocate_lua, n);
-        struct ms_route_ops ops = {n, route_tell, route_ask};
+        struct ms_route_ops ops = {n,           route_tell,
+                                   route_ask,   route_activate,
+                                   route_owner, route_allocations,
+                                   route_stats};
         ms_bridge_set_route(n->b, &ops);
     }
     if (!opts->no_http) {

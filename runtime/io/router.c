@@ -32,6 +32,8 @@ struct pend {
     struct pend *next;
     int kind;             /* MS_FRAME_TELL or MS_FRAME_ASK */
     int activate;         /* ASK that is an activation request */
+    uint64_t origin;      /* a request from that node (0: from here) */
+    uint64_t origin_corr; /* its ask id there */
     int64_t corr;         /* the dispatcher's ask (ASK) */
     uint64_t deadline_ms;
     uint32_t idlen, len;
@@ -289,6 +291,8 @@ static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
     p->next = NULL;
     p->kind = kind;
     p->activate = activate;
+    p->origin = 0;
+    p->origin_corr = 0;
     p->corr = corr;
     p->deadline_ms = deadline_ms;
     p->idlen = (uint32_t)idlen;
@@ -444,6 +448,15 @@ static int64_t router_ask(struct ms_router *r, int activate, int type,
     return corr; /* a failure above already ended the ask */
 }
 
+static void deliver_request(struct ms_router *r, uint64_t uid, int type,
+                            int kind, int activate, uint64_t corr,
+                            const char *id, size_t idlen, const char *json,
+                            size_t len);
+static void bounce(struct ms_router *r, uint64_t uid, int type,
+                   uint32_t shard, int kind, int activate, uint64_t corr,
+                   const char *id, size_t idlen, const char *json,
+                   size_t len);
+
 /* Sends (or delivers) what waits for a shard, in order, while its owner is
  * usable. */
 static void flush_shard(struct ms_router *r, int type, uint32_t shard)
@@ -460,7 +473,17 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
         struct pend *p = s->head;
         const char *id = p->data, *json = p->data + p->idlen;
         int rc = 0;
-        if (p->kind == MS_FRAME_ASK && !ms_dispatch_ask_pending(r->d, p->corr)) {
+        if (p->origin) {
+            /* a request another node sent before this node knew it owned
+             * the shard: deliver it now, or send it back to be routed */
+            if (owner == r->self)
+                deliver_request(r, p->origin, type, p->kind, p->activate,
+                                p->origin_corr, id, p->idlen, json, p->len);
+            else
+                bounce(r, p->origin, type, shard, p->kind, p->activate,
+                       p->origin_corr, id, p->idlen, json, p->len);
+        } else if (p->kind == MS_FRAME_ASK &&
+                   !ms_dispatch_ask_pending(r->d, p->corr)) {
             rc = 0; /* it timed out meanwhile */
         } else if (owner == r->self) {
             r->st.local_routes++;
@@ -516,7 +539,11 @@ static void on_sweep(uv_timer_t *t)
                 s->n--;
                 r->nbuffered--;
                 r->st.expired++;
-                if (p->kind == MS_FRAME_ASK)
+                if (p->origin && p->kind == MS_FRAME_ASK)
+                    frame_error(r, p->origin, p->origin_corr, MS_ETIMEDOUT,
+                                "the owner's plan did not catch up before "
+                                "the deadline");
+                else if (p->kind == MS_FRAME_ASK)
                     fail_ask(r, p->corr, MS_ETIMEDOUT,
                              "no owner for the entity's shard before the "
                              "deadline");
@@ -563,11 +590,75 @@ static void on_remote_reply(void *data, int err, const char *payload,
     free(ra);
 }
 
-/* A TELL or ASK from another node for a shard we may own. */
+/* Hands a request from node `uid` to this node's dispatcher; an ask's
+ * reply goes back to `uid` as a REPLY or REPLY_ERROR frame. */
+static void deliver_request(struct ms_router *r, uint64_t uid, int type,
+                            int kind, int activate, uint64_t corr,
+                            const char *id, size_t idlen, const char *json,
+                            size_t len)
+{
+    r->st.forwards++;
+    if (kind == MS_FRAME_TELL) {
+        int rc = ms_dispatch_tell(r->d, type, id, idlen, json, len);
+        if (rc < 0)
+            ms_log(MS_LOG_WARN, NULL, "a tell from another node was "
+                   "refused: %s", ms_strerror(rc));
+        return;
+    }
+    struct remote_ask *ra = malloc(sizeof *ra);
+    if (!ra) {
+        frame_error(r, uid, corr, MS_ENOMEM, "out of memory");
+        return;
+    }
+    ra->r = r;
+    ra->uid = uid;
+    ra->corr = corr;
+    struct ms_waiter w = {on_remote_reply, ra, 0};
+    /* the asker's deadline governs; ours only bounds a lost node */
+    int64_t rc = activate
+                     ? ms_dispatch_activate(r->d, type, id, idlen,
+                                            24 * 3600 * 1000ULL, now(r), &w)
+                     : ms_dispatch_ask(r->d, type, id, idlen, json, len,
+                                       24 * 3600 * 1000ULL, now(r), &w);
+    if (rc < 0) {
+        frame_error(r, uid, corr, (int)rc, ms_strerror((int)rc));
+        free(ra);
+    }
+}
+
+/* Sends a request back to the node that sent it, to be routed again. */
+static void bounce(struct ms_router *r, uint64_t uid, int type,
+                   uint32_t shard, int kind, int activate, uint64_t corr,
+                   const char *id, size_t idlen, const char *json,
+                   size_t len)
+{
+    struct ms_frame no;
+    memset(&no, 0, sizeof no);
+    no.kind = MS_FRAME_NOT_OWNER;
+    no.flags = (uint16_t)((kind == MS_FRAME_ASK ? FLAG_WAS_ASK : 0) |
+                          (activate ? FLAG_ACTIVATE : 0));
+    no.corr = corr;
+    no.shard = shard;
+    ms_plan_owner(r->types[type].plan, shard, &no.generation);
+    no.type = tname(r, type);
+    no.type_len = strlen(no.type);
+    no.id = id;
+    no.id_len = idlen;
+    no.payload = json;
+    no.payload_len = len;
+    ms_cluster_send(r->c, uid, &no);
+    r->st.not_owner_sent++;
+}
+
+/* A TELL or ASK from another node for a shard we may own. A sender with
+ * a newer plan than ours (we were given the shard and do not know yet)
+ * waits here, in order with what follows, until our plan catches up; a
+ * sender with an older plan is answered NOT_OWNER. */
 static void on_request(struct ms_router *r, uint64_t uid,
                        const struct ms_frame *f)
 {
     int type = type_by_name(r, f->type, f->type_len);
+    int activate = (f->flags & FLAG_ACTIVATE) != 0;
     if (type < 0) {
         if (f->kind == MS_FRAME_ASK)
             frame_error(r, uid, f->corr, MS_ENOTYPE,
@@ -576,47 +667,33 @@ static void on_request(struct ms_router *r, uint64_t uid,
     }
     uint32_t shard = ms_shard_of(f->id, f->id_len,
                                  r->cfg->types[type].shard_count);
+    uint64_t gen;
+    ms_plan_owner(r->types[type].plan, shard, &gen);
+    struct rshard *s = r->types[type].shards
+                           ? &r->types[type].shards[shard] : NULL;
+    if (shard == f->shard && (f->generation > gen || (s && s->head))) {
+        int rc = buffer(r, type, shard, f->kind, activate, 0,
+                        now(r) + MS_ROUTE_TELL_DEADLINE_MS, f->id, f->id_len,
+                        f->payload, f->payload_len, 0);
+        if (rc == 0) {
+            s = &r->types[type].shards[shard];
+            s->tail->origin = uid;
+            s->tail->origin_corr = f->corr;
+            flush_shard(r, type, shard);
+            return;
+        }
+        if (f->kind == MS_FRAME_ASK)
+            frame_error(r, uid, f->corr, rc, ms_strerror(rc));
+        return;
+    }
     if (shard != f->shard ||
         !ms_plan_owns(r->types[type].plan, shard, r->self, f->generation)) {
-        /* echo the request so that the sender can route it again */
-        struct ms_frame no = *f;
-        no.kind = MS_FRAME_NOT_OWNER;
-        no.flags = (uint16_t)((f->kind == MS_FRAME_ASK ? FLAG_WAS_ASK : 0) |
-                              (f->flags & FLAG_ACTIVATE));
-        ms_plan_owner(r->types[type].plan, shard, &no.generation);
-        ms_cluster_send(r->c, uid, &no);
-        r->st.not_owner_sent++;
+        bounce(r, uid, type, shard, f->kind, activate, f->corr, f->id,
+               f->id_len, f->payload, f->payload_len);
         return;
     }
-    r->st.forwards++;
-    if (f->kind == MS_FRAME_TELL) {
-        int rc = ms_dispatch_tell(r->d, type, f->id, f->id_len, f->payload,
-                                  f->payload_len);
-        if (rc < 0)
-            ms_log(MS_LOG_WARN, NULL, "a tell from another node was "
-                   "refused: %s", ms_strerror(rc));
-        return;
-    }
-    struct remote_ask *ra = malloc(sizeof *ra);
-    if (!ra) {
-        frame_error(r, uid, f->corr, MS_ENOMEM, "out of memory");
-        return;
-    }
-    ra->r = r;
-    ra->uid = uid;
-    ra->corr = f->corr;
-    struct ms_waiter w = {on_remote_reply, ra, 0};
-    /* the asker's deadline governs; ours only bounds a lost node */
-    int64_t rc = (f->flags & FLAG_ACTIVATE)
-                     ? ms_dispatch_activate(r->d, type, f->id, f->id_len,
-                                            24 * 3600 * 1000ULL, now(r), &w)
-                     : ms_dispatch_ask(r->d, type, f->id, f->id_len,
-                                       f->payload, f->payload_len,
-                                       24 * 3600 * 1000ULL, now(r), &w);
-    if (rc < 0) {
-        frame_error(r, uid, f->corr, (int)rc, ms_strerror((int)rc));
-        free(ra);
-    }
+    deliver_request(r, uid, type, f->kind, activate, f->corr, f->id,
+                    f->id_len, f->payload, f->payload_len);
 }
 
 /* Our request reached a node that does not own the shard. */

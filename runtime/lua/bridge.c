@@ -302,6 +302,100 @@ static int l_ask(lua_State *L)
     return 1;
 }
 
+/* core.activate(type, id, timeout_ms) -> corr | nil, code, message: an
+ * ask answered {"created":...}; the running entity waits like an ask. */
+static int l_activate(lua_State *L)
+{
+    size_t idlen;
+    int type = (int)luaL_checkinteger(L, 1);
+    const char *id = luaL_checklstring(L, 2, &idlen);
+    uint64_t timeout_ms = to_ms(luaL_checknumber(L, 3));
+    if (B->cur_h == 0)
+        return luaL_error(L, "activate is only possible inside a handler");
+    if (!B->routed)
+        return luaL_error(L, "activate needs a node");
+    struct ms_waiter w = {NULL, NULL, B->cur_h};
+    int64_t corr = B->route.activate(B->route.data, type, id, idlen,
+                                     timeout_ms ? timeout_ms : 1, &w);
+    if (corr < 0)
+        return push_err(L, (int)corr);
+    B->ask_corr = (uint64_t)corr;
+    lua_pushnumber(L, (lua_Number)corr);
+    return 1;
+}
+
+/* Pushes the text a control-API writer produces (grown once if needed). */
+static int push_json(lua_State *L, size_t need, char *small, size_t cap,
+                     size_t (*again)(char *, size_t, void *), void *ctx)
+{
+    if (need < cap) {
+        lua_pushlstring(L, small, need);
+        return 1;
+    }
+    char *big = malloc(need + 1);
+    if (!big)
+        return luaL_error(L, "out of memory");
+    again(big, need + 1, ctx);
+    lua_pushlstring(L, big, need);
+    free(big);
+    return 1;
+}
+
+struct jctx {
+    int type;
+    const char *id;
+    size_t idlen;
+};
+
+static size_t again_alloc(char *buf, size_t len, void *ctx)
+{
+    return B->route.allocations(B->route.data, ((struct jctx *)ctx)->type,
+                                buf, len);
+}
+
+static size_t again_stats(char *buf, size_t len, void *ctx)
+{
+    (void)ctx;
+    return B->route.stats(B->route.data, buf, len);
+}
+
+/* core.owner(type, id) -> JSON {"shard":..,"owner":..|null} */
+static int l_owner(lua_State *L)
+{
+    size_t idlen;
+    int type = (int)luaL_checkinteger(L, 1);
+    const char *id = luaL_checklstring(L, 2, &idlen);
+    if (!B->routed)
+        return luaL_error(L, "owner_for needs a node");
+    char buf[1024];
+    size_t n = B->route.owner(B->route.data, type, id, idlen, buf,
+                              sizeof buf);
+    lua_pushlstring(L, buf, n < sizeof buf ? n : sizeof buf - 1);
+    return 1;
+}
+
+/* core.allocations(type) -> JSON of the plan */
+static int l_allocations(lua_State *L)
+{
+    struct jctx j = {(int)luaL_checkinteger(L, 1), NULL, 0};
+    if (!B->routed)
+        return luaL_error(L, "allocations needs a node");
+    char small[4096];
+    size_t n = B->route.allocations(B->route.data, j.type, small,
+                                    sizeof small);
+    return push_json(L, n, small, sizeof small, again_alloc, &j);
+}
+
+/* core.stats() -> JSON of the node's counters */
+static int l_stats(lua_State *L)
+{
+    if (!B->routed)
+        return luaL_error(L, "stats needs a node");
+    char small[4096];
+    size_t n = B->route.stats(B->route.data, small, sizeof small);
+    return push_json(L, n, small, sizeof small, again_stats, NULL);
+}
+
 /* core.after(h, ms, json) -> timer id | nil, message */
 static int l_after(lua_State *L)
 {
@@ -379,6 +473,8 @@ static int open_core(lua_State *L)
         {"after", l_after},   {"cancel", l_cancel}, {"stop", l_stop},
         {"log", l_log},       {"now", l_now},
         {"type_index", l_type_index},
+        {"activate", l_activate},     {"owner", l_owner},
+        {"allocations", l_allocations}, {"stats", l_stats},
         {NULL, NULL},
     };
     lua_newtable(L);

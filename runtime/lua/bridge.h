@@ -57,6 +57,14 @@ struct ms_route_ops {
     int64_t (*ask)(void *data, int type, const char *id, size_t idlen,
                    const char *json, size_t len, uint64_t timeout_ms,
                    const struct ms_waiter *w);
+    /* eager creation; the waiter gets {"created":true|false} */
+    int64_t (*activate)(void *data, int type, const char *id, size_t idlen,
+                        uint64_t timeout_ms, const struct ms_waiter *w);
+    /* JSON writers of the control API (see moonshard.h) */
+    size_t (*owner)(void *data, int type, const char *id, size_t idlen,
+                    char *buf, size_t len);
+    size_t (*allocations)(void *data, int type, char *buf, size_t len);
+    size_t (*stats)(void *data, char *buf, size_t len);
 };
 
 /* Sets the route for entity sends (copied); NULL restores the default. */
