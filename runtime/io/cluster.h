@@ -36,7 +36,8 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
                      size_t errlen);
 
 /* Leaves gracefully: Leaving, then Exiting once the node owns no shards,
- * then Removed (on_self_removed). */
+ * then Removed (on_self_removed). MS_EINVAL when this node never became
+ * a member (it may just stop). */
 int ms_cluster_leave(struct ms_cluster *c);
 
 /* Downs the member at `address` (operator). */

@@ -77,8 +77,7 @@ describe("a cluster's node port", function()
     end)
 
     teardown(function()
-        -- SIGTERM makes each node leave; SIGKILL after 2 s keeps it short
-        helpers.stop_all(2)
+        helpers.stop_all()
         assert.same({}, helpers.leaks())
     end)
 
@@ -177,12 +176,23 @@ describe("a cluster's node port", function()
             assert.is_true(x:alive())
             serves_on()
         end)
+
+        it("stops within seconds on SIGTERM although it never joined",
+           function()
+            assert.is_true(x:alive())
+            local t0 = helpers.now()
+            local code, signal = x:stop(5)
+            assert.is_nil(signal, "killed after 5 s")
+            assert.equal(0, code, x:log())
+            assert.is_true(helpers.now() - t0 < 5)
+        end)
     end)
 
     describe("a peer that stops reading", function()
         it("is dropped and counted once its output queue is full, and the "
            .. "node serves on", function()
             local id = id_on("n3")
+            local mine = { n1 = id_on("n1"), n2 = id_on("n2") }
             local before = n1:stats().slow_peer_drops
             local pad = string.rep("p", MAX_MESSAGE - 64)
             local body = '{"type":"incr","pad":"' .. pad .. '"}'
@@ -197,8 +207,7 @@ describe("a cluster's node port", function()
                 end, 4, "the slow peer to be dropped", 0)
                 -- n1 and n2 answer their own ids while n3 is stopped
                 for _, n in ipairs({ n1, n2 }) do
-                    local mine = id_on(n.name)
-                    assert.equal(200, (n:ask("Counter", mine,
+                    assert.equal(200, (n:ask("Counter", mine[n.name],
                                              { type = "get" }, 2)))
                 end
             end)

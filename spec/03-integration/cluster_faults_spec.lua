@@ -95,8 +95,7 @@ describe("cluster faults", function()
     end)
 
     teardown(function()
-        -- SIGTERM makes each node leave; SIGKILL after 2 s keeps it short
-        helpers.stop_all(2)
+        helpers.stop_all()
         assert.same({}, helpers.leaks())
     end)
 

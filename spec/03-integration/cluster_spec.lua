@@ -1,6 +1,7 @@
 -- A real cluster (issue 3): nodes of one config, each its own process on
 -- 127.0.0.1, converge; every entity id answers from every node and lives
--- on exactly one of them; a node that joins later receives new shards; a
+-- on exactly one of them; a node that joins later receives new shards; one
+-- sender's messages keep their order while a shard is allocated (G2); a
 -- node told to leave exits and its ids answer from the others; the admin
 -- endpoints need the token.
 --
@@ -77,8 +78,7 @@ describe("a cluster", function()
     end)
 
     teardown(function()
-        -- SIGTERM makes each node leave; SIGKILL after 2 s keeps it short
-        helpers.stop_all(2)
+        helpers.stop_all()
         assert.same({}, helpers.leaks())
     end)
 
@@ -354,6 +354,32 @@ describe("a cluster", function()
                     assert.same({ value = i }, n2:call("Counter", id,
                                                        { type = "get" }, 5),
                                 id)
+                end
+            end
+        end)
+    end)
+
+    describe("a coordinator told to leave", function()
+        it("hands coordination to the next oldest member and exits with "
+           .. "code 0", function()
+            local views = c:wait_converged({ "n1", "n2", "n4" }, 5)
+            assert.equal("n1", helpers.leader_name(views.n2))
+            local status, _, raw = n1:admin("leave", n1.listen)
+            assert.equal(202, status, raw)
+            assert.is_true(n1.proc:wait(10), "n1 is still running")
+            assert.equal(0, n1.proc.code, n1:log())
+            views = c:wait_converged({ "n2", "n4" }, 10)
+            assert.equal("n2", helpers.leader_name(views.n4))
+        end)
+
+        it("leaves every id answering from the others", function()
+            for _, n in ipairs({ n2, n4 }) do
+                for _, id in ipairs(ids) do
+                    local status, body, raw = n:ask("Counter", id,
+                                                    { type = "get" }, 5)
+                    assert.equal(200, status, n.name .. " " .. id .. ": "
+                                 .. raw)
+                    assert.is_number(body.value)
                 end
             end
         end)
