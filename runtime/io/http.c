@@ -671,9 +671,10 @@ static void get_allocations(struct conn *c, char *type, size_t tlen)
     free(buf);
 }
 
-/* POST /v1/leave and /v1/down (body: the member's address as a JSON
- * string or {"address": ...}); both need the admin token in the
- * X-Moonshard-Token header. */
+/* POST /v1/leave (no body: the node that receives it leaves) and
+ * POST /v1/down (body: the member's address as a JSON string or
+ * {"address": ...}); both need the admin token in the X-Moonshard-Token
+ * header. */
 static void post_admin(struct conn *c, int leave)
 {
     int rc = ms_node_check_admin(c->h->node, c->token, c->token_len);

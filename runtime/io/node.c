@@ -458,6 +458,8 @@ int ms_node_stop_entity(struct ms_node *n, int type, const char *id,
 {
     if (n->closing)
         return MS_ECANCELED;
+    if (n->router)
+        return kick(n, ms_router_stop(n->router, type, id, idlen));
     return kick(n, ms_dispatch_stop(n->d, type, id, idlen));
 }
 

@@ -25,13 +25,15 @@
 
 /* Frame flag of an ASK that is an activation request. */
 #define FLAG_ACTIVATE 0x4000
+/* Frame flag of a TELL that is a stop request (passivate the entity). */
+#define FLAG_STOP 0x2000
 /* Frame flag of a NOT_OWNER: the echoed request was an ask. */
 #define FLAG_WAS_ASK 0x0001
 
 struct pend {
     struct pend *next;
     int kind;             /* MS_FRAME_TELL or MS_FRAME_ASK */
-    int activate;         /* ASK that is an activation request */
+    int activate;         /* 1: an activation (ASK); 2: a stop (TELL) */
     uint64_t origin;      /* a request from that node (0: from here) */
     uint64_t origin_corr; /* its ask id there */
     int64_t corr;         /* the dispatcher's ask (ASK) */
@@ -322,7 +324,7 @@ static int send_request(struct ms_router *r, uint64_t owner, int kind,
     struct ms_frame f;
     memset(&f, 0, sizeof f);
     f.kind = (uint8_t)kind;
-    f.flags = activate ? FLAG_ACTIVATE : 0;
+    f.flags = activate == 1 ? FLAG_ACTIVATE : activate == 2 ? FLAG_STOP : 0;
     f.corr = (uint64_t)corr;
     f.shard = shard;
     f.generation = gen;
@@ -355,6 +357,8 @@ static int route(struct ms_router *r, int kind, int activate, int64_t corr,
     int waiting = s && s->head; /* keep order behind waiting messages */
     if (owner == r->self && !waiting) {
         r->st.local_routes++;
+        if (kind == MS_FRAME_TELL && activate == 2)
+            return ms_dispatch_stop(r->d, type, id, idlen);
         if (kind == MS_FRAME_TELL)
             return ms_dispatch_tell(r->d, type, id, idlen, json, len);
         int rc = ms_dispatch_ask_enqueue(r->d, corr,
@@ -409,6 +413,20 @@ int64_t ms_router_ask(struct ms_router *r, int type, const char *id,
                       uint64_t timeout_ms, const struct ms_waiter *w)
 {
     return router_ask(r, 0, type, id, idlen, json, len, timeout_ms, w);
+}
+
+int ms_router_stop(struct ms_router *r, int type, const char *id,
+                   size_t idlen)
+{
+    if (type < 0 || type >= r->ntypes)
+        return MS_ENOTYPE;
+    if (idlen == 0 || idlen > MS_MAX_ID)
+        return MS_E2BIG;
+    /* a stop for an unowned shard has nothing to stop */
+    if (!ms_router_owner(r, type, id, idlen, NULL))
+        return 0;
+    return route(r, MS_FRAME_TELL, 2, 0, type, id, idlen, "", 0,
+                 now(r) + MS_ROUTE_TELL_DEADLINE_MS, 0);
 }
 
 int64_t ms_router_activate(struct ms_router *r, int type, const char *id,
@@ -487,7 +505,9 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
             rc = 0; /* it timed out meanwhile */
         } else if (owner == r->self) {
             r->st.local_routes++;
-            if (p->kind == MS_FRAME_TELL)
+            if (p->kind == MS_FRAME_TELL && p->activate == 2)
+                rc = ms_dispatch_stop(r->d, type, id, p->idlen);
+            else if (p->kind == MS_FRAME_TELL)
                 rc = ms_dispatch_tell(r->d, type, id, p->idlen, json, p->len);
             else
                 ms_dispatch_ask_enqueue(r->d, p->corr,
@@ -599,7 +619,9 @@ static void deliver_request(struct ms_router *r, uint64_t uid, int type,
 {
     r->st.forwards++;
     if (kind == MS_FRAME_TELL) {
-        int rc = ms_dispatch_tell(r->d, type, id, idlen, json, len);
+        int rc = activate == 2 ? ms_dispatch_stop(r->d, type, id, idlen)
+                               : ms_dispatch_tell(r->d, type, id, idlen,
+                                                  json, len);
         if (rc < 0)
             ms_log(MS_LOG_WARN, NULL, "a tell from another node was "
                    "refused: %s", ms_strerror(rc));
@@ -636,7 +658,8 @@ static void bounce(struct ms_router *r, uint64_t uid, int type,
     memset(&no, 0, sizeof no);
     no.kind = MS_FRAME_NOT_OWNER;
     no.flags = (uint16_t)((kind == MS_FRAME_ASK ? FLAG_WAS_ASK : 0) |
-                          (activate ? FLAG_ACTIVATE : 0));
+                          (activate == 1 ? FLAG_ACTIVATE : 0) |
+                          (activate == 2 ? FLAG_STOP : 0));
     no.corr = corr;
     no.shard = shard;
     ms_plan_owner(r->types[type].plan, shard, &no.generation);
@@ -658,7 +681,8 @@ static void on_request(struct ms_router *r, uint64_t uid,
                        const struct ms_frame *f)
 {
     int type = type_by_name(r, f->type, f->type_len);
-    int activate = (f->flags & FLAG_ACTIVATE) != 0;
+    int activate = (f->flags & FLAG_ACTIVATE) ? 1
+                   : (f->flags & FLAG_STOP)   ? 2 : 0;
     if (type < 0) {
         if (f->kind == MS_FRAME_ASK)
             frame_error(r, uid, f->corr, MS_ENOTYPE,
@@ -703,7 +727,8 @@ static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
     if (type < 0)
         return;
     int kind = (f->flags & FLAG_WAS_ASK) ? MS_FRAME_ASK : MS_FRAME_TELL;
-    int activate = (f->flags & FLAG_ACTIVATE) != 0;
+    int activate = (f->flags & FLAG_ACTIVATE) ? 1
+                   : (f->flags & FLAG_STOP)   ? 2 : 0;
     int64_t corr = (int64_t)f->corr;
     if (kind == MS_FRAME_ASK && !ms_dispatch_ask_pending(r->d, corr))
         return;

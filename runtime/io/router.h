@@ -59,6 +59,11 @@ int64_t ms_router_activate(struct ms_router *r, int type, const char *id,
                            size_t idlen, uint64_t timeout_ms,
                            const struct ms_waiter *w);
 
+/* Routes an ordered stop request to the entity's owner (a no-op when its
+ * shard has no owner: nothing is active). */
+int ms_router_stop(struct ms_router *r, int type, const char *id,
+                   size_t idlen);
+
 /* Frames for the router: TELL, ASK, REPLY, REPLY_ERROR, NOT_OWNER,
  * CONTROL. */
 void ms_router_on_frame(struct ms_router *r, uint64_t uid,
