@@ -27,6 +27,10 @@
 #define FLAG_ACTIVATE 0x4000
 /* Frame flag of a TELL that is a stop request (passivate the entity). */
 #define FLAG_STOP 0x2000
+/* Bits of a request's flags that count how often it was sent back with
+ * NOT_OWNER; past MAX_RETRIES it fails instead of bouncing forever. */
+#define RETRY_SHIFT 8
+#define RETRY_MASK 0x0f00
 /* Frame flag of a NOT_OWNER: the echoed request was an ask. */
 #define FLAG_WAS_ASK 0x0001
 
@@ -319,12 +323,14 @@ static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
 static int send_request(struct ms_router *r, uint64_t owner, int kind,
                         int activate, int64_t corr, int type, uint32_t shard,
                         uint64_t gen, const char *id, size_t idlen,
-                        const char *json, size_t len)
+                        const char *json, size_t len, int retries)
 {
     struct ms_frame f;
     memset(&f, 0, sizeof f);
     f.kind = (uint8_t)kind;
-    f.flags = activate == 1 ? FLAG_ACTIVATE : activate == 2 ? FLAG_STOP : 0;
+    f.flags = (uint16_t)((activate == 1 ? FLAG_ACTIVATE
+                          : activate == 2 ? FLAG_STOP : 0) |
+                         ((retries << RETRY_SHIFT) & RETRY_MASK));
     f.corr = (uint64_t)corr;
     f.shard = shard;
     f.generation = gen;
@@ -370,7 +376,7 @@ static int route(struct ms_router *r, int kind, int activate, int64_t corr,
     if (owner && owner != r->self && !waiting &&
         ms_cluster_member_usable(r->c, owner) &&
         send_request(r, owner, kind, activate, corr, type, shard, gen, id,
-                     idlen, json, len) == 0)
+                     idlen, json, len, retries) == 0)
         return 0;
     int rc = buffer(r, type, shard, kind, activate, corr, deadline_ms, id,
                     idlen, json, len, retries);
@@ -422,8 +428,13 @@ int ms_router_stop(struct ms_router *r, int type, const char *id,
         return MS_ENOTYPE;
     if (idlen == 0 || idlen > MS_MAX_ID)
         return MS_E2BIG;
-    /* a stop for an unowned shard has nothing to stop */
-    if (!ms_router_owner(r, type, id, idlen, NULL))
+    /* a stop for an unowned shard with nothing waiting has nothing to
+     * stop; with messages waiting it waits behind them */
+    uint32_t shard;
+    struct rshard *s;
+    if (!ms_router_owner(r, type, id, idlen, &shard) &&
+        !((s = r->types[type].shards ? &r->types[type].shards[shard] : NULL) &&
+          s->head))
         return 0;
     return route(r, MS_FRAME_TELL, 2, 0, type, id, idlen, "", 0,
                  now(r) + MS_ROUTE_TELL_DEADLINE_MS, 0);
@@ -473,7 +484,7 @@ static void deliver_request(struct ms_router *r, uint64_t uid, int type,
 static void bounce(struct ms_router *r, uint64_t uid, int type,
                    uint32_t shard, int kind, int activate, uint64_t corr,
                    const char *id, size_t idlen, const char *json,
-                   size_t len);
+                   size_t len, int retries);
 
 /* Sends (or delivers) what waits for a shard, in order, while its owner is
  * usable. */
@@ -499,7 +510,8 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
                                 p->origin_corr, id, p->idlen, json, p->len);
             else
                 bounce(r, p->origin, type, shard, p->kind, p->activate,
-                       p->origin_corr, id, p->idlen, json, p->len);
+                       p->origin_corr, id, p->idlen, json, p->len,
+                       p->retries);
         } else if (p->kind == MS_FRAME_ASK &&
                    !ms_dispatch_ask_pending(r->d, p->corr)) {
             rc = 0; /* it timed out meanwhile */
@@ -522,7 +534,8 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
                        ms_strerror(rc));
         } else {
             rc = send_request(r, owner, p->kind, p->activate, p->corr, type,
-                              shard, gen, id, p->idlen, json, p->len);
+                              shard, gen, id, p->idlen, json, p->len,
+                              p->retries);
             if (rc < 0)
                 return; /* the connection went: keep waiting */
         }
@@ -652,14 +665,15 @@ static void deliver_request(struct ms_router *r, uint64_t uid, int type,
 static void bounce(struct ms_router *r, uint64_t uid, int type,
                    uint32_t shard, int kind, int activate, uint64_t corr,
                    const char *id, size_t idlen, const char *json,
-                   size_t len)
+                   size_t len, int retries)
 {
     struct ms_frame no;
     memset(&no, 0, sizeof no);
     no.kind = MS_FRAME_NOT_OWNER;
     no.flags = (uint16_t)((kind == MS_FRAME_ASK ? FLAG_WAS_ASK : 0) |
                           (activate == 1 ? FLAG_ACTIVATE : 0) |
-                          (activate == 2 ? FLAG_STOP : 0));
+                          (activate == 2 ? FLAG_STOP : 0) |
+                          ((retries << RETRY_SHIFT) & RETRY_MASK));
     no.corr = corr;
     no.shard = shard;
     ms_plan_owner(r->types[type].plan, shard, &no.generation);
@@ -698,7 +712,8 @@ static void on_request(struct ms_router *r, uint64_t uid,
     if (shard == f->shard && (f->generation > gen || (s && s->head))) {
         int rc = buffer(r, type, shard, f->kind, activate, 0,
                         now(r) + MS_ROUTE_TELL_DEADLINE_MS, f->id, f->id_len,
-                        f->payload, f->payload_len, 0);
+                        f->payload, f->payload_len,
+                        (f->flags & RETRY_MASK) >> RETRY_SHIFT);
         if (rc == 0) {
             s = &r->types[type].shards[shard];
             s->tail->origin = uid;
@@ -713,7 +728,8 @@ static void on_request(struct ms_router *r, uint64_t uid,
     if (shard != f->shard ||
         !ms_plan_owns(r->types[type].plan, shard, r->self, f->generation)) {
         bounce(r, uid, type, shard, f->kind, activate, f->corr, f->id,
-               f->id_len, f->payload, f->payload_len);
+               f->id_len, f->payload, f->payload_len,
+               (f->flags & RETRY_MASK) >> RETRY_SHIFT);
         return;
     }
     deliver_request(r, uid, type, f->kind, activate, f->corr, f->id,
@@ -724,33 +740,56 @@ static void on_request(struct ms_router *r, uint64_t uid,
 static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
 {
     int type = type_by_name(r, f->type, f->type_len);
-    if (type < 0)
-        return;
     int kind = (f->flags & FLAG_WAS_ASK) ? MS_FRAME_ASK : MS_FRAME_TELL;
     int activate = (f->flags & FLAG_ACTIVATE) ? 1
                    : (f->flags & FLAG_STOP)   ? 2 : 0;
     int64_t corr = (int64_t)f->corr;
+    int retries = ((f->flags & RETRY_MASK) >> RETRY_SHIFT) + 1;
+    uint32_t shard = type < 0 ? 0 : ms_shard_of(f->id, f->id_len,
+                                                r->cfg->types[type].shard_count);
+    if (type < 0 || shard != f->shard) {
+        /* not what we sent (another shard count): nothing to route */
+        r->st.expired++;
+        ms_log(MS_LOG_WARN, NULL, "a NOT_OWNER answer does not match our "
+               "settings of %.*s; the request is dropped",
+               (int)(f->type_len > 64 ? 64 : f->type_len), f->type);
+        if (kind == MS_FRAME_ASK)
+            fail_ask(r, corr, MS_EUNAVAIL, "the owner disagrees on the "
+                     "type's settings");
+        return;
+    }
     if (kind == MS_FRAME_ASK && !ms_dispatch_ask_pending(r->d, corr))
         return;
     r->st.not_owner_retries++;
-    int retries = 1; /* the echo does not carry our count; bound by time */
-    uint32_t shard = f->shard;
-    uint64_t gen;
-    ms_plan_owner(r->types[type].plan, shard, &gen);
+    if (retries > MAX_RETRIES) {
+        /* the nodes keep disagreeing: fail instead of bouncing forever */
+        r->st.expired++;
+        if (kind == MS_FRAME_ASK)
+            fail_ask(r, corr, MS_ETIMEDOUT, "no node accepted the request "
+                     "as the shard's owner");
+        else
+            ms_log(MS_LOG_WARN, NULL, "a tell to %s %.*s was dropped: no "
+                   "node accepted it as the owner of shard %u",
+                   tname(r, type), (int)f->id_len, f->id, shard);
+        return;
+    }
     /* our plan is stale (or the owner's): wait for a newer one */
     int rc = buffer(r, type, shard, kind, activate, corr,
-                    now(r) + (kind == MS_FRAME_ASK ? 30000
-                                                   : MS_ROUTE_TELL_DEADLINE_MS),
-                    f->id, f->id_len, f->payload, f->payload_len, retries);
-    if (rc < 0 && kind == MS_FRAME_ASK)
-        fail_ask(r, corr, rc, ms_strerror(rc));
-    uint64_t coord = ms_cluster_coordinator(r->c);
-    if (coord) {
-        struct rshard *s = rshard(r, type, shard);
-        if (s)
-            s->alloc_sent_ms = 0;
-        request_alloc(r, type, shard);
+                    now(r) + MS_ROUTE_TELL_DEADLINE_MS, f->id, f->id_len,
+                    f->payload, f->payload_len, retries);
+    if (rc < 0) {
+        r->st.expired++;
+        if (kind == MS_FRAME_ASK)
+            fail_ask(r, corr, rc, ms_strerror(rc));
+        else
+            ms_log(MS_LOG_WARN, NULL, "a tell to %s sent back by its old "
+                   "owner was dropped: %s", tname(r, type), ms_strerror(rc));
+        return;
     }
+    struct rshard *s = rshard(r, type, shard);
+    if (s)
+        s->alloc_sent_ms = 0;
+    request_alloc(r, type, shard);
 }
 
 /* Region side of the plan protocol. */
@@ -1222,6 +1261,7 @@ static void on_sweep_closed(uv_handle_t *h)
 
 void ms_router_close(struct ms_router *r)
 {
+    uint64_t dropped = 0;
     for (int t = 0; t < r->ntypes; t++) {
         struct rtype *rt = &r->types[t];
         for (uint32_t s = 0; rt->shards && s < r->cfg->types[t].shard_count;
@@ -1229,11 +1269,25 @@ void ms_router_close(struct ms_router *r)
             while (rt->shards[s].head) {
                 struct pend *p = rt->shards[s].head;
                 rt->shards[s].head = p->next;
-                if (p->kind == MS_FRAME_ASK)
+                if (p->origin && p->kind == MS_FRAME_ASK)
+                    frame_error(r, p->origin, p->origin_corr, MS_ECANCELED,
+                                "the node is stopping");
+                else if (p->kind == MS_FRAME_ASK)
                     fail_ask(r, p->corr, MS_ECANCELED, "the node is stopping");
+                else
+                    dropped++;
                 free(p);
             }
+            rt->shards[s].tail = NULL;
+            rt->shards[s].n = 0;
         }
+    }
+    r->nbuffered = 0;
+    if (dropped) {
+        r->st.expired += dropped;
+        ms_log(MS_LOG_WARN, NULL, "%llu tells waiting for their shard's "
+               "owner were dropped: the node is stopping",
+               (unsigned long long)dropped);
     }
     r->open_handles = 3;
     uv_close((uv_handle_t *)&r->sweep, on_sweep_closed);
