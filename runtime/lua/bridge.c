@@ -629,13 +629,13 @@ static lua_Number num_field(lua_State *L, int idx, const char *k)
     return v;
 }
 
-int ms_bridge_load_config(struct ms_bridge *b, const char *path,
-                          const char *node_name, struct ms_config *cfg,
-                          char *err, size_t errlen)
+/* Loads and validates the config script at `path` (moonshard.config).
+ * Returns 0 with the config table pushed, or MS_ECONFIG with the reason in
+ * `err` and the stack as it was. */
+static int push_config(lua_State *L, const char *path, char *err,
+                       size_t errlen)
 {
-    lua_State *L = b->L;
     int top = lua_gettop(L);
-    memset(cfg, 0, sizeof *cfg);
     lua_pushstring(L, path);
     if (call_module(L, "moonshard.config", "load", 1, 2, err, errlen) < 0)
         return MS_ECONFIG;
@@ -645,6 +645,18 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
         return MS_ECONFIG;
     }
     lua_pop(L, 1);
+    return 0;
+}
+
+int ms_bridge_load_config(struct ms_bridge *b, const char *path,
+                          const char *node_name, struct ms_config *cfg,
+                          char *err, size_t errlen)
+{
+    lua_State *L = b->L;
+    int top = lua_gettop(L);
+    memset(cfg, 0, sizeof *cfg);
+    if (push_config(L, path, err, errlen) < 0)
+        return MS_ECONFIG;
     int c = lua_gettop(L); /* stack: cfg */
     lua_pushvalue(L, c);
     if (node_name)
@@ -753,15 +765,8 @@ int ms_bridge_node_names(struct ms_bridge *b, const char *path,
 {
     lua_State *L = b->L;
     int top = lua_gettop(L);
-    lua_pushstring(L, path);
-    if (call_module(L, "moonshard.config", "load", 1, 2, err, errlen) < 0)
+    if (push_config(L, path, err, errlen) < 0)
         return MS_ECONFIG;
-    if (lua_isnil(L, -2)) {
-        snprintf(err, errlen, "%s", lua_tostring(L, -1));
-        lua_settop(L, top);
-        return MS_ECONFIG;
-    }
-    lua_pop(L, 1);
     lua_getfield(L, -1, "nodes");
     int n = (int)lua_objlen(L, -1);
     if (n > max)
