@@ -162,18 +162,12 @@ static int put_frame(struct conn *c, const struct ms_frame *f)
     }
     if (obuf_reserve(&c->pending, size) < 0)
         return MS_ENOMEM;
-    char *p = c->pending.p + c->pending.len;
-    ms_frame_encode_header((uint8_t *)p, f);
-    p += MS_FRAME_HEADER;
-    if (f->type_len)
-        memcpy(p, f->type, f->type_len);
-    p += f->type_len;
-    if (f->id_len)
-        memcpy(p, f->id, f->id_len);
-    p += f->id_len;
-    if (f->payload_len)
-        memcpy(p, f->payload, f->payload_len);
-    c->pending.len += size;
+    size_t len;
+    rc = ms_frame_encode(f, (uint8_t *)c->pending.p + c->pending.len,
+                             c->pending.cap - c->pending.len, &len);
+    if (rc < 0)
+        return rc;
+    c->pending.len += len;
     c->t->st.frames_out++;
     return 0;
 }
