@@ -41,8 +41,6 @@ local ipairs = ipairs
 local tostring = tostring
 local setmetatable = setmetatable
 local ceil = math.ceil
-local max = math.max
-local min = math.min
 local sort = table.sort
 
 local M = {}
@@ -129,41 +127,11 @@ function methods:rebalance(view)
         return {}
     end
     local optimal = ceil(total / #list)
-    local limit = util.limit(total, self.relative_limit, self.absolute_limit)
-    local selected = {}
-
-    -- Phase 1: the excess of members above optimal.
     for _, r in ipairs(list) do
-        for i = 1, #r.shards - optimal do
-            if #selected >= limit then
-                break
-            end
-            selected[#selected + 1] = r.shards[i]
-        end
+        r.optimal = optimal
     end
-    if #selected > 0 then
-        return util.sorted(selected)
-    end
-
-    -- Phase 2: members two or more below optimal get one shard each from
-    -- members at optimal or above.
-    local short = 0
-    for _, r in ipairs(list) do
-        short = short + max(0, optimal - 1 - #r.shards)
-    end
-    if short == 0 then
-        return {}
-    end
-    limit = min(short, limit)
-    for _, r in ipairs(list) do
-        if #selected >= limit then
-            break
-        end
-        if #r.shards >= optimal then
-            selected[#selected + 1] = r.shards[1]
-        end
-    end
-    return util.sorted(selected)
+    return util.two_phase(list, util.limit(total, self.relative_limit,
+                                           self.absolute_limit))
 end
 
 -- Most minus least shards over the up members (used by rate_limited).

@@ -60,12 +60,8 @@ function methods:rebalance(view)
     return {}
 end
 
-function methods:eligible(m)
-    if self.inner.eligible then
-        return self.inner:eligible(m) and true or false
-    end
-    return true
-end
+-- A policy does not change who may own shards: ask the inner strategy.
+methods.eligible = util.inner_eligible
 
 function methods:spread(view)
     if self.inner.spread then

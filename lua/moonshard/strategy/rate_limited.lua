@@ -92,12 +92,8 @@ function methods:allocate(shard, view)
     return self.inner:allocate(shard, view)
 end
 
-function methods:eligible(m)
-    if self.inner.eligible then
-        return self.inner:eligible(m) and true or false
-    end
-    return true
-end
+-- A policy does not change who may own shards: ask the inner strategy.
+methods.eligible = util.inner_eligible
 
 function methods:spread(view)
     local inner = self.inner

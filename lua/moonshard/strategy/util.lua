@@ -549,4 +549,54 @@ function M.check_proposals(list, v, who, level)
     return out
 end
 
+-- The two phases of Akka's LeastShardAllocationStrategy (2.6.10+) over
+-- `list`, regions in allocation order, each with `shards` (the member's
+-- shards, ascending) and `optimal` (its target count). Phase 1 takes the
+-- excess of regions above optimal; phase 2, only when phase 1 found
+-- nothing, takes one shard (its lowest) from each region at optimal or
+-- above, as many as the regions two or more below optimal are short of
+-- optimal - 1. At most `limit` shards; returns them ascending.
+function M.two_phase(list, limit)
+    local selected = {}
+    for _, r in ipairs(list) do
+        for i = 1, #r.shards - r.optimal do
+            if #selected >= limit then
+                break
+            end
+            selected[#selected + 1] = r.shards[i]
+        end
+    end
+    if #selected > 0 then
+        return M.sorted(selected)
+    end
+    local short = 0
+    for _, r in ipairs(list) do
+        local gap = r.optimal - 1 - #r.shards
+        if gap > 0 then
+            short = short + gap
+        end
+    end
+    if short < limit then
+        limit = short
+    end
+    for _, r in ipairs(list) do
+        if #selected >= limit then
+            break
+        end
+        if #r.shards >= r.optimal and #r.shards > 0 then
+            selected[#selected + 1] = r.shards[1]
+        end
+    end
+    return M.sorted(selected)
+end
+
+-- `eligible` of a decorator that keeps its inner strategy's answer (true
+-- when the inner strategy has no `eligible`).
+function M.inner_eligible(self, m)
+    if self.inner.eligible then
+        return self.inner:eligible(m) and true or false
+    end
+    return true
+end
+
 return M

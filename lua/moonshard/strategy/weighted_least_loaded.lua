@@ -177,38 +177,8 @@ function methods:rebalance(view)
     sort_regions(list, function(r)
         return #r.shards - shards * r.weight / weight
     end)
-    local limit = util.limit(shards, self.relative_limit, self.absolute_limit)
-    local selected = {}
-
-    for _, r in ipairs(list) do
-        for i = 1, #r.shards - r.optimal do
-            if #selected >= limit then
-                break
-            end
-            selected[#selected + 1] = r.shards[i]
-        end
-    end
-    if #selected > 0 then
-        return util.sorted(selected)
-    end
-
-    local short = 0
-    for _, r in ipairs(list) do
-        short = short + max(0, r.optimal - 1 - #r.shards)
-    end
-    if short == 0 then
-        return {}
-    end
-    limit = min(short, limit)
-    for _, r in ipairs(list) do
-        if #selected >= limit then
-            break
-        end
-        if #r.shards >= r.optimal and #r.shards > 0 then
-            selected[#selected + 1] = r.shards[1]
-        end
-    end
-    return util.sorted(selected)
+    return util.two_phase(list, util.limit(shards, self.relative_limit,
+                                           self.absolute_limit))
 end
 
 -- The spread of the up members' deviations from their ideal shares, in
