@@ -25,6 +25,9 @@
 
 /* Frame flag of an ASK that is an activation request. */
 #define FLAG_ACTIVATE 0x4000
+/* What a request is besides its frame kind. */
+enum { OP_PLAIN = 0, OP_ACTIVATE = 1, OP_STOP = 2 };
+
 /* Frame flag of a TELL that is a stop request (passivate the entity). */
 #define FLAG_STOP 0x2000
 /* Bits of a request's flags that count how often it was sent back with
@@ -37,7 +40,7 @@
 struct pend {
     struct pend *next;
     int kind;             /* MS_FRAME_TELL or MS_FRAME_ASK */
-    int activate;         /* 1: an activation (ASK); 2: a stop (TELL) */
+    int op;               /* OP_ACTIVATE (an ASK), OP_STOP (a TELL) */
     uint64_t origin;      /* a request from that node (0: from here) */
     uint64_t origin_corr; /* its ask id there */
     int64_t corr;         /* the dispatcher's ask (ASK) */
@@ -280,7 +283,7 @@ static void request_alloc(struct ms_router *r, int type, uint32_t shard)
 }
 
 static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
-                  int activate, int64_t corr, uint64_t deadline_ms,
+                  int op, int64_t corr, uint64_t deadline_ms,
                   const char *id, size_t idlen, const char *json, size_t len,
                   int retries)
 {
@@ -296,7 +299,7 @@ static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
         return MS_ENOMEM;
     p->next = NULL;
     p->kind = kind;
-    p->activate = activate;
+    p->op = op;
     p->origin = 0;
     p->origin_corr = 0;
     p->corr = corr;
@@ -319,18 +322,30 @@ static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
 
 /* ---- sending ------------------------------------------------------------- */
 
+/* The frame flags of a request's op and retry count, and back. */
+static uint16_t op_flags(int op, int retries)
+{
+    return (uint16_t)((op == OP_ACTIVATE ? FLAG_ACTIVATE
+                       : op == OP_STOP   ? FLAG_STOP : 0) |
+                      ((retries << RETRY_SHIFT) & RETRY_MASK));
+}
+
+static int flags_op(uint16_t flags)
+{
+    return (flags & FLAG_ACTIVATE) ? OP_ACTIVATE
+           : (flags & FLAG_STOP)   ? OP_STOP : OP_PLAIN;
+}
+
 /* Sends a request frame to `owner`. */
 static int send_request(struct ms_router *r, uint64_t owner, int kind,
-                        int activate, int64_t corr, int type, uint32_t shard,
+                        int op, int64_t corr, int type, uint32_t shard,
                         uint64_t gen, const char *id, size_t idlen,
                         const char *json, size_t len, int retries)
 {
     struct ms_frame f;
     memset(&f, 0, sizeof f);
     f.kind = (uint8_t)kind;
-    f.flags = (uint16_t)((activate == 1 ? FLAG_ACTIVATE
-                          : activate == 2 ? FLAG_STOP : 0) |
-                         ((retries << RETRY_SHIFT) & RETRY_MASK));
+    f.flags = op_flags(op, retries);
     f.corr = (uint64_t)corr;
     f.shard = shard;
     f.generation = gen;
@@ -351,7 +366,7 @@ static int send_request(struct ms_router *r, uint64_t owner, int kind,
  * it was delivered, sent or buffered, or a negative code (a tell was not
  * accepted; an ask was failed with that code).
  */
-static int route(struct ms_router *r, int kind, int activate, int64_t corr,
+static int route(struct ms_router *r, int kind, int op, int64_t corr,
                  int type, const char *id, size_t idlen, const char *json,
                  size_t len, uint64_t deadline_ms, int retries)
 {
@@ -363,22 +378,22 @@ static int route(struct ms_router *r, int kind, int activate, int64_t corr,
     int waiting = s && s->head; /* keep order behind waiting messages */
     if (owner == r->self && !waiting) {
         r->st.local_routes++;
-        if (kind == MS_FRAME_TELL && activate == 2)
+        if (kind == MS_FRAME_TELL && op == OP_STOP)
             return ms_dispatch_stop(r->d, type, id, idlen);
         if (kind == MS_FRAME_TELL)
             return ms_dispatch_tell(r->d, type, id, idlen, json, len);
         int rc = ms_dispatch_ask_enqueue(r->d, corr,
-                                         activate ? MS_KIND_ACTIVATE
+                                         op == OP_ACTIVATE ? MS_KIND_ACTIVATE
                                                   : MS_KIND_ASK,
                                          type, id, idlen, json, len);
         return rc < 0 ? rc : 0;
     }
     if (owner && owner != r->self && !waiting &&
         ms_cluster_member_usable(r->c, owner) &&
-        send_request(r, owner, kind, activate, corr, type, shard, gen, id,
+        send_request(r, owner, kind, op, corr, type, shard, gen, id,
                      idlen, json, len, retries) == 0)
         return 0;
-    int rc = buffer(r, type, shard, kind, activate, corr, deadline_ms, id,
+    int rc = buffer(r, type, shard, kind, op, corr, deadline_ms, id,
                     idlen, json, len, retries);
     if (rc < 0) {
         if (kind == MS_FRAME_ASK)
@@ -405,11 +420,11 @@ int ms_router_tell(struct ms_router *r, int type, const char *id,
      * the same code, so it would fail on the others too */
     if (r->types[type].refused || ms_dispatch_unavailable(r->d, type))
         return MS_EUNAVAIL;
-    return route(r, MS_FRAME_TELL, 0, 0, type, id, idlen, json, len,
+    return route(r, MS_FRAME_TELL, OP_PLAIN, 0, type, id, idlen, json, len,
                  now(r) + MS_ROUTE_TELL_DEADLINE_MS, 0);
 }
 
-static int64_t router_ask(struct ms_router *r, int activate, int type,
+static int64_t router_ask(struct ms_router *r, int op, int type,
                           const char *id, size_t idlen, const char *json,
                           size_t len, uint64_t timeout_ms,
                           const struct ms_waiter *w);
@@ -418,7 +433,7 @@ int64_t ms_router_ask(struct ms_router *r, int type, const char *id,
                       size_t idlen, const char *json, size_t len,
                       uint64_t timeout_ms, const struct ms_waiter *w)
 {
-    return router_ask(r, 0, type, id, idlen, json, len, timeout_ms, w);
+    return router_ask(r, OP_PLAIN, type, id, idlen, json, len, timeout_ms, w);
 }
 
 int ms_router_stop(struct ms_router *r, int type, const char *id,
@@ -436,7 +451,7 @@ int ms_router_stop(struct ms_router *r, int type, const char *id,
         !((s = r->types[type].shards ? &r->types[type].shards[shard] : NULL) &&
           s->head))
         return 0;
-    return route(r, MS_FRAME_TELL, 2, 0, type, id, idlen, "", 0,
+    return route(r, MS_FRAME_TELL, OP_STOP, 0, type, id, idlen, "", 0,
                  now(r) + MS_ROUTE_TELL_DEADLINE_MS, 0);
 }
 
@@ -444,10 +459,10 @@ int64_t ms_router_activate(struct ms_router *r, int type, const char *id,
                            size_t idlen, uint64_t timeout_ms,
                            const struct ms_waiter *w)
 {
-    return router_ask(r, 1, type, id, idlen, "{}", 2, timeout_ms, w);
+    return router_ask(r, OP_ACTIVATE, type, id, idlen, "{}", 2, timeout_ms, w);
 }
 
-static int64_t router_ask(struct ms_router *r, int activate, int type,
+static int64_t router_ask(struct ms_router *r, int op, int type,
                           const char *id, size_t idlen, const char *json,
                           size_t len, uint64_t timeout_ms,
                           const struct ms_waiter *w)
@@ -464,7 +479,7 @@ static int64_t router_ask(struct ms_router *r, int activate, int type,
                            ? &r->types[type].shards[shard] : NULL;
     if (owner == r->self && !(s && s->head)) {
         r->st.local_routes++;
-        return activate ? ms_dispatch_activate(r->d, type, id, idlen,
+        return op == OP_ACTIVATE ? ms_dispatch_activate(r->d, type, id, idlen,
                                                timeout_ms, now(r), w)
                         : ms_dispatch_ask(r->d, type, id, idlen, json, len,
                                           timeout_ms, now(r), w);
@@ -472,17 +487,17 @@ static int64_t router_ask(struct ms_router *r, int activate, int type,
     int64_t corr = ms_dispatch_ask_open(r->d, timeout_ms, now(r), w);
     if (corr < 0)
         return corr;
-    route(r, MS_FRAME_ASK, activate, corr, type, id, idlen, json, len,
+    route(r, MS_FRAME_ASK, op, corr, type, id, idlen, json, len,
           now(r) + timeout_ms, 0);
     return corr; /* a failure above already ended the ask */
 }
 
 static void deliver_request(struct ms_router *r, uint64_t uid, int type,
-                            int kind, int activate, uint64_t corr,
+                            int kind, int op, uint64_t corr,
                             const char *id, size_t idlen, const char *json,
                             size_t len);
 static void bounce(struct ms_router *r, uint64_t uid, int type,
-                   uint32_t shard, int kind, int activate, uint64_t corr,
+                   uint32_t shard, int kind, int op, uint64_t corr,
                    const char *id, size_t idlen, const char *json,
                    size_t len, int retries);
 
@@ -506,10 +521,10 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
             /* a request another node sent before this node knew it owned
              * the shard: deliver it now, or send it back to be routed */
             if (owner == r->self)
-                deliver_request(r, p->origin, type, p->kind, p->activate,
+                deliver_request(r, p->origin, type, p->kind, p->op,
                                 p->origin_corr, id, p->idlen, json, p->len);
             else
-                bounce(r, p->origin, type, shard, p->kind, p->activate,
+                bounce(r, p->origin, type, shard, p->kind, p->op,
                        p->origin_corr, id, p->idlen, json, p->len,
                        p->retries);
         } else if (p->kind == MS_FRAME_ASK &&
@@ -517,13 +532,13 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
             rc = 0; /* it timed out meanwhile */
         } else if (owner == r->self) {
             r->st.local_routes++;
-            if (p->kind == MS_FRAME_TELL && p->activate == 2)
+            if (p->kind == MS_FRAME_TELL && p->op == OP_STOP)
                 rc = ms_dispatch_stop(r->d, type, id, p->idlen);
             else if (p->kind == MS_FRAME_TELL)
                 rc = ms_dispatch_tell(r->d, type, id, p->idlen, json, p->len);
             else
                 ms_dispatch_ask_enqueue(r->d, p->corr,
-                                        p->activate ? MS_KIND_ACTIVATE
+                                        p->op == OP_ACTIVATE ? MS_KIND_ACTIVATE
                                                     : MS_KIND_ASK,
                                         type, id, p->idlen, json, p->len);
             if (rc == MS_EOVERFLOW)
@@ -533,7 +548,7 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
                        "shard's owner was refused: %s", tname(r, type),
                        ms_strerror(rc));
         } else {
-            rc = send_request(r, owner, p->kind, p->activate, p->corr, type,
+            rc = send_request(r, owner, p->kind, p->op, p->corr, type,
                               shard, gen, id, p->idlen, json, p->len,
                               p->retries);
             if (rc < 0)
@@ -626,13 +641,13 @@ static void on_remote_reply(void *data, int err, const char *payload,
 /* Hands a request from node `uid` to this node's dispatcher; an ask's
  * reply goes back to `uid` as a REPLY or REPLY_ERROR frame. */
 static void deliver_request(struct ms_router *r, uint64_t uid, int type,
-                            int kind, int activate, uint64_t corr,
+                            int kind, int op, uint64_t corr,
                             const char *id, size_t idlen, const char *json,
                             size_t len)
 {
     r->st.forwards++;
     if (kind == MS_FRAME_TELL) {
-        int rc = activate == 2 ? ms_dispatch_stop(r->d, type, id, idlen)
+        int rc = op == OP_STOP ? ms_dispatch_stop(r->d, type, id, idlen)
                                : ms_dispatch_tell(r->d, type, id, idlen,
                                                   json, len);
         if (rc < 0)
@@ -650,7 +665,7 @@ static void deliver_request(struct ms_router *r, uint64_t uid, int type,
     ra->corr = corr;
     struct ms_waiter w = {on_remote_reply, ra, 0};
     /* the asker's deadline governs; ours only bounds a lost node */
-    int64_t rc = activate
+    int64_t rc = op == OP_ACTIVATE
                      ? ms_dispatch_activate(r->d, type, id, idlen,
                                             24 * 3600 * 1000ULL, now(r), &w)
                      : ms_dispatch_ask(r->d, type, id, idlen, json, len,
@@ -663,17 +678,15 @@ static void deliver_request(struct ms_router *r, uint64_t uid, int type,
 
 /* Sends a request back to the node that sent it, to be routed again. */
 static void bounce(struct ms_router *r, uint64_t uid, int type,
-                   uint32_t shard, int kind, int activate, uint64_t corr,
+                   uint32_t shard, int kind, int op, uint64_t corr,
                    const char *id, size_t idlen, const char *json,
                    size_t len, int retries)
 {
     struct ms_frame no;
     memset(&no, 0, sizeof no);
     no.kind = MS_FRAME_NOT_OWNER;
-    no.flags = (uint16_t)((kind == MS_FRAME_ASK ? FLAG_WAS_ASK : 0) |
-                          (activate == 1 ? FLAG_ACTIVATE : 0) |
-                          (activate == 2 ? FLAG_STOP : 0) |
-                          ((retries << RETRY_SHIFT) & RETRY_MASK));
+    no.flags = (uint16_t)(op_flags(op, retries) |
+                          (kind == MS_FRAME_ASK ? FLAG_WAS_ASK : 0));
     no.corr = corr;
     no.shard = shard;
     ms_plan_owner(r->types[type].plan, shard, &no.generation);
@@ -695,8 +708,7 @@ static void on_request(struct ms_router *r, uint64_t uid,
                        const struct ms_frame *f)
 {
     int type = type_by_name(r, f->type, f->type_len);
-    int activate = (f->flags & FLAG_ACTIVATE) ? 1
-                   : (f->flags & FLAG_STOP)   ? 2 : 0;
+    int op = flags_op(f->flags);
     if (type < 0) {
         if (f->kind == MS_FRAME_ASK)
             frame_error(r, uid, f->corr, MS_ENOTYPE,
@@ -710,7 +722,7 @@ static void on_request(struct ms_router *r, uint64_t uid,
     struct rshard *s = r->types[type].shards
                            ? &r->types[type].shards[shard] : NULL;
     if (shard == f->shard && (f->generation > gen || (s && s->head))) {
-        int rc = buffer(r, type, shard, f->kind, activate, 0,
+        int rc = buffer(r, type, shard, f->kind, op, 0,
                         now(r) + MS_ROUTE_TELL_DEADLINE_MS, f->id, f->id_len,
                         f->payload, f->payload_len,
                         (f->flags & RETRY_MASK) >> RETRY_SHIFT);
@@ -727,12 +739,12 @@ static void on_request(struct ms_router *r, uint64_t uid,
     }
     if (shard != f->shard ||
         !ms_plan_owns(r->types[type].plan, shard, r->self, f->generation)) {
-        bounce(r, uid, type, shard, f->kind, activate, f->corr, f->id,
+        bounce(r, uid, type, shard, f->kind, op, f->corr, f->id,
                f->id_len, f->payload, f->payload_len,
                (f->flags & RETRY_MASK) >> RETRY_SHIFT);
         return;
     }
-    deliver_request(r, uid, type, f->kind, activate, f->corr, f->id,
+    deliver_request(r, uid, type, f->kind, op, f->corr, f->id,
                     f->id_len, f->payload, f->payload_len);
 }
 
@@ -741,12 +753,13 @@ static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
 {
     int type = type_by_name(r, f->type, f->type_len);
     int kind = (f->flags & FLAG_WAS_ASK) ? MS_FRAME_ASK : MS_FRAME_TELL;
-    int activate = (f->flags & FLAG_ACTIVATE) ? 1
-                   : (f->flags & FLAG_STOP)   ? 2 : 0;
+    int op = flags_op(f->flags);
     int64_t corr = (int64_t)f->corr;
     int retries = ((f->flags & RETRY_MASK) >> RETRY_SHIFT) + 1;
-    uint32_t shard = type < 0 ? 0 : ms_shard_of(f->id, f->id_len,
-                                                r->cfg->types[type].shard_count);
+    uint32_t shard = 0;
+    if (type >= 0)
+        shard = ms_shard_of(f->id, f->id_len,
+                            r->cfg->types[type].shard_count);
     if (type < 0 || shard != f->shard) {
         /* not what we sent (another shard count): nothing to route */
         r->st.expired++;
@@ -774,7 +787,7 @@ static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
         return;
     }
     /* our plan is stale (or the owner's): wait for a newer one */
-    int rc = buffer(r, type, shard, kind, activate, corr,
+    int rc = buffer(r, type, shard, kind, op, corr,
                     now(r) + MS_ROUTE_TELL_DEADLINE_MS, f->id, f->id_len,
                     f->payload, f->payload_len, retries);
     if (rc < 0) {
@@ -993,7 +1006,8 @@ static uint64_t allocate(void *data, int type, uint32_t shard,
     }
     size_t n = 0;
     for (size_t i = 0; i < view->nhosts; i++) {
-        const struct ms_mb_member *m = ms_mb_find_by_uid(mb, view->hosts[i].uid);
+        const struct ms_mb_member *m =
+            ms_mb_find_by_uid(mb, view->hosts[i].uid);
         if (m)
             ms[n++] = m;
     }
