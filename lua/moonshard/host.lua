@@ -46,6 +46,10 @@ uint32_t ms_lua_next(uint32_t prev, struct ms_lua_delivery *out);
 ]]
 local C = ffi.C
 local ffi_string = ffi.string
+-- the declaration above mirrors runtime/lua/bridge.c: refuse to run with a
+-- mismatch rather than read deliveries wrongly
+assert(ffi.sizeof("struct ms_lua_delivery") == core.DELIVERY_SIZE,
+       "struct ms_lua_delivery differs between host.lua and bridge.c")
 
 local behaviors = {}   -- [type index] = behavior module
 local states = {}      -- [handle] = state table

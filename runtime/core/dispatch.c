@@ -562,8 +562,9 @@ static uint64_t deadline(uint64_t now_ms, uint64_t in_ms)
     return in_ms > UINT64_MAX - now_ms ? UINT64_MAX : now_ms + in_ms;
 }
 
-static struct msg *msg_new(struct ms_dispatch *d, int kind, uint32_t type, const char *id,
-                           size_t idlen, const char *json, size_t len)
+static struct msg *msg_new(struct ms_dispatch *d, int kind, uint32_t type,
+                           const char *id, size_t idlen, const char *json,
+                           size_t len)
 {
     size_t size = sizeof(struct msg) + idlen + len + 2;
     struct msg *m;

@@ -485,6 +485,10 @@ static int open_core(lua_State *L)
     lua_setfield(L, -2, "IDLE");
     lua_pushlightuserdata(L, &tok_free);
     lua_setfield(L, -2, "FREE");
+    /* host.lua declares struct ms_lua_delivery for the FFI and checks its
+     * size against this one */
+    lua_pushinteger(L, (lua_Integer)sizeof(struct ms_lua_delivery));
+    lua_setfield(L, -2, "DELIVERY_SIZE");
     return 1;
 }
 
