@@ -361,21 +361,47 @@ static int send_request(struct ms_router *r, uint64_t owner, int kind,
     return rc;
 }
 
+/* 1 when messages wait in the router for this shard's owner. */
+static int has_waiting(struct ms_router *r, int type, uint32_t shard)
+{
+    return r->types[type].shards && r->types[type].shards[shard].head;
+}
+
+/* The checks every send starts with; 0 or the caller's error. A type whose
+ * behavior failed to load here (or that the cluster refused) is neither
+ * hosted nor routed from this node: every node runs the same code, so it
+ * would fail on the others too. */
+static int check_send(struct ms_router *r, int type, size_t idlen,
+                      size_t len)
+{
+    if (type < 0 || type >= r->ntypes)
+        return MS_ENOTYPE;
+    if (idlen == 0 || idlen > MS_MAX_ID || len > r->cfg->max_message)
+        return MS_E2BIG;
+    if (r->types[type].refused || ms_dispatch_unavailable(r->d, type))
+        return MS_EUNAVAIL;
+    return 0;
+}
+
+static uint32_t shard_of(struct ms_router *r, int type, const char *id,
+                         size_t idlen)
+{
+    return ms_shard_of(id, idlen, r->cfg->types[type].shard_count);
+}
+
 /*
  * Routes one message whose ask (if any) is already open. Returns 0 when
  * it was delivered, sent or buffered, or a negative code (a tell was not
  * accepted; an ask was failed with that code).
  */
 static int route(struct ms_router *r, int kind, int op, int64_t corr,
-                 int type, const char *id, size_t idlen, const char *json,
-                 size_t len, uint64_t deadline_ms, int retries)
+                 int type, uint32_t shard, const char *id, size_t idlen,
+                 const char *json, size_t len, uint64_t deadline_ms,
+                 int retries)
 {
-    uint32_t shard = ms_shard_of(id, idlen, r->cfg->types[type].shard_count);
     uint64_t gen;
     uint64_t owner = ms_plan_owner(r->types[type].plan, shard, &gen);
-    struct rshard *s = r->types[type].shards
-                           ? &r->types[type].shards[shard] : NULL;
-    int waiting = s && s->head; /* keep order behind waiting messages */
+    int waiting = has_waiting(r, type, shard); /* keep order behind them */
     if (owner == r->self && !waiting) {
         r->st.local_routes++;
         if (kind == MS_FRAME_TELL && op == OP_STOP)
@@ -411,16 +437,11 @@ static int route(struct ms_router *r, int kind, int op, int64_t corr,
 int ms_router_tell(struct ms_router *r, int type, const char *id,
                    size_t idlen, const char *json, size_t len)
 {
-    if (type < 0 || type >= r->ntypes)
-        return MS_ENOTYPE;
-    if (idlen == 0 || idlen > MS_MAX_ID || len > r->cfg->max_message)
-        return MS_E2BIG;
-    /* a type whose behavior failed to load here (or that the cluster
-     * refused) is neither hosted nor routed from this node: every node runs
-     * the same code, so it would fail on the others too */
-    if (r->types[type].refused || ms_dispatch_unavailable(r->d, type))
-        return MS_EUNAVAIL;
-    return route(r, MS_FRAME_TELL, OP_PLAIN, 0, type, id, idlen, json, len,
+    int rc = check_send(r, type, idlen, len);
+    if (rc < 0)
+        return rc;
+    return route(r, MS_FRAME_TELL, OP_PLAIN, 0, type,
+                 shard_of(r, type, id, idlen), id, idlen, json, len,
                  now(r) + MS_ROUTE_TELL_DEADLINE_MS, 0);
 }
 
@@ -439,19 +460,16 @@ int64_t ms_router_ask(struct ms_router *r, int type, const char *id,
 int ms_router_stop(struct ms_router *r, int type, const char *id,
                    size_t idlen)
 {
-    if (type < 0 || type >= r->ntypes)
-        return MS_ENOTYPE;
-    if (idlen == 0 || idlen > MS_MAX_ID)
-        return MS_E2BIG;
+    int rc = check_send(r, type, idlen, 0);
+    if (rc < 0)
+        return rc;
     /* a stop for an unowned shard with nothing waiting has nothing to
      * stop; with messages waiting it waits behind them */
-    uint32_t shard;
-    struct rshard *s;
-    if (!ms_router_owner(r, type, id, idlen, &shard) &&
-        !((s = r->types[type].shards ? &r->types[type].shards[shard] : NULL) &&
-          s->head))
+    uint32_t shard = shard_of(r, type, id, idlen);
+    if (!ms_plan_owner(r->types[type].plan, shard, NULL) &&
+        !has_waiting(r, type, shard))
         return 0;
-    return route(r, MS_FRAME_TELL, OP_STOP, 0, type, id, idlen, "", 0,
+    return route(r, MS_FRAME_TELL, OP_STOP, 0, type, shard, id, idlen, "", 0,
                  now(r) + MS_ROUTE_TELL_DEADLINE_MS, 0);
 }
 
@@ -467,17 +485,12 @@ static int64_t router_ask(struct ms_router *r, int op, int type,
                           size_t len, uint64_t timeout_ms,
                           const struct ms_waiter *w)
 {
-    if (type < 0 || type >= r->ntypes)
-        return MS_ENOTYPE;
-    if (idlen == 0 || idlen > MS_MAX_ID || len > r->cfg->max_message)
-        return MS_E2BIG;
-    if (r->types[type].refused || ms_dispatch_unavailable(r->d, type))
-        return MS_EUNAVAIL;
-    uint32_t shard = ms_shard_of(id, idlen, r->cfg->types[type].shard_count);
-    uint64_t owner = ms_plan_owner(r->types[type].plan, shard, NULL);
-    struct rshard *s = r->types[type].shards
-                           ? &r->types[type].shards[shard] : NULL;
-    if (owner == r->self && !(s && s->head)) {
+    int rc = check_send(r, type, idlen, len);
+    if (rc < 0)
+        return rc;
+    uint32_t shard = shard_of(r, type, id, idlen);
+    if (ms_plan_owner(r->types[type].plan, shard, NULL) == r->self &&
+        !has_waiting(r, type, shard)) {
         r->st.local_routes++;
         return op == OP_ACTIVATE ? ms_dispatch_activate(r->d, type, id, idlen,
                                                timeout_ms, now(r), w)
@@ -487,7 +500,7 @@ static int64_t router_ask(struct ms_router *r, int op, int type,
     int64_t corr = ms_dispatch_ask_open(r->d, timeout_ms, now(r), w);
     if (corr < 0)
         return corr;
-    route(r, MS_FRAME_ASK, op, corr, type, id, idlen, json, len,
+    route(r, MS_FRAME_ASK, op, corr, type, shard, id, idlen, json, len,
           now(r) + timeout_ms, 0);
     return corr; /* a failure above already ended the ask */
 }
@@ -715,8 +728,7 @@ static void on_request(struct ms_router *r, uint64_t uid,
                         "unknown entity type on the owner");
         return;
     }
-    uint32_t shard = ms_shard_of(f->id, f->id_len,
-                                 r->cfg->types[type].shard_count);
+    uint32_t shard = shard_of(r, type, f->id, f->id_len);
     uint64_t gen;
     ms_plan_owner(r->types[type].plan, shard, &gen);
     struct rshard *s = r->types[type].shards
@@ -758,8 +770,7 @@ static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
     int retries = ((f->flags & RETRY_MASK) >> RETRY_SHIFT) + 1;
     uint32_t shard = 0;
     if (type >= 0)
-        shard = ms_shard_of(f->id, f->id_len,
-                            r->cfg->types[type].shard_count);
+        shard = shard_of(r, type, f->id, f->id_len);
     if (type < 0 || shard != f->shard) {
         /* not what we sent (another shard count): nothing to route */
         r->st.expired++;
@@ -1144,7 +1155,7 @@ void ms_router_set_kick(struct ms_router *r, void (*kick)(void *),
 uint64_t ms_router_owner(struct ms_router *r, int type, const char *id,
                          size_t idlen, uint32_t *shard)
 {
-    uint32_t s = ms_shard_of(id, idlen, r->cfg->types[type].shard_count);
+    uint32_t s = shard_of(r, type, id, idlen);
     if (shard)
         *shard = s;
     return ms_plan_owner(r->types[type].plan, s, NULL);
