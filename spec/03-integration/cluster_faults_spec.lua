@@ -142,6 +142,28 @@ describe("cluster faults", function()
             end
         end)
 
+        it("waits with at most 1,024 messages for one of its shards, "
+           .. "then refuses with 503 overflow (G3)", function()
+            local n = live()[1]
+            local id = on_victim[1]
+            local before = n:stats().route_overflows
+            -- "get" as a tell changes nothing once delivered after down
+            local accepted, refused = 0, 0
+            for _ = 1, 1030 do
+                local status, body = n:tell("Counter", id, { type = "get" })
+                if status == 202 then
+                    accepted = accepted + 1
+                else
+                    assert.equal(503, status)
+                    assert.equal("overflow", body.error.code)
+                    refused = refused + 1
+                end
+            end
+            assert.is_true(accepted <= 1024, "accepted " .. accepted)
+            assert.is_true(refused >= 6, "refused " .. refused)
+            assert.equal(before + refused, n:stats().route_overflows)
+        end)
+
         it("relocates nothing before down: its shards stay on it in every "
            .. "plan", function()
             for _, n in ipairs(live()) do
