@@ -24,6 +24,7 @@
 #define MS_EINVAL UV_EINVAL         /* bad argument (timeout <= 0, ...) */
 #define MS_E2BIG UV_E2BIG           /* payload or id above its limit */
 #define MS_ENOMEM UV_ENOMEM         /* out of memory */
+#define MS_EBUSY UV_EBUSY           /* already under way (a shard move) */
 #define MS_EOVERFLOW (-4100)        /* shard mailbox full */
 #define MS_ENOTYPE (-4101)          /* unknown entity type */
 #define MS_EHANDLER (-4102)         /* the entity's handler raised */
@@ -65,6 +66,8 @@ struct ms_stats {
     uint64_t slow_handlers;
     uint64_t timers_fired;
     uint64_t shutdown_drops;  /* messages dropped because the node stopped */
+    uint64_t handoff_drops;   /* reached a shard after its stop (failed) */
+    uint64_t shards_stopped;  /* shard stops (handoff) finished */
 };
 
 /*
@@ -112,6 +115,16 @@ int ms_node_type(struct ms_node *n, const char *name, size_t len);
 
 /* Name of the node (config.nodes[i].name), borrowed for the node's life. */
 const char *ms_node_name(struct ms_node *n);
+
+/* How long a graceful leave may take before the node stops anyway: enough
+ * for its shards to move away through handoff (2 x handoff_timeout + 5 s). */
+uint64_t ms_node_leave_deadline_ms(struct ms_node *n);
+
+/* Starts moving shard `shard` of type `name` (len bytes) through handoff,
+ * on the coordinator: 0, MS_ENOTYPE, MS_EBUSY, MS_EINVAL (not the ready
+ * coordinator, or no owner). */
+int ms_node_move(struct ms_node *n, const char *name, size_t len,
+                 uint32_t shard);
 
 /* HTTP address the gateway listens on ("127.0.0.1:7201"), or "". */
 const char *ms_node_http_address(struct ms_node *n);

@@ -1,20 +1,27 @@
--- moonshard.alloc: runs the allocation strategies on the coordinator.
--- The host calls configure() once with the loaded config and allocate()
--- for each unowned shard; a strategy that raises, returns nothing or
--- returns a member that is not in the view is refused with a one-line
--- reason, and the coordinator never applies such a decision.
+-- moonshard.alloc: runs the allocation strategies and rebalance policies
+-- on the coordinator. The host calls configure() once with the loaded
+-- config, allocate() for each unowned shard and rebalance() for each
+-- rebalance round. A strategy that raises, returns nothing, returns a
+-- member that is not in the view or a shard out of range is refused with
+-- a one-line reason, and the coordinator never applies such a decision.
+-- swap() replaces a type's strategy at run time (hot reload): the new one
+-- is dry-run on the latest view first and kept only if it behaves.
 
 local cjson = require "cjson.safe"
 
 local type, pcall, ipairs, tostring = type, pcall, ipairs, tostring
+local floor = math.floor
 
 local M = {}
 
 local strategies = {} -- [entity type name] = allocation strategy
+local rebalancers = {} -- [entity type name] = strategy whose rebalance runs
+local last_views = {}  -- [entity type name] = latest view (for dry runs)
 
 function M.configure(cfg)
     for _, e in ipairs(cfg.entity_list) do
         strategies[e.name] = e.allocation
+        rebalancers[e.name] = e.rebalance or e.allocation
     end
 end
 
@@ -26,20 +33,20 @@ end
 
 -- view_json: {"entity_type":..,"shard_count":N,"members":[{name, address,
 -- uid, roles:[..], weight, version, up_number, status, reachable}, ..],
--- "plan":[[shard, name], ..]} with members oldest first. Returns the chosen
--- member's name, or nil and a reason.
-function M.allocate(type_name, shard, view_json)
-    local s = strategies[type_name]
-    if not s then
-        return nil, "no allocation strategy for type " .. tostring(type_name)
-    end
+-- "plan":[[shard, name], ..], "in_progress":[shard, ..]} with members
+-- oldest first, as DESIGN §3 describes once decoded.
+local function decode_view(view_json)
     local v, err = cjson.decode(view_json)
-    if type(v) ~= "table" then
-        return nil, "bad view: " .. tostring(err)
+    if type(v) ~= "table" or type(v.members) ~= "table"
+        or type(v.plan) ~= "table" then
+        return nil, "bad view: " .. tostring(err or "missing fields")
     end
-    local plan, names = {}, {}
+    local plan, names, moving = {}, {}, {}
     for _, e in ipairs(v.plan) do
         plan[e[1]] = e[2]
+    end
+    for _, s in ipairs(v.in_progress or {}) do
+        moving[s] = true
     end
     for _, m in ipairs(v.members) do
         local set = {}
@@ -47,8 +54,11 @@ function M.allocate(type_name, shard, view_json)
         m.roles = set
         names[m.name] = true
     end
-    local view = { entity_type = v.entity_type, shard_count = v.shard_count,
-                   members = v.members, plan = plan, in_progress = {} }
+    return { entity_type = v.entity_type, shard_count = v.shard_count,
+             members = v.members, plan = plan, in_progress = moving }, names
+end
+
+local function check_allocate(s, shard, view, names)
     local ok, name, why = pcall(s.allocate, s, shard, view)
     if not ok then
         return nil, "strategy " .. tostring(s.id) .. " raised: "
@@ -63,6 +73,98 @@ function M.allocate(type_name, shard, view_json)
             .. " returned unknown member '" .. name .. "'"
     end
     return name
+end
+
+local function check_rebalance(s, view)
+    local ok, list = pcall(s.rebalance, s, view)
+    if not ok then
+        return nil, "rebalance of " .. tostring(s.id) .. " raised: "
+            .. tostring(list)
+    end
+    if type(list) ~= "table" then
+        return nil, "rebalance of " .. tostring(s.id)
+            .. " returned a " .. type(list) .. ", not a list of shards"
+    end
+    local out, seen = {}, {}
+    for i, sh in ipairs(list) do
+        if type(sh) ~= "number" or sh ~= floor(sh) or sh < 0
+            or sh >= view.shard_count then
+            return nil, "rebalance of " .. tostring(s.id) .. " returned "
+                .. tostring(sh) .. " at position " .. i
+                .. ", not a shard in 0.." .. (view.shard_count - 1)
+        end
+        if not seen[sh] then
+            seen[sh] = true
+            out[#out + 1] = sh
+        end
+    end
+    return out
+end
+
+-- Returns the chosen member's name, or nil and a reason.
+function M.allocate(type_name, shard, view_json)
+    local s = strategies[type_name]
+    if not s then
+        return nil, "no allocation strategy for type " .. tostring(type_name)
+    end
+    local view, names = decode_view(view_json)
+    if not view then return nil, names end
+    last_views[type_name] = view
+    return check_allocate(s, shard, view, names)
+end
+
+-- Returns the list of shards to move now (ascending, no duplicates, each
+-- in range), or nil and a reason.
+function M.rebalance(type_name, view_json)
+    local s = rebalancers[type_name]
+    if not s then
+        return nil, "no rebalance strategy for type " .. tostring(type_name)
+    end
+    local view, names = decode_view(view_json)
+    if not view then return nil, names end
+    last_views[type_name] = view
+    local list, err = check_rebalance(s, view)
+    if not list then return nil, err end
+    table.sort(list)
+    -- the shards proposed must have an owner to move away from
+    local out = {}
+    for _, sh in ipairs(list) do
+        if view.plan[sh] and names[view.plan[sh]] then out[#out + 1] = sh end
+    end
+    return out
+end
+
+-- Replaces the strategies of `type_name` (allocation; rebalance: the
+-- bound object whose rebalance runs, see moonshard.strategy.bind). Both
+-- are checked for shape and, when this node has seen a view of the type,
+-- dry-run on it. Returns true, or nil and a one-line reason (then the old
+-- strategies stay).
+function M.swap(type_name, allocation, rebalance)
+    if strategies[type_name] == nil then
+        return nil, "unknown entity type " .. tostring(type_name)
+    end
+    rebalance = rebalance or allocation
+    for _, s in ipairs({ allocation, rebalance }) do
+        if type(s) ~= "table" or type(s.allocate) ~= "function"
+            or type(s.rebalance) ~= "function" or type(s.id) ~= "string" then
+            return nil, "not a strategy (needs an id string and allocate and"
+                .. " rebalance methods)"
+        end
+    end
+    local view = last_views[type_name]
+    if view then
+        local names = {}
+        for _, m in ipairs(view.members) do names[m.name] = true end
+        if next(names) then
+            local _, err = check_allocate(allocation, 0, view, names)
+            if err then return nil, "dry run: " .. err end
+        end
+        local _, err = check_rebalance(rebalance, view)
+        if err then return nil, "dry run: " .. err end
+    end
+    strategies[type_name] = allocation
+    rebalancers[type_name] = rebalance
+    return true
 end
 
 return M

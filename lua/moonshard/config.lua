@@ -589,6 +589,19 @@ local function integer_field(t, key, path, lo, hi, default, hint_lo)
     return v
 end
 
+-- A number of seconds in [lo, hi] (default `default`), as milliseconds.
+local function seconds_field(t, key, path, lo, hi, default)
+    local v = t[key]
+    if v == nil then
+        v = default
+    end
+    if type(v) ~= "number" or v ~= v or v < lo or v > hi then
+        fail(child(path, key), format("must be a number of seconds from %g"
+             .. " to %g", lo, hi), v)
+    end
+    return floor(v * 1000 + 0.5)
+end
+
 local function address_field(v, path, required)
     if v == nil then
         if required then
@@ -614,6 +627,7 @@ local MODULE_PATTERN = "^[%w_%-]+[%w_%-%.]*$"
 local TOP_FIELDS = {
     cluster = true, secret = true, seeds = true, nodes = true,
     entities = true, limits = true, gc_step_kb = true, admin_token = true,
+    handoff_timeout = true, rebalance_interval = true,
 }
 local NODE_FIELDS = { name = true, listen = true, http = true, roles = true }
 local ENTITY_FIELDS = {
@@ -829,6 +843,10 @@ local function check(t)
     cfg.entities, cfg.entity_list = check_entities(t.entities, { "entities" })
     cfg.limits = check_limits(t.limits, { "limits" })
     cfg.gc_step_kb = integer_field(t, "gc_step_kb", root, 1, INT_MAX, 64, true)
+    cfg.handoff_timeout_ms = seconds_field(t, "handoff_timeout", root,
+                                           0.1, 600, 10)
+    cfg.rebalance_interval_ms = seconds_field(t, "rebalance_interval", root,
+                                              0.1, 3600, 10)
     return cfg
 end
 

@@ -38,6 +38,8 @@ struct ms_config {
     size_t max_message;
     int json_max_depth;
     int gc_step_kb;
+    uint64_t handoff_timeout_ms;    /* deadline of one shard move */
+    uint64_t rebalance_interval_ms; /* between rebalance rounds */
 };
 
 void ms_config_free(struct ms_config *c);

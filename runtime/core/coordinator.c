@@ -18,6 +18,21 @@
 
 enum state { INERT, COLLECTING, READY };
 
+enum phase { FENCING, STOPPING };
+
+/* A shard moving away from its owner. */
+struct move {
+    int ti;
+    uint32_t shard;
+    uint64_t from;        /* the old owner */
+    uint64_t hgen;        /* the move's handoff generation */
+    uint64_t started_ms, deadline_ms;
+    int phase;
+    int voluntary;
+    uint64_t *need;       /* regions whose fence has not come yet */
+    size_t nneed;
+};
+
 struct member {
     uint64_t uid;
     int leaving;
@@ -35,6 +50,7 @@ struct ctype {
     uint32_t shard_count;
     uint64_t *owner;    /* [shard_count] */
     uint64_t *gen;      /* [shard_count] */
+    uint8_t *moving;    /* [shard_count] 1: a move is under way */
 };
 
 struct ms_coord {
@@ -42,7 +58,10 @@ struct ms_coord {
     uint64_t view_timeout_ms;
     ms_coord_allocate_cb allocate;
     ms_coord_eligible_cb eligible;
+    ms_coord_rebalance_cb rebalance;
     void *data;
+    uint64_t handoff_timeout_ms;
+    uint64_t rebalance_interval_ms;
 
     int state;
     uint64_t term;
@@ -59,6 +78,12 @@ struct ms_coord {
 
     struct ms_coord_action *q;
     size_t qhead, qlen, qcap; /* live actions are q[qhead .. qlen) */
+
+    struct move *moves;       /* under way, in no particular order */
+    size_t nmoves, movecap;
+    uint64_t next_round_ms;   /* READY: the next rebalance round */
+    int reconcile;            /* run a round at the next tick */
+    struct ms_coord_move_stats mst;
 };
 
 /* --- small helpers ------------------------------------------------------- */
@@ -95,10 +120,13 @@ static int type_alloc(struct ctype *t, uint32_t shard_count)
 {
     t->owner = calloc(shard_count, sizeof *t->owner);
     t->gen = calloc(shard_count, sizeof *t->gen);
-    if (!t->owner || !t->gen) {
+    t->moving = calloc(shard_count, sizeof *t->moving);
+    if (!t->owner || !t->gen || !t->moving) {
         free(t->owner);
         free(t->gen);
+        free(t->moving);
         t->owner = t->gen = NULL;
+        t->moving = NULL;
         return MS_ENOMEM;
     }
     t->shard_count = shard_count;
@@ -110,7 +138,9 @@ static void type_forget(struct ctype *t)
 {
     free(t->owner);
     free(t->gen);
+    free(t->moving);
     t->owner = t->gen = NULL;
+    t->moving = NULL;
     t->known = 0;
     t->shard_count = 0;
     t->fp[0] = '\0';
@@ -244,14 +274,15 @@ refuse_alloc(struct ms_coord *c, uint64_t uid, const char *type,
     return emit(c, uid, &m);
 }
 
-/* Queues "plan" messages for type ti carrying entries e[0..n), in chunks
- * of MS_PLAN_MSG_MAX_ENTRIES, to `uid` (0: broadcast). */
-static int emit_entries(struct ms_coord *c, uint64_t uid, int ti,
-                        struct ms_plan_entry *e, size_t n)
+/* Queues messages of `kind` ("plan", "handoff", "stop") for type ti
+ * carrying entries e[0..n) (ascending shards), in chunks of
+ * MS_PLAN_MSG_MAX_ENTRIES, to `uid` (0: broadcast). */
+static int emit_kind(struct ms_coord *c, uint64_t uid, int ti, int kind,
+                     struct ms_plan_entry *e, size_t n)
 {
     struct ms_plan_msg m;
     memset(&m, 0, sizeof m);
-    m.kind = MS_PLAN_MSG_PLAN;
+    m.kind = kind;
     m.term = c->term;
     memcpy(m.type, c->types[ti].name, sizeof m.type);
     m.shard_count = c->types[ti].shard_count;
@@ -265,6 +296,49 @@ static int emit_entries(struct ms_coord *c, uint64_t uid, int ti,
             return rc;
     }
     return 0;
+}
+
+static int emit_entries(struct ms_coord *c, uint64_t uid, int ti,
+                        struct ms_plan_entry *e, size_t n)
+{
+    return emit_kind(c, uid, ti, MS_PLAN_MSG_PLAN, e, n);
+}
+
+/* Queues a log line for the operator. */
+static void __attribute__((format(printf, 2, 3)))
+note(struct ms_coord *c, const char *fmt, ...)
+{
+    struct ms_coord_action a = {0};
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    a.kind = MS_COORD_NOTE;
+    a.term = c->term;
+    a.len = strlen(line);
+    a.payload = malloc(a.len + 1);
+    if (!a.payload)
+        return;
+    memcpy(a.payload, line, a.len + 1);
+    if (push(c, &a) < 0)
+        free(a.payload);
+}
+
+/* Forgets every move (this object stops coordinating); a next
+ * coordinator finishes nothing and rolls everything back by publishing
+ * the regions' views at a higher generation. */
+static void clear_moves(struct ms_coord *c)
+{
+    for (size_t i = 0; i < c->nmoves; i++) {
+        struct ctype *t = &c->types[c->moves[i].ti];
+        if (t->moving)
+            t->moving[c->moves[i].shard] = 0;
+        free(c->moves[i].need);
+    }
+    c->nmoves = 0;
 }
 
 /* Queues the full plan of type ti (every shard with a generation). */
@@ -292,6 +366,7 @@ static int depose(struct ms_coord *c, uint64_t term)
     if (c->state == INERT)
         return 0;
     c->state = INERT;
+    clear_moves(c);
     struct ms_coord_action a = {0};
     a.kind = MS_COORD_DEPOSED;
     a.term = term;
@@ -314,7 +389,14 @@ int ms_coord_new(struct ms_coord **out, const struct ms_coord_config *cfg)
         cfg->view_timeout_ms ? cfg->view_timeout_ms : MS_COORD_VIEW_TIMEOUT_MS;
     c->allocate = cfg->allocate;
     c->eligible = cfg->eligible;
+    c->rebalance = cfg->rebalance;
     c->data = cfg->data;
+    c->handoff_timeout_ms = cfg->handoff_timeout_ms
+                                ? cfg->handoff_timeout_ms
+                                : MS_COORD_HANDOFF_TIMEOUT_MS;
+    c->rebalance_interval_ms = cfg->rebalance_interval_ms
+                                   ? cfg->rebalance_interval_ms
+                                   : MS_COORD_REBALANCE_MS;
     c->hosts = malloc(MS_COORD_MAX_MEMBERS * sizeof *c->hosts);
     if (!c->hosts) {
         ms_coord_free(c);
@@ -361,6 +443,8 @@ void ms_coord_free(struct ms_coord *c)
 {
     if (!c)
         return;
+    clear_moves(c);
+    free(c->moves);
     for (int i = 0; i < c->ntypes; i++)
         type_forget(&c->types[i]);
     for (size_t i = c->qhead; i < c->qlen; i++)
@@ -431,6 +515,8 @@ void ms_coord_member_reachable(struct ms_coord *c, uint64_t uid,
 }
 
 static int publish(struct ms_coord *c, uint64_t now_ms);
+static void forget_move(struct ms_coord *c, int ti, uint32_t shard);
+static int on_fenced_by(struct ms_coord *c, uint64_t region);
 
 /* Collecting: publish once every known member has answered. */
 static int check_collected(struct ms_coord *c, uint64_t now_ms)
@@ -469,6 +555,7 @@ static int sweep(struct ms_coord *c, int ti, uint64_t only)
                 return MS_ENOMEM;
         }
         set_owner(c, ti, s, 0, g);
+        forget_move(c, ti, s); /* the new generation ends it everywhere */
         e[n++] = (struct ms_plan_entry){s, 0, g};
     }
     int rc = n ? emit_entries(c, 0, ti, e, n) : 0;
@@ -482,6 +569,11 @@ int ms_coord_member_removed(struct ms_coord *c, uint64_t uid,
     struct member *mb = find_member(c, uid);
     if (!mb)
         return 0;
+    /* a gone region fences nothing: stop waiting for it */
+    int rc = on_fenced_by(c, uid);
+    if (rc)
+        return rc;
+    mb = find_member(c, uid);
     size_t i = (size_t)(mb - c->members);
     memmove(c->members + i, c->members + i + 1,
             (c->nmembers - i - 1) * sizeof *c->members);
@@ -504,11 +596,13 @@ int ms_coord_become(struct ms_coord *c, uint64_t term, uint64_t now_ms)
     if (term == 0 || term > MS_PLAN_MAX_TERM || term <= c->max_term ||
         term <= c->term)
         return MS_EINVAL;
+    clear_moves(c);
     for (int i = 0; i < c->ntypes; i++) {
         struct ctype *t = &c->types[i];
         if (t->own) {
             memset(t->owner, 0, t->shard_count * sizeof *t->owner);
             memset(t->gen, 0, t->shard_count * sizeof *t->gen);
+            memset(t->moving, 0, t->shard_count * sizeof *t->moving);
         } else {
             type_forget(t);
         }
@@ -527,6 +621,7 @@ int ms_coord_become(struct ms_coord *c, uint64_t term, uint64_t now_ms)
 void ms_coord_resign(struct ms_coord *c)
 {
     c->state = INERT;
+    clear_moves(c);
 }
 
 void ms_coord_observe_term(struct ms_coord *c, uint64_t term)
@@ -561,6 +656,7 @@ static int publish(struct ms_coord *c, uint64_t now_ms)
     recount(c);
     c->state = READY;
     c->due_ms = now_ms + c->view_timeout_ms;
+    c->next_round_ms = now_ms + c->rebalance_interval_ms;
     for (int ti = 0; ti < c->ntypes; ti++) {
         int rc = emit_full(c, 0, ti);
         if (rc)
@@ -703,6 +799,52 @@ static int on_view_done(struct ms_coord *c, struct member *mb,
 
 /* --- allocation ---------------------------------------------------------- */
 
+/* Fills c->hosts with the members that can host type ti; their number. */
+static size_t hosts_of(struct ms_coord *c, int ti)
+{
+    size_t nh = 0;
+    for (size_t i = 0; i < c->nmembers; i++) {
+        const struct member *mb = &c->members[i];
+        if (!can_host(c, ti, mb))
+            continue;
+        c->hosts[nh++] = (struct ms_coord_host){mb->uid, mb->leaving,
+                                                mb->reachable, mb->owned[ti]};
+    }
+    return nh;
+}
+
+/* Chooses the owner of unassigned shard s of type ti with the allocate
+ * callback. Returns it, or 0 with *code ("no_host", "strategy") and a
+ * reason in err. */
+static uint64_t place(struct ms_coord *c, int ti, uint32_t s,
+                      const char **code, char *err, size_t errlen)
+{
+    struct ctype *t = &c->types[ti];
+    size_t nh = hosts_of(c, ti);
+    if (nh == 0) {
+        *code = "no_host";
+        snprintf(err, errlen, "no member can host entity type '%s'",
+                 t->name);
+        return 0;
+    }
+    struct ms_coord_view v = {ti, t->name, t->shard_count, t->owner,
+                              c->hosts, nh, t->moving};
+    char why[200] = "";
+    uint64_t uid = c->allocate(c->data, ti, s, &v, why, sizeof why);
+    *code = "strategy";
+    if (!uid) {
+        snprintf(err, errlen, "the allocation strategy of '%s' failed: %s",
+                 t->name, why[0] ? why : "no owner chosen");
+        return 0;
+    }
+    for (size_t i = 0; i < nh; i++)
+        if (c->hosts[i].uid == uid)
+            return uid;
+    snprintf(err, errlen, "the allocation strategy of '%s' chose %016llx, "
+             "which cannot host it", t->name, (unsigned long long)uid);
+    return 0;
+}
+
 static int on_alloc(struct ms_coord *c, uint64_t from,
                     const struct ms_plan_msg *m)
 {
@@ -736,41 +878,427 @@ static int on_alloc(struct ms_coord *c, uint64_t from,
         struct ms_plan_entry e = {s, t->owner[s], t->gen[s]};
         return emit_entries(c, from, ti, &e, 1);
     }
-    size_t nh = 0;
-    for (size_t i = 0; i < c->nmembers; i++) {
-        const struct member *mb = &c->members[i];
-        if (!can_host(c, ti, mb))
-            continue;
-        c->hosts[nh++] = (struct ms_coord_host){mb->uid, mb->leaving,
-                                                mb->reachable, mb->owned[ti]};
-    }
-    if (nh == 0)
-        return refuse_alloc(c, from, tn, s, "no_host",
-                            "no member can host entity type '%s'", tn);
     if (c->generation >= gen_limit(c))
         return refuse_alloc(c, from, tn, s, "exhausted",
                             "term %llu has issued all its generations",
                             (unsigned long long)c->term);
-    struct ms_coord_view v = {ti, t->name, t->shard_count, t->owner,
-                              c->hosts, nh};
     char err[256] = "";
-    uint64_t uid = c->allocate(c->data, ti, s, &v, err, sizeof err);
+    const char *code = "strategy";
+    uint64_t uid = place(c, ti, s, &code, err, sizeof err);
     if (!uid)
-        return refuse_alloc(c, from, tn, s, "strategy",
-                            "the allocation strategy of '%s' failed: %s",
-                            tn, err[0] ? err : "no owner chosen");
-    size_t i = 0;
-    while (i < nh && c->hosts[i].uid != uid)
-        i++;
-    if (i == nh)
-        return refuse_alloc(c, from, tn, s, "strategy",
-                            "the allocation strategy of '%s' chose %016llx, "
-                            "which cannot host it",
-                            tn, (unsigned long long)uid);
+        return refuse_alloc(c, from, tn, s, code, "%s", err);
     uint64_t g = ++c->generation;
     set_owner(c, ti, s, uid, g);
     struct ms_plan_entry e = {s, uid, g};
     return emit_entries(c, 0, ti, &e, 1);
+}
+
+/* --- moves ---------------------------------------------------------------- */
+
+static int entry_cmp(const void *a, const void *b)
+{
+    const struct ms_plan_entry *x = a, *y = b;
+    return x->shard < y->shard ? -1 : x->shard > y->shard;
+}
+
+static int u32_cmp(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static struct move *find_move(struct ms_coord *c, int ti, uint32_t shard)
+{
+    if (!c->types[ti].moving || !c->types[ti].moving[shard])
+        return NULL;
+    for (size_t i = 0; i < c->nmoves; i++)
+        if (c->moves[i].ti == ti && c->moves[i].shard == shard)
+            return &c->moves[i];
+    return NULL;
+}
+
+static void drop_move(struct ms_coord *c, struct move *mv)
+{
+    c->types[mv->ti].moving[mv->shard] = 0;
+    free(mv->need);
+    *mv = c->moves[--c->nmoves];
+}
+
+static void forget_move(struct ms_coord *c, int ti, uint32_t shard)
+{
+    struct move *mv = find_move(c, ti, shard);
+    if (mv) {
+        c->mst.aborted++;
+        drop_move(c, mv);
+    }
+}
+
+/* Region `region` is gone: it no longer holds up any move. Moves that
+ * then have every fence go on to STOP. */
+static int on_fenced_by(struct ms_coord *c, uint64_t region)
+{
+    for (int ti = 0; ti < c->ntypes; ti++) {
+        struct ms_plan_entry *e = NULL;
+        size_t k = 0;
+        uint64_t from = 0;
+        /* one STOP per old owner: take them one owner at a time */
+        for (;;) {
+            from = 0;
+            k = 0;
+            for (size_t i = 0; i < c->nmoves; i++) {
+                struct move *mv = &c->moves[i];
+                if (mv->ti != ti || mv->phase != FENCING)
+                    continue;
+                for (size_t j = 0; j < mv->nneed; j++)
+                    if (mv->need[j] == region) {
+                        mv->need[j] = mv->need[--mv->nneed];
+                        break;
+                    }
+                if (mv->nneed || (from && mv->from != from))
+                    continue;
+                if (!e && !(e = malloc(c->nmoves * sizeof *e)))
+                    return MS_ENOMEM;
+                from = mv->from;
+                mv->phase = STOPPING;
+                e[k++] = (struct ms_plan_entry){mv->shard, from, mv->hgen};
+            }
+            if (!k)
+                break;
+            qsort(e, k, sizeof *e, entry_cmp);
+            int rc = emit_kind(c, from, ti, MS_PLAN_MSG_STOP, e, k);
+            if (rc) {
+                free(e);
+                return rc;
+            }
+        }
+        free(e);
+    }
+    return 0;
+}
+
+/*
+ * Starts moving shards[0..n) (ascending) of type ti: those with an owner
+ * and no move under way. All share one handoff generation; one HANDOFF
+ * broadcast announces them.
+ */
+static int start_moves(struct ms_coord *c, int ti, const uint32_t *shards,
+                       size_t n, int voluntary, uint64_t now_ms)
+{
+    struct ctype *t = &c->types[ti];
+    if (c->state != READY || !t->known || n == 0)
+        return 0;
+    struct ms_plan_entry *e = malloc(n * sizeof *e);
+    if (!e)
+        return MS_ENOMEM;
+    size_t k = 0;
+    uint64_t hgen = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t s = shards[i];
+        if (s >= t->shard_count || !t->owner[s] || t->moving[s])
+            continue;
+        if (!hgen) {
+            if (c->generation >= gen_limit(c))
+                break;
+            hgen = ++c->generation;
+        }
+        if (c->nmoves == c->movecap) {
+            size_t cap = c->movecap ? c->movecap * 2 : 16;
+            struct move *nm = realloc(c->moves, cap * sizeof *nm);
+            if (!nm) {
+                rc = MS_ENOMEM;
+                break;
+            }
+            c->moves = nm;
+            c->movecap = cap;
+        }
+        struct move *mv = &c->moves[c->nmoves];
+        memset(mv, 0, sizeof *mv);
+        mv->need = malloc((c->nmembers + 1) * sizeof *mv->need);
+        if (!mv->need) {
+            rc = MS_ENOMEM;
+            break;
+        }
+        for (size_t j = 0; j < c->nmembers; j++)
+            mv->need[mv->nneed++] = c->members[j].uid;
+        mv->ti = ti;
+        mv->shard = s;
+        mv->from = t->owner[s];
+        mv->hgen = hgen;
+        mv->started_ms = now_ms;
+        mv->deadline_ms = now_ms + c->handoff_timeout_ms;
+        mv->phase = FENCING;
+        mv->voluntary = voluntary;
+        c->nmoves++;
+        t->moving[s] = 1;
+        c->mst.started++;
+        e[k++] = (struct ms_plan_entry){s, mv->from, hgen};
+    }
+    if (k) {
+        int erc = emit_kind(c, 0, ti, MS_PLAN_MSG_HANDOFF, e, k);
+        if (erc)
+            rc = erc;
+    }
+    free(e);
+    return rc;
+}
+
+int ms_coord_move(struct ms_coord *c, int type, uint32_t shard,
+                  uint64_t now_ms)
+{
+    if (c->state != READY || type < 0 || type >= c->ntypes ||
+        !c->types[type].known || shard >= c->types[type].shard_count ||
+        !c->types[type].owner[shard])
+        return MS_EINVAL;
+    if (c->types[type].moving[shard])
+        return MS_EBUSY;
+    return start_moves(c, type, &shard, 1, 1, now_ms);
+}
+
+/* A region's fence passed the old owner `from` (which relays it). Moves
+ * whose every region fenced go on to STOP. */
+static int on_fenced(struct ms_coord *c, uint64_t from, int ti,
+                     const struct ms_plan_msg *m)
+{
+    struct ms_plan_entry *e = malloc((m->nentries + 1) * sizeof *e);
+    if (!e)
+        return MS_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < m->nentries; i++) {
+        struct move *mv = find_move(c, ti, m->entries[i].shard);
+        if (!mv || mv->hgen != m->entries[i].gen || mv->from != from ||
+            mv->phase != FENCING)
+            continue;
+        for (size_t j = 0; j < mv->nneed; j++)
+            if (mv->need[j] == m->entries[i].owner) {
+                mv->need[j] = mv->need[--mv->nneed];
+                break;
+            }
+        if (mv->nneed == 0) {
+            mv->phase = STOPPING;
+            e[k++] = (struct ms_plan_entry){mv->shard, from, mv->hgen};
+        }
+    }
+    int rc = k ? emit_kind(c, from, ti, MS_PLAN_MSG_STOP, e, k) : 0;
+    free(e);
+    return rc;
+}
+
+/* Ends move mv: the shard goes to `owner` (0: unassigned) at a new
+ * generation, stored in *out for the caller's broadcast. */
+static void end_move(struct ms_coord *c, struct move *mv, uint64_t owner,
+                     struct ms_plan_entry *out)
+{
+    uint64_t g = ++c->generation;
+    set_owner(c, mv->ti, mv->shard, owner, g);
+    *out = (struct ms_plan_entry){mv->shard, owner, g};
+    drop_move(c, mv);
+}
+
+/* The old owner stopped the shards of `m`: place each and publish. */
+static int on_stopped(struct ms_coord *c, uint64_t from, int ti,
+                      const struct ms_plan_msg *m)
+{
+    struct ms_plan_entry *e = malloc((m->nentries + 1) * sizeof *e);
+    if (!e)
+        return MS_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < m->nentries; i++) {
+        uint32_t s = m->entries[i].shard;
+        struct move *mv = find_move(c, ti, s);
+        if (!mv || mv->hgen != m->entries[i].gen || mv->from != from ||
+            mv->phase != STOPPING || c->generation + 1 >= gen_limit(c))
+            continue;
+        /* the strategy sees the shard unassigned */
+        set_owner(c, ti, s, 0, c->types[ti].gen[s]);
+        char err[256] = "";
+        const char *code = "strategy";
+        uint64_t to = place(c, ti, s, &code, err, sizeof err);
+        const struct member *fm = find_member(c, from);
+        if (to == from && fm && fm->leaving)
+            to = 0;
+        if (!to)
+            note(c, "shard %u of %s was stopped at %016llx and is left "
+                 "unassigned: %s", s, c->types[ti].name,
+                 (unsigned long long)from, err[0] ? err : "no new owner");
+        c->mst.finished++;
+        end_move(c, mv, to, &e[k++]);
+    }
+    int rc = k ? emit_entries(c, 0, ti, e, k) : 0;
+    free(e);
+    return rc;
+}
+
+/* Rolls back the moves past their deadline: the old owner keeps the shard
+ * (published at a new generation, which ends every region's buffering);
+ * a shard whose old owner is gone is published unassigned. */
+static int expire_moves(struct ms_coord *c, uint64_t now_ms)
+{
+    for (int ti = 0; ti < c->ntypes; ti++) {
+        struct ms_plan_entry *e = NULL;
+        size_t k = 0;
+        for (size_t i = 0; i < c->nmoves;) {
+            struct move *mv = &c->moves[i];
+            if (mv->ti != ti || mv->deadline_ms > now_ms ||
+                c->generation + 1 >= gen_limit(c)) {
+                i++;
+                continue;
+            }
+            if (!e && !(e = malloc(c->nmoves * sizeof *e)))
+                return MS_ENOMEM;
+            note(c, "handoff of %s shard %u from %016llx aborted after "
+                 "%llu ms: %s", c->types[ti].name, mv->shard,
+                 (unsigned long long)mv->from,
+                 (unsigned long long)(now_ms - mv->started_ms),
+                 mv->phase == FENCING ? "regions did not fence in time"
+                                      : "the old owner did not stop in time");
+            c->mst.aborted++;
+            uint64_t keep = may_keep(c, ti, mv->from) ? mv->from : 0;
+            end_move(c, mv, keep, &e[k++]); /* moves the last into i */
+        }
+        if (k) {
+            qsort(e, k, sizeof *e, entry_cmp);
+            int rc = emit_entries(c, 0, ti, e, k);
+            free(e);
+            if (rc)
+                return rc;
+        } else {
+            free(e);
+        }
+    }
+    return 0;
+}
+
+/* 1 when some member that is not leaving can host type ti. */
+static int has_staying_host(const struct ms_coord *c, int ti)
+{
+    for (size_t i = 0; i < c->nmembers; i++)
+        if (!c->members[i].leaving && can_host(c, ti, &c->members[i]))
+            return 1;
+    return 0;
+}
+
+/* Moves the shards of leaving members away (not voluntary: no policy
+ * suppresses them). With no member left to take them, they are given up
+ * (unassigned) at once, as nobody could take them over. */
+static int move_leavers(struct ms_coord *c, uint64_t now_ms)
+{
+    for (size_t i = 0; i < c->nmembers; i++) {
+        if (!c->members[i].leaving)
+            continue;
+        uint64_t uid = c->members[i].uid;
+        for (int ti = 0; ti < c->ntypes; ti++) {
+            struct ctype *t = &c->types[ti];
+            if (!t->known || !c->members[i].owned[ti])
+                continue;
+            if (!has_staying_host(c, ti)) {
+                int rc = sweep(c, ti, uid);
+                if (rc)
+                    return rc;
+                continue;
+            }
+            uint32_t *sh = malloc(t->shard_count * sizeof *sh);
+            if (!sh)
+                return MS_ENOMEM;
+            size_t n = 0;
+            for (uint32_t s = 0; s < t->shard_count; s++)
+                if (t->owner[s] == uid && !t->moving[s])
+                    sh[n++] = s;
+            int rc = start_moves(c, ti, sh, n, 0, now_ms);
+            free(sh);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* One rebalance round of type ti through the caller's callback. */
+static int round_type(struct ms_coord *c, int ti, uint64_t now_ms)
+{
+    struct ctype *t = &c->types[ti];
+    size_t nh = hosts_of(c, ti);
+    if (!t->known || nh == 0)
+        return 0;
+    uint32_t *out = malloc(t->shard_count * sizeof *out);
+    if (!out)
+        return MS_ENOMEM;
+    struct ms_coord_view v = {ti, t->name, t->shard_count, t->owner,
+                              c->hosts, nh, t->moving};
+    char err[256] = "";
+    int n = c->rebalance(c->data, ti, &v, out, t->shard_count, err,
+                         sizeof err);
+    int rc = 0;
+    if (n < 0) {
+        c->mst.strategy_errors++;
+        note(c, "rebalance of %s failed: %s", t->name,
+             err[0] ? err : "no reason given");
+    } else if (n > 0) {
+        if ((size_t)n > t->shard_count)
+            n = (int)t->shard_count;
+        qsort(out, (size_t)n, sizeof *out, u32_cmp);
+        rc = start_moves(c, ti, out, (size_t)n, 1, now_ms);
+    }
+    free(out);
+    return rc;
+}
+
+static int run_rounds(struct ms_coord *c, uint64_t now_ms)
+{
+    c->next_round_ms = now_ms + c->rebalance_interval_ms;
+    c->reconcile = 0;
+    if (!c->rebalance)
+        return 0;
+    c->mst.rounds++;
+    for (int ti = 0; ti < c->ntypes; ti++) {
+        int rc = round_type(c, ti, now_ms);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+void ms_coord_reconcile(struct ms_coord *c)
+{
+    c->reconcile = 1;
+}
+
+void ms_coord_move_stats(const struct ms_coord *c,
+                         struct ms_coord_move_stats *out)
+{
+    *out = c->mst;
+    out->in_progress = c->nmoves;
+}
+
+int ms_coord_move_at(const struct ms_coord *c, size_t i, uint64_t now_ms,
+                     struct ms_coord_move_info *out)
+{
+    if (i >= c->nmoves)
+        return 0;
+    const struct move *mv = &c->moves[i];
+    out->type = mv->ti;
+    out->shard = mv->shard;
+    out->from = mv->from;
+    out->hgen = mv->hgen;
+    out->stopping = mv->phase == STOPPING;
+    out->voluntary = mv->voluntary;
+    out->age_ms = now_ms > mv->started_ms ? now_ms - mv->started_ms : 0;
+    out->fences_left = mv->nneed;
+    return 1;
+}
+
+int ms_coord_leave_done(const struct ms_coord *c, uint64_t uid)
+{
+    const struct member *mb = find_member(c, uid);
+    if (c->state != READY || !mb || !mb->leaving)
+        return 0;
+    for (int ti = 0; ti < c->ntypes; ti++)
+        if (mb->owned[ti])
+            return 0;
+    for (size_t i = 0; i < c->nmoves; i++)
+        if (c->moves[i].from == uid)
+            return 0;
+    return 1;
 }
 
 /* --- events -------------------------------------------------------------- */
@@ -805,10 +1333,22 @@ static int well_formed(const struct ms_plan_msg *m)
 int ms_coord_on_msg(struct ms_coord *c, uint64_t from_uid,
                     const struct ms_plan_msg *m, uint64_t now_ms)
 {
-    if ((m->kind == MS_PLAN_MSG_ALLOC || m->kind == MS_PLAN_MSG_VIEW) &&
+    if ((m->kind == MS_PLAN_MSG_ALLOC || m->kind == MS_PLAN_MSG_VIEW ||
+         m->kind == MS_PLAN_MSG_FENCED || m->kind == MS_PLAN_MSG_STOPPED) &&
         !well_formed(m))
         return MS_EINVAL;
     switch (m->kind) {
+    case MS_PLAN_MSG_FENCED:
+    case MS_PLAN_MSG_STOPPED: {
+        if (c->state != READY || m->term != c->term)
+            return 0; /* a move of another term: that term is over */
+        int ti = find_type(c, m->type);
+        if (ti < 0 || !c->types[ti].known ||
+            m->shard_count != c->types[ti].shard_count)
+            return 0;
+        return m->kind == MS_PLAN_MSG_FENCED ? on_fenced(c, from_uid, ti, m)
+                                             : on_stopped(c, from_uid, ti, m);
+    }
     case MS_PLAN_MSG_ALLOC:
         return on_alloc(c, from_uid, m);
     case MS_PLAN_MSG_STALE_TERM:
@@ -852,6 +1392,15 @@ int ms_coord_on_message(struct ms_coord *c, uint64_t from_uid,
 
 int ms_coord_tick(struct ms_coord *c, uint64_t now_ms)
 {
+    if (c->state == READY) {
+        int rc = expire_moves(c, now_ms);
+        if (!rc)
+            rc = move_leavers(c, now_ms);
+        if (!rc && (c->reconcile || now_ms >= c->next_round_ms))
+            rc = run_rounds(c, now_ms);
+        if (rc)
+            return rc;
+    }
     if (c->state == INERT || now_ms < c->due_ms)
         return 0;
     if (c->state == COLLECTING)

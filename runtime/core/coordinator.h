@@ -70,6 +70,8 @@
 
 #define MS_COORD_MAX_MEMBERS 1024
 #define MS_COORD_VIEW_TIMEOUT_MS 3000 /* default of view_timeout_ms */
+#define MS_COORD_HANDOFF_TIMEOUT_MS 10000 /* default of handoff_timeout_ms */
+#define MS_COORD_REBALANCE_MS 10000 /* default of rebalance_interval_ms */
 
 /* A member that can host the type, as the allocation strategy sees it. */
 struct ms_coord_host {
@@ -87,6 +89,7 @@ struct ms_coord_view {
     const uint64_t *owners;            /* [shard_count], 0: unassigned */
     const struct ms_coord_host *hosts; /* ascending uid, never empty */
     size_t nhosts;
+    const uint8_t *moving;             /* [shard_count], 1: move under way */
 };
 
 /*
@@ -98,6 +101,17 @@ typedef uint64_t (*ms_coord_allocate_cb)(void *data, int type,
                                          uint32_t shard,
                                          const struct ms_coord_view *view,
                                          char *err, size_t errlen);
+
+/*
+ * A rebalance round of `type`: stores at most `max` shards to move now in
+ * out[] and returns their number (0: none), or -1 with a reason in err.
+ * The coordinator moves only shards that have an owner and no move under
+ * way, and then places each with the allocate callback.
+ */
+typedef int (*ms_coord_rebalance_cb)(void *data, int type,
+                                     const struct ms_coord_view *view,
+                                     uint32_t *out, size_t max, char *err,
+                                     size_t errlen);
 
 /* 1 when member `uid` may host `type` (has the type's roles), else 0. It
  * must not call any ms_coord_* function. */
@@ -118,7 +132,32 @@ struct ms_coord_config {
     uint64_t view_timeout_ms;          /* 0: MS_COORD_VIEW_TIMEOUT_MS */
     ms_coord_allocate_cb allocate;     /* required */
     ms_coord_eligible_cb eligible;     /* NULL: every registrant */
-    void *data;                        /* passed to both callbacks */
+    ms_coord_rebalance_cb rebalance;   /* NULL: no voluntary moves */
+    void *data;                        /* passed to the callbacks */
+    uint64_t handoff_timeout_ms;       /* 0: MS_COORD_HANDOFF_TIMEOUT_MS */
+    uint64_t rebalance_interval_ms;    /* 0: MS_COORD_REBALANCE_MS */
+};
+
+/* Counters of shard moves (handoffs) this object coordinated. */
+struct ms_coord_move_stats {
+    uint64_t started;     /* moves begun */
+    uint64_t finished;    /* the shard was published at its new owner */
+    uint64_t aborted;     /* rolled back: deadline, or the owner went */
+    uint64_t rounds;      /* rebalance rounds run */
+    uint64_t strategy_errors; /* rounds whose strategy failed */
+    size_t in_progress;   /* moves under way now */
+};
+
+/* One move under way, for inspection. */
+struct ms_coord_move_info {
+    int type;
+    uint32_t shard;
+    uint64_t from;        /* the old owner */
+    uint64_t hgen;        /* the move's handoff generation */
+    int stopping;         /* 0: waiting for fences; 1: for the old owner */
+    int voluntary;        /* 1: a rebalance; 0: the owner is leaving */
+    uint64_t age_ms;      /* since it began */
+    size_t fences_left;   /* regions not fenced yet */
 };
 
 enum ms_coord_action_kind {
@@ -131,7 +170,9 @@ enum ms_coord_action_kind {
     /* A higher or rival term (`term`) exists: this object went inert. The
      * caller may become again with a higher term if membership still
      * makes this node the coordinator. */
-    MS_COORD_DEPOSED = 4
+    MS_COORD_DEPOSED = 4,
+    /* Something an operator should read: `payload` is a log line. */
+    MS_COORD_NOTE = 5
 };
 
 /* One action. `payload` (SEND, BROADCAST: a CONTROL message, `len`
@@ -242,6 +283,32 @@ int64_t ms_coord_next_deadline(const struct ms_coord *c, uint64_t now_ms);
 /* Takes the oldest queued action. Returns 1 and fills *out (its payload is
  * then the caller's), or 0 when the queue is empty. */
 int ms_coord_next_action(struct ms_coord *c, struct ms_coord_action *out);
+
+/* --- moves ------------------------------------------------------------- */
+
+/*
+ * Begins moving `shard` of `type` away from its owner (DESIGN.md §2,
+ * handoff): HANDOFF to every region, STOP to the old owner once every
+ * region fenced, then the allocate callback places the shard and the new
+ * owner is published. Returns 0, MS_EINVAL (not ready, unknown type or
+ * shard, unassigned shard), MS_EBUSY (already moving) or MS_ENOMEM.
+ */
+int ms_coord_move(struct ms_coord *c, int type, uint32_t shard,
+                  uint64_t now_ms);
+
+/* Runs a rebalance round of every type at the next tick (hot reload). */
+void ms_coord_reconcile(struct ms_coord *c);
+
+void ms_coord_move_stats(const struct ms_coord *c,
+                         struct ms_coord_move_stats *out);
+
+/* Move i (0 .. in_progress-1) into *out; 0 when there is none. */
+int ms_coord_move_at(const struct ms_coord *c, size_t i, uint64_t now_ms,
+                     struct ms_coord_move_info *out);
+
+/* 1 when member `uid` is Leaving, owns no shard and none is moving away
+ * from it: it may exit. Only meaningful while ready. */
+int ms_coord_leave_done(const struct ms_coord *c, uint64_t uid);
 
 /* --- queries ----------------------------------------------------------- */
 

@@ -17,6 +17,7 @@
 #include "timerq.h"
 
 #define MSG_SMALL 256      /* bytes of a recycled message block */
+#define KIND_SHARD_STOP 9  /* internal: a shard's stop marker */
 #define MSG_FREE_MAX 4096  /* recycled blocks kept (1 MiB) */
 
 struct msg {
@@ -62,7 +63,16 @@ struct shard {
     struct shard *rnext;
     uint32_t pending;   /* accepted, not yet delivered: in this FIFO or in
                            the mailbox of one of its entities */
+    uint32_t nent;      /* entities of this shard (active or waiting) */
+    uint32_t stop_epoch;/* names the latest stop request */
     uint8_t in_ready;
+    uint8_t stopping;   /* 1: stop marker queued; 2: it passed */
+};
+
+/* A shard whose stop finished. */
+struct stopped {
+    int type;
+    uint32_t shard;
 };
 
 struct type {
@@ -135,6 +145,8 @@ struct ms_dispatch {
     uint64_t pending;
     uint64_t now_ms;         /* latest time the caller told us */
     int closing;             /* shutdown began: accept nothing new */
+    struct stopped *stopped; /* shards whose stop finished, not taken */
+    size_t nstopped, capstopped;
     struct msg *free_msgs;   /* recycled small messages */
     uint32_t nfree_msgs;
     struct ms_stats st;
@@ -308,6 +320,8 @@ static void free_msgs(struct ms_dispatch *d, struct msg *m)
 
 static void complete_ask(struct ms_dispatch *d, struct ask *a, int err,
                          const char *payload, size_t len);
+static void shard_stop_msg(struct ms_dispatch *d, struct shard *sh,
+                           struct msg *m);
 
 void ms_dispatch_free(struct ms_dispatch *d)
 {
@@ -345,6 +359,7 @@ void ms_dispatch_free(struct ms_dispatch *d)
         free(m);
     }
     free(d->types);
+    free(d->stopped);
     free(d->ebuckets);
     free(d->slots);
     free(d->gens);
@@ -464,6 +479,7 @@ static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
     memcpy(e->id, id, idlen);
     d->slots[h] = e;
     d->gens[h]++;
+    d->types[type].shards[e->shard].nent++;
     size_t j = mix(ekey(type, hash)) & d->emask;
     e->hnext = d->ebuckets[j];
     d->ebuckets[j] = e;
@@ -474,9 +490,14 @@ static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
 
 static void list_del(struct ms_dispatch *d, struct entity *e);
 
+static void shard_check_stopped(struct ms_dispatch *d, uint32_t type,
+                                uint32_t shard);
+
 static void edestroy(struct ms_dispatch *d, struct entity *e)
 {
     list_del(d, e);
+    d->types[e->type].shards[e->shard].nent--;
+    shard_check_stopped(d, e->type, e->shard);
     struct entity **pp = &d->ebuckets[mix(ekey(e->type, e->hash)) & d->emask];
     while (*pp != e)
         pp = &(*pp)->hnext;
@@ -637,7 +658,7 @@ static int enqueue(struct ms_dispatch *d, struct msg *m, int force)
             d->rs_head = sh;
         d->rs_tail = sh;
     }
-    if (m->kind != MS_KIND_STOP)
+    if (m->kind != MS_KIND_STOP && m->kind != KIND_SHARD_STOP)
         d->st.routed++;
     return 0;
 }
@@ -1013,6 +1034,10 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
             d->rs_tail = sh;
         }
         m->next = NULL;
+        if (sh->stopping == 2 || m->kind == KIND_SHARD_STOP) {
+            shard_stop_msg(d, sh, m);
+            continue;
+        }
         prefetch_next(d);
         e = efind(d, m->type, m->hash, m->data, m->idlen);
         if (m->kind == MS_KIND_STOP && !e) {
@@ -1040,6 +1065,8 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
         return 1;
     }
 }
+
+static void entity_stopping(struct ms_dispatch *d, struct entity *e);
 
 static void cancel_timers(struct ms_dispatch *d, struct entity *e)
 {
@@ -1082,6 +1109,7 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
         cancel_timers(d, e);
     }
     msg_free(d, m);
+    entity_stopping(d, e);
     if (e->stop_req) {
         e->stop_req = 0;
         if (e->active) {
@@ -1291,6 +1319,120 @@ int64_t ms_dispatch_next_deadline(struct ms_dispatch *d, uint64_t now_ms)
             best = in;
     }
     return best;
+}
+
+/* ---- shard stop (handoff) -------------------------------------------- */
+
+static void shard_check_stopped(struct ms_dispatch *d, uint32_t type,
+                                uint32_t shard)
+{
+    struct shard *sh = &d->types[type].shards[shard];
+    if (sh->stopping != 2 || sh->nent || sh->head)
+        return;
+    sh->stopping = 0;
+    if (d->nstopped == d->capstopped) {
+        size_t cap = d->capstopped ? d->capstopped * 2 : 16;
+        struct stopped *n = realloc(d->stopped, cap * sizeof *n);
+        if (!n) {
+            sh->stopping = 2; /* retried at the next entity's end */
+            return;
+        }
+        d->stopped = n;
+        d->capstopped = cap;
+    }
+    d->stopped[d->nstopped++] = (struct stopped){(int)type, shard};
+    d->st.shards_stopped++;
+}
+
+/* An active entity of a stopping shard with nothing left to handle gets
+ * its STOP (passivation, `stopped` called). */
+static void entity_stopping(struct ms_dispatch *d, struct entity *e)
+{
+    struct shard *sh = &d->types[e->type].shards[e->shard];
+    if (sh->stopping != 2 || !e->active || e->busy || e->mb_head)
+        return;
+    struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->id, e->idlen, "", 0);
+    if (!s)
+        return;
+    mb_push(e, s);
+    ready_entity(d, e);
+}
+
+/* A message popped from a stopping shard's FIFO: the stop marker, or
+ * something that came after it (a ctx:after timer firing, or a request
+ * that should have gone elsewhere), which is failed and counted. */
+static void shard_stop_msg(struct ms_dispatch *d, struct shard *sh,
+                           struct msg *m)
+{
+    uint32_t type = m->type;
+    uint32_t shard = (uint32_t)(sh - d->types[type].shards);
+    if (m->kind == KIND_SHARD_STOP) {
+        int mine = sh->stopping == 1 && m->corr == sh->stop_epoch;
+        msg_free(d, m);
+        if (!mine)
+            return; /* a stop that was called off */
+        sh->stopping = 2;
+        for (struct entity *e = d->types[type].list_head, *n; e; e = n) {
+            n = e->lnext;
+            if (e->shard == shard)
+                entity_stopping(d, e);
+        }
+        shard_check_stopped(d, type, shard);
+        return;
+    }
+    d->st.handoff_drops++;
+    if (m->kind == MS_KIND_ASK || m->kind == MS_KIND_ACTIVATE)
+        fail_ask(d, m->corr, MS_EUNAVAIL, "the entity's shard is moving to "
+                 "another node");
+    msg_free(d, m);
+    shard_check_stopped(d, type, shard);
+}
+
+int ms_dispatch_shard_stop(struct ms_dispatch *d, int type, uint32_t shard)
+{
+    if (type < 0 || type >= d->ntypes ||
+        shard >= d->types[type].cfg.shard_count)
+        return MS_EINVAL;
+    struct shard *sh = &d->types[type].shards[shard];
+    if (sh->stopping)
+        return 0;
+    struct msg *m = msg_new(d, KIND_SHARD_STOP, (uint32_t)type, "", 0, "", 0);
+    if (!m)
+        return MS_ENOMEM;
+    m->hash = shard; /* its shard, as enqueue and uncount compute it */
+    m->corr = ++sh->stop_epoch;
+    sh->stopping = 1;
+    return enqueue(d, m, 1);
+}
+
+void ms_dispatch_shard_resume(struct ms_dispatch *d, int type, uint32_t shard)
+{
+    if (type < 0 || type >= d->ntypes ||
+        shard >= d->types[type].cfg.shard_count)
+        return;
+    struct shard *sh = &d->types[type].shards[shard];
+    sh->stopping = 0;
+    sh->stop_epoch++;
+}
+
+int ms_dispatch_shard_stopping(struct ms_dispatch *d, int type,
+                               uint32_t shard)
+{
+    if (type < 0 || type >= d->ntypes ||
+        shard >= d->types[type].cfg.shard_count)
+        return 0;
+    return d->types[type].shards[shard].stopping != 0;
+}
+
+int ms_dispatch_next_stopped(struct ms_dispatch *d, int *type,
+                             uint32_t *shard)
+{
+    if (!d->nstopped)
+        return 0;
+    *type = d->stopped[0].type;
+    *shard = d->stopped[0].shard;
+    memmove(d->stopped, d->stopped + 1, --d->nstopped * sizeof *d->stopped);
+    return 1;
 }
 
 int ms_dispatch_has_work(struct ms_dispatch *d)

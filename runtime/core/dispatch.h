@@ -188,6 +188,32 @@ int ms_dispatch_has_work(struct ms_dispatch *d);
  * Returns the number of entities still active. */
 uint64_t ms_dispatch_shutdown(struct ms_dispatch *d);
 
+/*
+ * Handoff: stops shard `shard` of `type`. A marker goes to the end of the
+ * shard's FIFO; once it passes, every entity of the shard handles what it
+ * had accepted and is then passivated (its `stopped` runs). When the shard
+ * has no entity left, it is reported by ms_dispatch_next_stopped(). The
+ * caller must not enqueue for the shard meanwhile: what reaches its FIFO
+ * after the marker (a ctx:after timer firing) is failed and counted
+ * (handoff_drops). Returns 0 (also when a stop is under way), MS_EINVAL
+ * or MS_ENOMEM.
+ */
+int ms_dispatch_shard_stop(struct ms_dispatch *d, int type, uint32_t shard);
+
+/* Calls a stop off (the move was rolled back): the shard works as before;
+ * entities already passivated come back on their next message. */
+void ms_dispatch_shard_resume(struct ms_dispatch *d, int type,
+                              uint32_t shard);
+
+/* 1 while a stop of the shard is under way. */
+int ms_dispatch_shard_stopping(struct ms_dispatch *d, int type,
+                               uint32_t shard);
+
+/* Takes the next shard whose stop finished: 1 and fills *type, *shard, or
+ * 0 when there is none. */
+int ms_dispatch_next_stopped(struct ms_dispatch *d, int *type,
+                             uint32_t *shard);
+
 /* Identity of handle h, for logs; returns 0 when h is not live. */
 int ms_dispatch_entity(struct ms_dispatch *d, uint32_t h, int *type,
                        const char **id, size_t *idlen, uint32_t *shard);

@@ -15,6 +15,7 @@ static const struct row rows[] = {
     {MS_EINVAL, "invalid", "invalid argument"},
     {MS_E2BIG, "too_large", "id or message above its size limit"},
     {MS_ENOMEM, "no_memory", "out of memory"},
+    {MS_EBUSY, "busy", "already under way"},
     {MS_EOVERFLOW, "overflow", "the shard's mailbox is full"},
     {MS_ENOTYPE, "unknown_type", "unknown entity type"},
     {MS_EHANDLER, "handler_error", "the entity's handler raised an error"},

@@ -164,6 +164,12 @@ static const struct kind kinds[] = {
                                     F_REASON}},
     [MS_PLAN_MSG_REGISTER_REFUSED] = {"register_refused", 0, 3,
                                       {F_TERM, F_TYPE, F_REASON}},
+    [MS_PLAN_MSG_HANDOFF] = {"handoff", 0, 4, {F_TERM, F_TYPE, F_SHARDS, F_E}},
+    [MS_PLAN_MSG_FENCE] = {"fence", 1, 4, {F_TERM, F_TYPE, F_SHARDS, F_E}},
+    [MS_PLAN_MSG_FENCED] = {"fenced", 1, 4, {F_TERM, F_TYPE, F_SHARDS, F_E}},
+    [MS_PLAN_MSG_STOP] = {"stop", 0, 4, {F_TERM, F_TYPE, F_SHARDS, F_E}},
+    [MS_PLAN_MSG_STOPPED] = {"stopped", 0, 4,
+                             {F_TERM, F_TYPE, F_SHARDS, F_E}},
 };
 
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))

@@ -43,6 +43,17 @@
  *   {"t":"register_refused","term":T,"type":"Name","reason":"..."}
  *                                                       coord. -> region
  *
+ *   {"t":"handoff","term":T,"type":"Name","shards":N,"e":[E,..]}
+ *                                                       coordinator -> all
+ *   {"t":"fence","term":T,"type":"Name","shards":N,"e":[E,..]}
+ *                                                       region -> old owner
+ *   {"t":"fenced","term":T,"type":"Name","shards":N,"e":[E,..]}
+ *                                                       old owner -> coord.
+ *   {"t":"stop","term":T,"type":"Name","shards":N,"e":[E,..]}
+ *                                                       coord. -> old owner
+ *   {"t":"stopped","term":T,"type":"Name","shards":N,"e":[E,..]}
+ *                                                       old owner -> coord.
+ *
  *   E = [shard,"<owner uid, 16 lowercase hex digits>",generation]
  *
  * - Numbers are unsigned decimal integers without leading zeros. `term`
@@ -84,6 +95,21 @@
  *   strategy failed), "exhausted" (the term ran out of generations).
  * - register_refused: this node's settings of the type differ from the
  *   cluster's; the node does not host the type. `reason` says how.
+ *
+ * Handoff (DESIGN.md §2), one move per entry; a move is named by its
+ * shard and its handoff generation H (issued by the coordinator like any
+ * generation, so a later plan entry for the shard is above it):
+ *
+ * - handoff: E = [shard, old owner, H]. Every region stops sending the
+ *   shard and buffers it, then sends "fence" with the same entry down its
+ *   connection to the old owner: everything it sent there before arrives
+ *   first. A plan entry for the shard with a generation above H ends the
+ *   buffering (completed or rolled back alike) and flushes in order.
+ * - fence: the old owner relays it to its coordinator as "fenced", with
+ *   the region's uid in place of the owner: E = [shard, region, H].
+ * - stop: E = [shard, old owner, H], once every region fenced. The old
+ *   owner stops accepting the shard, handles what it accepted, passivates
+ *   its entities and answers "stopped" with the same entry.
  */
 #ifndef MS_CORE_PLAN_H
 #define MS_CORE_PLAN_H
@@ -199,7 +225,12 @@ enum ms_plan_msg_kind {
     MS_PLAN_MSG_PLAN = 5,
     MS_PLAN_MSG_ALLOC = 6,
     MS_PLAN_MSG_ALLOC_REFUSED = 7,
-    MS_PLAN_MSG_REGISTER_REFUSED = 8
+    MS_PLAN_MSG_REGISTER_REFUSED = 8,
+    MS_PLAN_MSG_HANDOFF = 9,
+    MS_PLAN_MSG_FENCE = 10,
+    MS_PLAN_MSG_FENCED = 11,
+    MS_PLAN_MSG_STOP = 12,
+    MS_PLAN_MSG_STOPPED = 13
 };
 
 /* One plan entry: shard -> owner at generation gen. */

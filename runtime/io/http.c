@@ -704,6 +704,48 @@ static void post_admin(struct conn *c, int leave)
         respond(c, 202, JSON, OK_BODY, strlen(OK_BODY));
 }
 
+/* POST /v1/move/{type}/{shard} (admin token): the coordinator starts
+ * moving that shard away from its owner through handoff; the strategy
+ * places it. 202 when the move began; 409 on a node that does not
+ * coordinate, or when the shard is moving already. */
+static void post_move(struct conn *c, const char *rest, size_t len)
+{
+    int rc = ms_node_check_admin(c->h->node, c->token, c->token_len);
+    if (rc < 0) {
+        respond_error(c, 403, "forbidden", "%s",
+                      rc == MS_EINVAL ? "this node has no admin_token "
+                                        "configured"
+                                      : "missing or wrong X-Moonshard-Token");
+        return;
+    }
+    const char *slash = memchr(rest, '/', len);
+    char *end = NULL;
+    char num[16];
+    size_t nl = slash ? len - (size_t)(slash + 1 - rest) : 0;
+    if (!slash || nl == 0 || nl >= sizeof num) {
+        respond_error(c, 404, "not_found", "use /v1/move/{type}/{shard}");
+        return;
+    }
+    memcpy(num, slash + 1, nl);
+    num[nl] = 0;
+    unsigned long shard = strtoul(num, &end, 10);
+    if (*end || num[0] == '-' || shard > UINT32_MAX) {
+        respond_error(c, 400, "bad_request", "the shard must be a number");
+        return;
+    }
+    rc = ms_node_move(c->h->node, rest, (size_t)(slash - rest),
+                      (uint32_t)shard);
+    if (rc == MS_ENOTYPE)
+        respond_error(c, 404, "unknown_type", "unknown entity type");
+    else if (rc == MS_EBUSY)
+        respond_error(c, 409, "busy", "the shard is moving already");
+    else if (rc < 0)
+        respond_error(c, 409, "conflict", "this node is not the ready "
+                      "coordinator, or the shard has no owner");
+    else
+        respond(c, 202, JSON, OK_BODY, strlen(OK_BODY));
+}
+
 static void get_health(struct conn *c)
 {
     const char *name = ms_node_name(c->h->node);
@@ -883,6 +925,11 @@ static void route(struct conn *c)
                streq(path, plen, "/v1/down")) {
         if (c->parser.method == HTTP_POST)
             post_admin(c, path[4] == 'l');
+        else
+            not_allowed(c, "POST");
+    } else if (plen > 9 && memcmp(path, "/v1/move/", 9) == 0) {
+        if (c->parser.method == HTTP_POST)
+            post_move(c, path + 9, plen - 9);
         else
             not_allowed(c, "POST");
     } else if (streq(path, plen, "/v1/members")) {

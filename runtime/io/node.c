@@ -87,6 +87,8 @@ static void on_work(uv_idle_t *h)
     struct ms_node *n = h->data;
     ms_dispatch_expire(n->d, uv_now(n->loop));
     ms_bridge_run(n->b, ROUND_BUDGET);
+    if (n->router)
+        ms_router_after_dispatch(n->router);
     n->rounds++;
     n->gc_dirty = 1;
     arm(n);
@@ -173,6 +175,15 @@ static int allocate_lua(void *data, const char *type_name, uint32_t shard,
                               namelen, err, errlen);
 }
 
+static int rebalance_lua(void *data, const char *type_name,
+                         const char *view_json, uint32_t *out, size_t max,
+                         char *err, size_t errlen)
+{
+    struct ms_node *n = data;
+    return ms_bridge_rebalance(n->b, type_name, view_json, out, max, err,
+                               errlen);
+}
+
 static int64_t route_activate(void *data, int type, const char *id,
                               size_t idlen, uint64_t timeout_ms,
                               const struct ms_waiter *w)
@@ -195,6 +206,12 @@ static size_t route_allocations(void *data, int type, char *buf, size_t len)
 static size_t route_stats(void *data, char *buf, size_t len)
 {
     return ms_node_stats_json(data, buf, len);
+}
+
+static void route_reconcile(void *data)
+{
+    struct ms_node *n = data;
+    ms_router_reconcile(n->router);
 }
 
 static void kick_node(void *data)
@@ -292,11 +309,11 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
             return rc;
         }
         ms_router_set_kick(n->router, kick_node, n);
-        ms_router_set_allocator(n->router, allocate_lua, n);
+        ms_router_set_allocator(n->router, allocate_lua, rebalance_lua, n);
         struct ms_route_ops ops = {n,           route_tell,
                                    route_ask,   route_activate,
                                    route_owner, route_allocations,
-                                   route_stats};
+                                   route_stats, route_reconcile};
         ms_bridge_set_route(n->b, &ops);
     }
     if (!opts->no_http) {
@@ -533,6 +550,24 @@ int ms_node_check_admin(struct ms_node *n, const char *token, size_t len)
     return diff ? UV_EACCES : 0;
 }
 
+int ms_node_move(struct ms_node *n, const char *name, size_t len,
+                 uint32_t shard)
+{
+    if (!n->router)
+        return MS_EINVAL;
+    int type = ms_dispatch_type_index(n->d, name, len);
+    if (type < 0)
+        return MS_ENOTYPE;
+    int rc = ms_router_move(n->router, type, shard);
+    arm(n);
+    return rc;
+}
+
+uint64_t ms_node_leave_deadline_ms(struct ms_node *n)
+{
+    return 2 * n->cfg.handoff_timeout_ms + 5000;
+}
+
 int ms_node_leave(struct ms_node *n)
 {
     if (!n->cluster)
@@ -580,7 +615,8 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         "\"handler_errors\":%llu,\"asks_started\":%llu,"
         "\"asks_timed_out\":%llu,\"overflows\":%llu,"
         "\"slow_handlers\":%llu,\"timers_fired\":%llu,"
-        "\"shutdown_drops\":%llu,\"pending\":%llu",
+        "\"shutdown_drops\":%llu,\"handoff_drops\":%llu,"
+        "\"shards_stopped\":%llu,\"pending\":%llu",
         n->cfg.node_name, n->cfg.cluster, MS_VERSION,
         (unsigned long long)s.routed, (unsigned long long)s.delivered,
         (unsigned long long)s.activations, (unsigned long long)s.passivations,
@@ -591,6 +627,8 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         (unsigned long long)s.overflows, (unsigned long long)s.slow_handlers,
         (unsigned long long)s.timers_fired,
         (unsigned long long)s.shutdown_drops,
+        (unsigned long long)s.handoff_drops,
+        (unsigned long long)s.shards_stopped,
         (unsigned long long)ms_dispatch_pending(n->d));
     if (len < 0)
         return 0;
@@ -618,6 +656,12 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         if (o + e < buflen)
             memcpy(buf + o, extra, e + 1);
         o += e;
+        if (o + 1 < buflen) {
+            buf[o++] = ',';
+            o += ms_router_handoff_json(n->router, buf + o, buflen - o);
+        } else {
+            o += 1 + ms_router_handoff_json(n->router, NULL, 0);
+        }
     }
     if (o + 1 < buflen) {
         buf[o] = '}';

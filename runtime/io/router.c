@@ -54,6 +54,14 @@ struct rshard {
     struct pend *head, *tail;
     uint32_t n;
     uint64_t alloc_sent_ms;
+    /* handoff, region side: while hgen is set the shard is moving and
+     * everything for it waits here, until a plan entry above hgen */
+    uint64_t hgen;
+    uint64_t hfrom;           /* its old owner */
+    uint64_t blocked_ms;      /* since when */
+    /* handoff, old owner side: a STOP came; requests are sent back */
+    int stopping;
+    uint64_t stop_hgen, stop_term, stop_coord;
 };
 
 struct rtype {
@@ -82,8 +90,11 @@ struct ms_router {
     void (*kick)(void *);    /* the dispatcher may have work now */
     void *kick_data;
     ms_router_allocate_fn allocator; /* the Lua strategies */
+    ms_router_rebalance_fn rebalancer;
     void *allocator_data;
     struct ms_router_stats st;
+    uint32_t nblocked;       /* shards moving (region side) */
+    uint32_t nstopping;      /* shards this node is stopping */
 };
 
 /* Reply to a remote ask handled here. */
@@ -223,6 +234,8 @@ static void coord_drain(struct ms_router *r)
         } else if (a.kind == MS_COORD_DEPOSED) {
             ms_log(MS_LOG_WARN, NULL, "coordinator deposed by term %llu",
                    (unsigned long long)a.term);
+        } else if (a.kind == MS_COORD_NOTE) {
+            ms_log(MS_LOG_WARN, NULL, "%s", a.payload);
         }
         free(a.payload);
     }
@@ -292,8 +305,16 @@ static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
         return MS_ENOMEM;
     if (s->n >= MS_ROUTE_BUFFER) {
         r->st.buffer_overflows++;
+        if (s->hgen) {
+            r->st.handoff_overflows++;
+            ms_log(MS_LOG_WARN, NULL, "%s shard %u is moving and already "
+                   "holds %d messages: one more was refused (overflow)",
+                   tname(r, type), shard, MS_ROUTE_BUFFER);
+        }
         return MS_EOVERFLOW;
     }
+    if (s->hgen)
+        r->st.handoff_buffered++;
     struct pend *p = malloc(sizeof *p + idlen + len);
     if (!p)
         return MS_ENOMEM;
@@ -361,10 +382,12 @@ static int send_request(struct ms_router *r, uint64_t owner, int kind,
     return rc;
 }
 
-/* 1 when messages wait in the router for this shard's owner. */
+/* 1 when messages for this shard must wait in the router: some already
+ * wait (keep order behind them), or the shard is moving. */
 static int has_waiting(struct ms_router *r, int type, uint32_t shard)
 {
-    return r->types[type].shards && r->types[type].shards[shard].head;
+    return r->types[type].shards && (r->types[type].shards[shard].head ||
+                                      r->types[type].shards[shard].hgen);
 }
 
 /* The checks every send starts with; 0 or the caller's error. A type whose
@@ -520,8 +543,8 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
 {
     struct rshard *s = r->types[type].shards
                            ? &r->types[type].shards[shard] : NULL;
-    if (!s)
-        return;
+    if (!s || s->hgen)
+        return; /* moving: it waits for the new owner */
     uint64_t gen;
     uint64_t owner = ms_plan_owner(r->types[type].plan, shard, &gen);
     if (!owner || (owner != r->self && !ms_cluster_member_usable(r->c, owner)))
@@ -577,12 +600,33 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
 }
 
 /* Fails waiting messages past their deadline; re-asks for allocations. */
+/* Leaving members that own nothing may exit: the coordinator's node (the
+ * membership leader) says so once their shards moved away. With no Up
+ * member left there is nobody to move them to, and every node says so. */
+static void release_leavers(struct ms_router *r)
+{
+    struct ms_membership *mb = ms_cluster_membership(r->c);
+    size_t n = ms_mb_member_count(mb);
+    int any_up = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct ms_mb_member *m = ms_mb_member_at(mb, i);
+        any_up |= m && m->status == MS_MB_UP;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct ms_mb_member *m = ms_mb_member_at(mb, i);
+        if (m && m->status == MS_MB_LEAVING && m->owns_shards &&
+            (!any_up || ms_coord_leave_done(r->coord, m->uid)))
+            ms_cluster_set_owns_shards(r->c, m->uid, 0);
+    }
+}
+
 static void on_sweep(uv_timer_t *t)
 {
     struct ms_router *r = t->data;
     uint64_t n = now(r);
     ms_coord_tick(r->coord, n);
     coord_drain(r);
+    release_leavers(r);
     for (int type = 0; type < r->ntypes && r->nbuffered; type++) {
         struct rtype *rt = &r->types[type];
         if (!rt->shards)
@@ -733,7 +777,10 @@ static void on_request(struct ms_router *r, uint64_t uid,
     ms_plan_owner(r->types[type].plan, shard, &gen);
     struct rshard *s = r->types[type].shards
                            ? &r->types[type].shards[shard] : NULL;
-    if (shard == f->shard && (f->generation > gen || (s && s->head))) {
+    /* a moving shard's own waiting messages are not ahead of requests
+     * that other nodes sent before their fence: those are still ours */
+    if (shard == f->shard &&
+        (f->generation > gen || (s && s->head && !s->hgen))) {
         int rc = buffer(r, type, shard, f->kind, op, 0,
                         now(r) + MS_ROUTE_TELL_DEADLINE_MS, f->id, f->id_len,
                         f->payload, f->payload_len,
@@ -749,7 +796,7 @@ static void on_request(struct ms_router *r, uint64_t uid,
             frame_error(r, uid, f->corr, rc, ms_strerror(rc));
         return;
     }
-    if (shard != f->shard ||
+    if (shard != f->shard || (s && s->stopping) ||
         !ms_plan_owns(r->types[type].plan, shard, r->self, f->generation)) {
         bounce(r, uid, type, shard, f->kind, op, f->corr, f->id,
                f->id_len, f->payload, f->payload_len,
@@ -841,6 +888,71 @@ static void answer_views(struct ms_router *r, uint64_t uid, uint64_t term)
     send_control(r, uid, &done);
 }
 
+/* The coordinator moves shards: stop sending them, buffer them, and fence
+ * each old owner's connection. */
+static void on_handoff(struct ms_router *r, int type,
+                       const struct ms_plan_msg *m)
+{
+    struct ms_plan_entry *e = malloc((m->nentries + 1) * sizeof *e);
+    if (!e)
+        return;
+    size_t n = 0;
+    for (size_t i = 0; i < m->nentries; i++) {
+        uint64_t gen;
+        ms_plan_owner(r->types[type].plan, m->entries[i].shard, &gen);
+        struct rshard *s = rshard(r, type, m->entries[i].shard);
+        if (!s || gen > m->entries[i].gen)
+            continue; /* already over here */
+        if (!s->hgen) {
+            r->nblocked++;
+            s->blocked_ms = now(r);
+        }
+        s->hgen = m->entries[i].gen;
+        s->hfrom = m->entries[i].owner;
+        e[n++] = m->entries[i];
+    }
+    /* one fence per old owner, with its entries (still ascending) */
+    struct ms_plan_msg f = *m;
+    f.kind = MS_PLAN_MSG_FENCE;
+    f.entries = malloc((n + 1) * sizeof *f.entries);
+    for (size_t i = 0; f.entries && i < n; i++) {
+        if (!e[i].owner)
+            continue;
+        uint64_t to = e[i].owner;
+        f.nentries = 0;
+        for (size_t j = i; j < n; j++)
+            if (e[j].owner == to) {
+                f.entries[f.nentries++] = e[j];
+                e[j].owner = 0;
+            }
+        send_control(r, to, &f);
+    }
+    free(f.entries);
+    free(e);
+    r->st.handoffs_seen += n;
+}
+
+/* A plan entry ends the shard's move here once it is newer than the move:
+ * the new owner (or, rolled back, the old one) takes what waits. */
+static void end_handoff(struct ms_router *r, int type,
+                        const struct ms_plan_entry *e)
+{
+    struct rshard *s = r->types[type].shards
+                           ? &r->types[type].shards[e->shard] : NULL;
+    if (!s)
+        return;
+    if (s->hgen && e->gen > s->hgen) {
+        s->hgen = 0;
+        r->nblocked--;
+    }
+    if (s->stopping && e->gen > s->stop_hgen) {
+        s->stopping = 0;
+        r->nstopping--;
+        if (e->owner == r->self)
+            ms_dispatch_shard_resume(r->d, type, e->shard);
+    }
+}
+
 static void on_control(struct ms_router *r, uint64_t uid,
                        const struct ms_frame *f)
 {
@@ -872,8 +984,51 @@ static void on_control(struct ms_router *r, uint64_t uid,
         if (type < 0 || !ms_plan_fence_check(&r->fence, m.term, uid))
             break;
         ms_plan_apply_msg(r->types[type].plan, &m);
-        for (size_t i = 0; i < m.nentries; i++)
+        for (size_t i = 0; i < m.nentries; i++) {
+            end_handoff(r, type, &m.entries[i]);
             flush_shard(r, type, m.entries[i].shard);
+        }
+        break;
+    }
+    case MS_PLAN_MSG_HANDOFF: {
+        int type = type_by_name(r, m.type, strlen(m.type));
+        if (type < 0 || m.shard_count != r->cfg->types[type].shard_count ||
+            !ms_plan_fence_check(&r->fence, m.term, uid))
+            break;
+        on_handoff(r, type, &m);
+        break;
+    }
+    case MS_PLAN_MSG_FENCE: {
+        /* a region's fence passed: everything it sent here before is in
+         * our queues; tell the coordinator */
+        uint64_t coord = r->fence.term == m.term ? r->fence.coordinator
+                                                 : ms_cluster_coordinator(r->c);
+        for (size_t i = 0; i < m.nentries; i++)
+            m.entries[i].owner = uid;
+        m.kind = MS_PLAN_MSG_FENCED;
+        if (coord)
+            send_control(r, coord, &m);
+        break;
+    }
+    case MS_PLAN_MSG_STOP: {
+        int type = type_by_name(r, m.type, strlen(m.type));
+        if (type < 0 || m.shard_count != r->cfg->types[type].shard_count ||
+            !ms_plan_fence_check(&r->fence, m.term, uid))
+            break;
+        for (size_t i = 0; i < m.nentries; i++) {
+            struct rshard *s = rshard(r, type, m.entries[i].shard);
+            if (!s)
+                continue;
+            if (!s->stopping)
+                r->nstopping++;
+            s->stopping = 1;
+            s->stop_hgen = m.entries[i].gen;
+            s->stop_term = m.term;
+            s->stop_coord = uid;
+            ms_dispatch_shard_stop(r->d, type, m.entries[i].shard);
+        }
+        if (r->kick)
+            r->kick(r->kick_data);
         break;
     }
     case MS_PLAN_MSG_ALLOC_REFUSED: {
@@ -985,6 +1140,69 @@ static int age_cmp_ptr(const void *a, const void *b)
                          *(const struct ms_mb_member *const *)b);
 }
 
+/* The DESIGN §3 view of a type for the Lua strategies, as JSON in *b
+ * (members oldest first). Returns 0 or MS_ENOMEM. */
+static int view_json(struct ms_router *r, const struct ms_coord_view *view,
+                     struct sbuf *b)
+{
+    struct ms_membership *mb = ms_cluster_membership(r->c);
+    const struct ms_mb_member **ms = calloc(view->nhosts + 1, sizeof *ms);
+    if (!ms)
+        return MS_ENOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < view->nhosts; i++) {
+        const struct ms_mb_member *m =
+            ms_mb_find_by_uid(mb, view->hosts[i].uid);
+        if (m)
+            ms[n++] = m;
+    }
+    qsort(ms, n, sizeof *ms, age_cmp_ptr);
+    sb_add(b, "{\"entity_type\":\"%s\",\"shard_count\":%u,\"members\":[",
+           view->type_name, view->shard_count);
+    for (size_t i = 0; i < n; i++) {
+        const struct ms_mb_member *m = ms[i];
+        sb_add(b, "%s{\"name\":\"%s\",\"address\":\"%s\",\"uid\":"
+               "\"%016llx\",\"weight\":%u,\"version\":\"%s\","
+               "\"up_number\":%u,\"status\":\"%s\",\"reachable\":%s,"
+               "\"roles\":[",
+               i ? "," : "", m->name, m->address, (unsigned long long)m->uid,
+               m->weight ? m->weight : 1, m->version, m->up_number,
+               ms_mb_status_name(m->status),
+               ms_mb_is_reachable(mb, m->uid) ? "true" : "false");
+        const char *ro = m->roles;
+        int first = 1;
+        while (*ro) {
+            size_t k = strcspn(ro, ",");
+            if (k)
+                sb_add(b, "%s\"%.*s\"", first ? "" : ",", (int)k, ro);
+            first = 0;
+            ro += k + (ro[k] == ',');
+        }
+        sb_add(b, "]}");
+    }
+    sb_add(b, "],\"plan\":[");
+    int first = 1;
+    for (uint32_t sh = 0; sh < view->shard_count; sh++) {
+        if (!view->owners[sh])
+            continue;
+        const struct ms_mb_member *m = ms_mb_find_by_uid(mb, view->owners[sh]);
+        if (!m)
+            continue;
+        sb_add(b, "%s[%u,\"%s\"]", first ? "" : ",", sh, m->name);
+        first = 0;
+    }
+    sb_add(b, "],\"in_progress\":[");
+    first = 1;
+    for (uint32_t sh = 0; view->moving && sh < view->shard_count; sh++)
+        if (view->moving[sh]) {
+            sb_add(b, "%s%u", first ? "" : ",", sh);
+            first = 0;
+        }
+    sb_add(b, "]}");
+    free(ms);
+    return b->oom ? MS_ENOMEM : 0;
+}
+
 /*
  * The coordinator's allocation callback: runs the type's Lua strategy
  * (moonshard.alloc) over the DESIGN §3 view of the hosts. Without an
@@ -1009,62 +1227,16 @@ static uint64_t allocate(void *data, int type, uint32_t shard,
             snprintf(err, errlen, "no member can host %s", view->type_name);
         return best ? best->uid : 0;
     }
-    struct ms_membership *mb = ms_cluster_membership(r->c);
-    const struct ms_mb_member **ms = calloc(view->nhosts + 1, sizeof *ms);
-    if (!ms) {
+    struct sbuf b = {0};
+    if (view_json(r, view, &b) < 0) {
         snprintf(err, errlen, "out of memory");
+        free(b.p);
         return 0;
     }
-    size_t n = 0;
-    for (size_t i = 0; i < view->nhosts; i++) {
-        const struct ms_mb_member *m =
-            ms_mb_find_by_uid(mb, view->hosts[i].uid);
-        if (m)
-            ms[n++] = m;
-    }
-    qsort(ms, n, sizeof *ms, age_cmp_ptr);
-    struct sbuf b = {0};
-    sb_add(&b, "{\"entity_type\":\"%s\",\"shard_count\":%u,\"members\":[",
-           view->type_name, view->shard_count);
-    for (size_t i = 0; i < n; i++) {
-        const struct ms_mb_member *m = ms[i];
-        sb_add(&b, "%s{\"name\":\"%s\",\"address\":\"%s\",\"uid\":"
-               "\"%016llx\",\"weight\":%u,\"version\":\"%s\","
-               "\"up_number\":%u,\"status\":\"%s\",\"reachable\":%s,"
-               "\"roles\":[",
-               i ? "," : "", m->name, m->address, (unsigned long long)m->uid,
-               m->weight ? m->weight : 1, m->version, m->up_number,
-               ms_mb_status_name(m->status),
-               ms_mb_is_reachable(mb, m->uid) ? "true" : "false");
-        const char *ro = m->roles;
-        int first = 1;
-        while (*ro) {
-            size_t k = strcspn(ro, ",");
-            if (k)
-                sb_add(&b, "%s\"%.*s\"", first ? "" : ",", (int)k, ro);
-            first = 0;
-            ro += k + (ro[k] == ',');
-        }
-        sb_add(&b, "]}");
-    }
-    sb_add(&b, "],\"plan\":[");
-    int first = 1;
-    for (uint32_t sh = 0; sh < view->shard_count; sh++) {
-        if (!view->owners[sh])
-            continue;
-        const struct ms_mb_member *m = ms_mb_find_by_uid(mb, view->owners[sh]);
-        if (!m)
-            continue;
-        sb_add(&b, "%s[%u,\"%s\"]", first ? "" : ",", sh, m->name);
-        first = 0;
-    }
-    sb_add(&b, "]}");
-    free(ms);
+    struct ms_membership *mb = ms_cluster_membership(r->c);
     uint64_t uid = 0;
     char name[MS_MB_MAX_NAME + 1];
-    if (b.oom) {
-        snprintf(err, errlen, "out of memory");
-    } else if (r->allocator(r->allocator_data, view->type_name, shard, b.p,
+    if (r->allocator(r->allocator_data, view->type_name, shard, b.p,
                             name, sizeof name, err, errlen) == 0) {
         const struct ms_mb_member *m = ms_mb_find_by_name(mb, name);
         uid = m ? m->uid : 0;
@@ -1078,11 +1250,43 @@ static uint64_t allocate(void *data, int type, uint32_t shard,
     return uid;
 }
 
+/* The coordinator's rebalance callback: the type's Lua rebalance. */
+static int rebalance(void *data, int type, const struct ms_coord_view *view,
+                     uint32_t *out, size_t max, char *err, size_t errlen)
+{
+    struct ms_router *r = data;
+    (void)type;
+    if (!r->rebalancer)
+        return 0;
+    struct sbuf b = {0};
+    int rc = view_json(r, view, &b);
+    if (rc == 0)
+        rc = r->rebalancer(r->allocator_data, view->type_name, b.p, out, max,
+                           err, errlen);
+    else
+        snprintf(err, errlen, "out of memory");
+    free(b.p);
+    return rc < 0 ? -1 : rc;
+}
+
 void ms_router_set_allocator(struct ms_router *r, ms_router_allocate_fn fn,
-                             void *data)
+                             ms_router_rebalance_fn rfn, void *data)
 {
     r->allocator = fn;
+    r->rebalancer = rfn;
     r->allocator_data = data;
+}
+
+void ms_router_reconcile(struct ms_router *r)
+{
+    ms_coord_reconcile(r->coord);
+}
+
+int ms_router_move(struct ms_router *r, int type, uint32_t shard)
+{
+    int rc = ms_coord_move(r->coord, type, shard, now(r));
+    coord_drain(r);
+    return rc;
 }
 
 int ms_router_new(struct ms_router **out, uv_loop_t *loop,
@@ -1125,7 +1329,10 @@ int ms_router_new(struct ms_router **out, uv_loop_t *loop,
     cc.types = ct;
     cc.ntypes = cfg->ntypes;
     cc.allocate = allocate;
+    cc.rebalance = rebalance;
     cc.data = r;
+    cc.handoff_timeout_ms = cfg->handoff_timeout_ms;
+    cc.rebalance_interval_ms = cfg->rebalance_interval_ms;
     int rc = ms_coord_new(&r->coord, &cc);
     free(ct);
     if (rc < 0) {
@@ -1143,6 +1350,28 @@ int ms_router_new(struct ms_router **out, uv_loop_t *loop,
     uv_unref((uv_handle_t *)&r->sweep);
     *out = r;
     return 0;
+}
+
+void ms_router_after_dispatch(struct ms_router *r)
+{
+    int type;
+    uint32_t shard;
+    while (ms_dispatch_next_stopped(r->d, &type, &shard)) {
+        struct rshard *s = rshard(r, type, shard);
+        if (!s || !s->stopping)
+            continue; /* called off meanwhile */
+        struct ms_plan_msg m;
+        struct ms_plan_entry e = {shard, r->self, s->stop_hgen};
+        memset(&m, 0, sizeof m);
+        m.kind = MS_PLAN_MSG_STOPPED;
+        m.term = s->stop_term;
+        snprintf(m.type, sizeof m.type, "%s", tname(r, type));
+        m.shard_count = r->cfg->types[type].shard_count;
+        m.entries = &e;
+        m.nentries = 1;
+        send_control(r, s->stop_coord, &m);
+        r->st.shards_handed_off++;
+    }
 }
 
 void ms_router_set_kick(struct ms_router *r, void (*kick)(void *),
@@ -1195,6 +1424,58 @@ size_t ms_router_allocations_json(struct ms_router *r, int type, char *buf,
     return o + 2;
 }
 
+size_t ms_router_handoff_json(struct ms_router *r, char *buf, size_t len)
+{
+    struct ms_coord_move_stats ms;
+    ms_coord_move_stats(r->coord, &ms);
+    size_t o = 0;
+    int w = snprintf(buf, len,
+                     "\"handoffs_in_progress\":%u,\"shards_stopping\":%u,"
+                     "\"handoffs_seen\":%llu,\"handoff_buffered\":%llu,"
+                     "\"handoff_overflows\":%llu,\"shards_handed_off\":%llu,"
+                     "\"moves\":{\"in_progress\":%zu,\"started\":%llu,"
+                     "\"finished\":%llu,\"aborted\":%llu,\"rounds\":%llu,"
+                     "\"strategy_errors\":%llu},\"handoffs\":[",
+                     r->nblocked, r->nstopping,
+                     (unsigned long long)r->st.handoffs_seen,
+                     (unsigned long long)r->st.handoff_buffered,
+                     (unsigned long long)r->st.handoff_overflows,
+                     (unsigned long long)r->st.shards_handed_off,
+                     ms.in_progress, (unsigned long long)ms.started,
+                     (unsigned long long)ms.finished,
+                     (unsigned long long)ms.aborted,
+                     (unsigned long long)ms.rounds,
+                     (unsigned long long)ms.strategy_errors);
+    o = w > 0 ? (size_t)w : 0;
+    int listed = 0;
+    for (int t = 0; t < r->ntypes && listed < 64; t++) {
+        struct rtype *rt = &r->types[t];
+        for (uint32_t sh = 0; rt->shards && listed < 64 &&
+                              sh < r->cfg->types[t].shard_count; sh++) {
+            struct rshard *s = &rt->shards[sh];
+            if (!s->hgen && !s->stopping)
+                continue;
+            char item[256];
+            w = snprintf(item, sizeof item,
+                         "%s{\"type\":\"%s\",\"shard\":%u,\"state\":\"%s\","
+                         "\"from\":\"%016llx\",\"buffered\":%u,"
+                         "\"for_ms\":%llu}",
+                         listed ? "," : "", tname(r, t), sh,
+                         s->stopping ? "stopping" : "buffering",
+                         (unsigned long long)(s->hgen ? s->hfrom : r->self),
+                         s->n,
+                         (unsigned long long)(now(r) - s->blocked_ms));
+            if (w > 0 && o + (size_t)w < len)
+                memcpy(buf + o, item, (size_t)w + 1);
+            o += w > 0 ? (size_t)w : 0;
+            listed++;
+        }
+    }
+    if (o + 2 < len)
+        memcpy(buf + o, "]", 2);
+    return o + 1;
+}
+
 uint32_t ms_router_owned(struct ms_router *r)
 {
     uint32_t n = 0;
@@ -1217,17 +1498,16 @@ void ms_router_on_coordinator(struct ms_router *r, uint64_t uid)
         if (ms_coord_become(r->coord, t + 1, now(r)) < 0)
             ms_log(MS_LOG_ERROR, NULL, "cannot become coordinator at term "
                    "%llu", (unsigned long long)(t + 1));
-        /* members that began leaving before this node coordinated give
-         * their shards up now (see ms_router_on_member) */
+        /* members that began leaving before this node coordinated: their
+         * shards move away once the plan is published (see
+         * ms_router_on_member) */
         struct ms_membership *mb = ms_cluster_membership(r->c);
         for (size_t i = 0; i < ms_mb_member_count(mb); i++) {
             const struct ms_mb_member *m = ms_mb_member_at(mb, i);
-            if (m && (m->status == MS_MB_LEAVING ||
-                      m->status == MS_MB_EXITING)) {
-                uint64_t u = m->uid;
-                ms_coord_member_removed(r->coord, u, now(r));
-                ms_cluster_set_owns_shards(r->c, u, 0);
-            }
+            if (m && m->status == MS_MB_LEAVING)
+                ms_coord_member_leaving(r->coord, m->uid, now(r));
+            else if (m && m->status == MS_MB_EXITING)
+                ms_coord_member_removed(r->coord, m->uid, now(r));
         }
     } else if (ms_coord_active(r->coord)) {
         ms_coord_resign(r->coord);
@@ -1244,17 +1524,14 @@ void ms_router_on_member(struct ms_router *r, uint64_t uid, int status)
 {
     if (status == MS_MB_UP) {
         ms_coord_member_up(r->coord, uid, now(r));
-    } else if (status == MS_MB_LEAVING || status >= MS_MB_EXITING) {
-        /* Until handoff moves shards with their messages (issue 5), a
-         * leaving member gives its shards up at once: they are unassigned
-         * at a new generation and reallocated on the next message; its own
-         * accepted messages are handled before it exits, and later ones
-         * it receives are answered NOT_OWNER and routed again. */
+    } else if (status == MS_MB_LEAVING) {
+        /* the coordinator moves its shards away through handoff (see
+         * move_leavers in coordinator.c); release_leavers() lets it go on
+         * to Exiting once it owns nothing */
+        ms_coord_member_leaving(r->coord, uid, now(r));
+        release_leavers(r);
+    } else if (status >= MS_MB_EXITING) {
         ms_coord_member_removed(r->coord, uid, now(r));
-        /* only the membership leader's view uses this; telling every
-         * node keeps a cluster whose members all leave at once (no
-         * coordinator left) from waiting for one */
-        ms_cluster_set_owns_shards(r->c, uid, 0);
     }
     coord_drain(r);
     /* a member that came (back) may own shards with waiting messages */

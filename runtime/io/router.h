@@ -36,6 +36,10 @@ struct ms_router_stats {
     uint64_t buffered;         /* messages that had to wait for an owner */
     uint64_t buffer_overflows; /* refused: the shard's buffer was full */
     uint64_t expired;          /* waited past their deadline (failed) */
+    uint64_t handoffs_seen;    /* shard moves announced to this region */
+    uint64_t handoff_buffered; /* messages that waited for a moving shard */
+    uint64_t handoff_overflows;/* refused: a moving shard's buffer was full */
+    uint64_t shards_handed_off;/* shards this node stopped and gave away */
 };
 
 /* Creates the router of a node. All arguments are borrowed for its life. */
@@ -83,9 +87,23 @@ typedef int (*ms_router_allocate_fn)(void *data, const char *type_name,
                                      char *name, size_t namelen, char *err,
                                      size_t errlen);
 
-/* Sets the allocator the coordinator uses on this node. */
+/* Proposes the shards of `type_name` to move now: at most `max` in out[];
+ * returns their number or a negative code with a reason in err. */
+typedef int (*ms_router_rebalance_fn)(void *data, const char *type_name,
+                                      const char *view_json, uint32_t *out,
+                                      size_t max, char *err, size_t errlen);
+
+/* Sets the allocator and rebalancer the coordinator uses on this node
+ * (rfn NULL: no voluntary moves). */
 void ms_router_set_allocator(struct ms_router *r, ms_router_allocate_fn fn,
-                             void *data);
+                             ms_router_rebalance_fn rfn, void *data);
+
+/* Runs a rebalance round soon, if this node coordinates (hot reload). */
+void ms_router_reconcile(struct ms_router *r);
+
+/* Starts moving one shard, if this node coordinates: 0, MS_EINVAL (not
+ * the ready coordinator, or no such owned shard), MS_EBUSY. */
+int ms_router_move(struct ms_router *r, int type, uint32_t shard);
 
 /* Sets what the router calls after it may have given the dispatcher
  * work outside of a caller's call (plan applied, deadlines). */
@@ -100,6 +118,14 @@ uint64_t ms_router_owner(struct ms_router *r, int type, const char *id,
  * owner names (defensive copy for the caller). */
 size_t ms_router_allocations_json(struct ms_router *r, int type, char *buf,
                                   size_t len);
+
+/* Reports the shards the dispatcher finished stopping (handoff) to the
+ * coordinator; call after each dispatch round. */
+void ms_router_after_dispatch(struct ms_router *r);
+
+/* Handoff state as JSON members (no braces): "handoffs_in_progress":N,
+ * counters, and "handoffs":[..] per moving shard (at most 64 listed). */
+size_t ms_router_handoff_json(struct ms_router *r, char *buf, size_t len);
 
 /* Shards of all types this node owns. */
 uint32_t ms_router_owned(struct ms_router *r);

@@ -65,6 +65,8 @@ struct ms_route_ops {
                     char *buf, size_t len);
     size_t (*allocations)(void *data, int type, char *buf, size_t len);
     size_t (*stats)(void *data, char *buf, size_t len);
+    /* a rebalance round soon, if this node coordinates (hot reload) */
+    void (*reconcile)(void *data);
 };
 
 /* Sets the route for entity sends (copied); NULL restores the default. */
@@ -99,6 +101,13 @@ int ms_lua_run_isolated(const char *home, const char *module, const char *fn,
 /* Runs the allocation strategy of `type_name` (moonshard.alloc) on a view
  * (JSON, see lua/moonshard/alloc.lua). Returns 0 with the chosen member's
  * name, or a negative code with the strategy's reason in `err`. */
+/* Runs the rebalance of `type_name` (moonshard.alloc.rebalance) over
+ * `view_json`: stores at most `max` shards in out[] and returns their
+ * number, or a negative code with a reason in err. */
+int ms_bridge_rebalance(struct ms_bridge *b, const char *type_name,
+                        const char *view_json, uint32_t *out, size_t max,
+                        char *err, size_t errlen);
+
 int ms_bridge_allocate(struct ms_bridge *b, const char *type_name,
                        uint32_t shard, const char *view_json, char *name,
                        size_t namelen, char *err, size_t errlen);
