@@ -396,6 +396,16 @@ static int l_stats(lua_State *L)
     return push_json(L, n, small, sizeof small, again_stats, NULL);
 }
 
+/* core.reconcile(): the coordinator runs a rebalance round soon (a no-op
+ * on other nodes, and without a node) */
+static int l_reconcile(lua_State *L)
+{
+    (void)L;
+    if (B->routed && B->route.reconcile)
+        B->route.reconcile(B->route.data);
+    return 0;
+}
+
 /* core.after(h, ms, json) -> timer id | nil, message */
 static int l_after(lua_State *L)
 {
@@ -475,6 +485,7 @@ static int open_core(lua_State *L)
         {"type_index", l_type_index},
         {"activate", l_activate},     {"owner", l_owner},
         {"allocations", l_allocations}, {"stats", l_stats},
+        {"reconcile", l_reconcile},
         {NULL, NULL},
     };
     lua_newtable(L);
@@ -733,6 +744,9 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     cfg->json_max_depth = (int)num_field(L, -1, "json_max_depth");
     lua_pop(L, 1);
     cfg->gc_step_kb = (int)num_field(L, c, "gc_step_kb");
+    cfg->handoff_timeout_ms = (uint64_t)num_field(L, c, "handoff_timeout_ms");
+    cfg->rebalance_interval_ms =
+        (uint64_t)num_field(L, c, "rebalance_interval_ms");
     lua_getfield(L, c, "entity_list");
     int el = lua_gettop(L);
     cfg->ntypes = (int)lua_objlen(L, el);
@@ -1089,6 +1103,35 @@ int ms_bridge_allocate(struct ms_bridge *b, const char *type_name,
     } else {
         snprintf(err, errlen, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1)
                                                         : "no member");
+        rc = MS_EINVAL;
+    }
+    lua_settop(L, top);
+    return rc;
+}
+
+int ms_bridge_rebalance(struct ms_bridge *b, const char *type_name,
+                        const char *view_json, uint32_t *out, size_t max,
+                        char *err, size_t errlen)
+{
+    lua_State *L = b->L;
+    int top = lua_gettop(L);
+    lua_pushstring(L, type_name);
+    lua_pushstring(L, view_json);
+    int rc = call_module(L, "moonshard.alloc", "rebalance", 2, 2, err,
+                         errlen);
+    if (rc < 0)
+        return rc;
+    if (lua_istable(L, -2)) {
+        size_t n = lua_objlen(L, -2);
+        rc = 0;
+        for (size_t i = 1; i <= n && (size_t)rc < max; i++) {
+            lua_rawgeti(L, -2, (int)i);
+            out[rc++] = (uint32_t)lua_tointeger(L, -1);
+            lua_pop(L, 1);
+        }
+    } else {
+        snprintf(err, errlen, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1)
+                                                        : "no answer");
         rc = MS_EINVAL;
     }
     lua_settop(L, top);
