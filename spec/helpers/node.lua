@@ -956,6 +956,9 @@ function Cluster:write_config(file, changes, extra)
         limits = opts.limits,
         nodes = {},
     }
+    for k, v in pairs(opts.settings or {}) do
+        t[k] = v
+    end
     for k, v in pairs(changes or {}) do
         t[k] = v
     end
@@ -981,6 +984,7 @@ end
 -- A cluster config for `opts` (nothing started). opts.entities
 -- (required), opts.size (3), opts.secret, opts.admin_token (false: none),
 -- opts.cluster, opts.seeds, opts.limits, opts.roles = { n1 = {...} },
+-- opts.settings = { handoff_timeout = 2, ... } (other top-level fields),
 -- opts.files = { ["name.lua"] = text } written beside the config.
 function M.cluster(opts)
     assert(type(opts) == "table" and type(opts.entities) == "table",

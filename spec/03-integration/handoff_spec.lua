@@ -1,0 +1,321 @@
+-- Handoff (issue 5): shards move between real nodes while several callers
+-- on several nodes send numbered tells (spec/helpers/loader.lua) to Seq
+-- entities (spec/fixtures/seq.lua), which count gaps, reorders and double
+-- activations. Moves come from a node joining (the rebalance rounds of
+-- least_loaded), a node leaving, and the admin move endpoint; an old owner
+-- that is slow to stop, or SIGSTOPped, makes the move roll back at its
+-- deadline; a coordinator killed mid-handoff is replaced and every shard
+-- ends with one owner.
+--
+-- One cluster for the file; the tests run in order and build on it.
+
+local ffi = require "ffi"
+local helpers = require "helpers.node"
+
+local format = string.format
+
+pcall(ffi.cdef, "int setenv(const char *name, const char *value, int o);")
+
+local SHARDS = 32
+local IDS = 48
+
+describe("handoff", function()
+    local c
+    local ids = {}
+    for i = 1, IDS do
+        ids[i] = "s" .. i
+    end
+
+    -- Starts a loader per { node, sender }; returns a handle for finish().
+    local function start_load(list, id_list)
+        local run = { procs = {}, outs = {}, stop = helpers.tmpdir() .. "/stop" }
+        for i, spec in ipairs(list) do
+            local out = c.dir .. format("/load-%s-%d.json", spec[2], i)
+            os.remove(out)
+            run.outs[i] = out
+            run.procs[i] = helpers.spawn({
+                "luajit", helpers.home .. "/spec/helpers/loader.lua",
+                tostring(spec[1].port), spec[2],
+                table.concat(id_list or ids, ","), run.stop, out,
+            }, { stderr = c.dir .. "/loader-" .. spec[2] .. ".err" })
+        end
+        return run
+    end
+
+    -- Stops the loaders; returns their results, { sender = result }.
+    local function finish(run)
+        helpers.write_file(run.stop, "stop")
+        local results = {}
+        for i, p in ipairs(run.procs) do
+            assert(p:wait(30), "a loader did not stop")
+            local r = helpers.json.decode(helpers.read_file(run.outs[i]))
+            results[r.sender] = r
+        end
+        return results
+    end
+
+    -- Every id has seen every accepted number of every sender, in order,
+    -- without gaps, and was never active twice. Returns the total of
+    -- accepted tells.
+    local function verify(results, via, id_list)
+        local total = 0
+        for _, r in pairs(results) do
+            total = total + r.accepted
+        end
+        for _, id in ipairs(id_list or ids) do
+            local state = helpers.wait_until(function()
+                local st, body = via:ask("Seq", id, { type = "get" }, 5)
+                if st ~= 200 then
+                    return nil, id .. ": " .. tostring(st)
+                end
+                for sender, r in pairs(results) do
+                    local want = r.last[id] or 0
+                    local got = body.last[sender] or 0
+                    if got ~= want then
+                        return nil, format("%s has %s up to %d, the sender "
+                                           .. "had %d accepted", id, sender,
+                                           got, want)
+                    end
+                end
+                return body
+            end, 15, "every accepted tell to arrive")
+            assert.are.equal(0, state.gaps, id .. " saw gaps")
+            assert.are.equal(0, state.reorders, id .. " saw reorders")
+            assert.are.equal(0, state.double, id .. " was active twice")
+        end
+        return total
+    end
+
+    local function owned(n, name)
+        local a = n:allocations("Seq")
+        local k = 0
+        for _, s in ipairs(a.shards) do
+            if s.owner == name then k = k + 1 end
+        end
+        return k, a
+    end
+
+    local function stats(n)
+        return n:stats()
+    end
+
+    -- Only explicit refusals may happen: overflow or unavailability, each
+    -- counted by the loader.
+    local function only_explicit(results)
+        for sender, r in pairs(results) do
+            for code in pairs(r.errors) do
+                assert.is_truthy(code == "overflow" or code == "timeout"
+                                 or code == "unavailable",
+                                 sender .. " got error " .. code)
+            end
+        end
+    end
+
+    setup(function()
+        c = helpers.cluster({
+            size = 4,
+            entities = {
+                Seq = { module = "seq", shard_count = SHARDS,
+                        idle_timeout = 600 },
+            },
+            settings = { handoff_timeout = 2, rebalance_interval = 0.5 },
+        })
+        ffi.C.setenv("SEQ_DIR", c.dir, 1)
+        c:start({ "n1", "n2" })
+        c:wait_converged({ "n1", "n2" })
+    end)
+
+    teardown(function()
+        helpers.stop_all()
+    end)
+
+    it("moves shards to a node that joins, losing and reordering nothing",
+       function()
+        local n1, n2 = c:node("n1"), c:node("n2")
+        local run = start_load({ { n1, "a" }, { n2, "b" } })
+        helpers.sleep(1)
+        c:start({ "n3" })
+        c:wait_converged({ "n1", "n2", "n3" })
+        -- least_loaded evens out the allocated shards to within one
+        helpers.wait_until(function()
+            local k, a = owned(n1, "n3")
+            local k1, k2 = owned(n1, "n1"), owned(n1, "n2")
+            local hi, lo = math.max(k, k1, k2), math.min(k, k1, k2)
+            return (k >= 5 and hi - lo <= 1 and a) or nil,
+                format("n1 %d, n2 %d, n3 %d", k1, k2, k)
+        end, 30, "n3 to receive its share of the shards")
+        helpers.sleep(0.5)
+        local results = finish(run)
+        only_explicit(results)
+        local total = verify(results, n1)
+        assert.is_true(total > 1000, "only " .. total .. " tells accepted")
+        local st = stats(n1)
+        assert.is_true(st.moves.finished >= 5,
+                       "moves finished: " .. st.moves.finished)
+        assert.are.equal(0, st.moves.in_progress)
+        for _, n in ipairs({ n1, n2, (c:node("n3")) }) do
+            local s = stats(n)
+            assert.are.equal(0, s.handoffs_in_progress, n.name)
+            assert.are.equal(0, s.route_expired, n.name .. " expired")
+            assert.are.equal(0, s.handoff_drops, n.name .. " handoff drops")
+        end
+    end)
+
+    it("moves every shard of a leaving node away before it exits", function()
+        local n1, n2, n3 = c:node("n1"), c:node("n2"), c:node("n3")
+        local run = start_load({ { n1, "c" }, { n3, "d" } })
+        helpers.sleep(0.5)
+        local status = n2:admin("leave")
+        assert.are.equal(202, status)
+        helpers.wait_until(function()
+            return not n2:alive() or nil, "n2 still runs"
+        end, 20, "n2 to exit")
+        helpers.sleep(0.5)
+        local results = finish(run)
+        only_explicit(results)
+        verify(results, n3)
+        assert.are.equal(0, (owned(n1, "n2")))
+        local log = n2:log()
+        assert.is_nil(log:find("did not finish leaving", 1, true))
+    end)
+
+    it("rolls a move back when the old owner is slow to stop", function()
+        local n1, n3 = c:node("n1"), c:node("n3")
+        -- an id on n3, made busy for 4 s (the deadline is 2 s)
+        local id
+        for i = 1, 200 do
+            local o = n1:owner("Seq", "slow" .. i)
+            if o.owner == "n3" then id = "slow" .. i break end
+        end
+        assert.is_truthy(id, "no id on n3")
+        local shard = n1:owner("Seq", id).shard
+        local before = stats(n1).moves
+        assert.are.equal(202, (n3:tell("Seq", id, { type = "slow",
+                                                    seconds = 4 })))
+        helpers.sleep(0.2)
+        local st, _, raw = n1:http("POST", format("/v1/move/Seq/%d", shard),
+                                   nil, { headers = {
+                                       ["X-Moonshard-Token"] = c.admin_token } })
+        assert.are.equal(202, st, raw)
+        helpers.wait_until(function()
+            local m = stats(n1).moves
+            return m.aborted + m.finished > before.aborted + before.finished
+                or nil
+        end, 10, "the move to end")
+        -- one owner, and the entity answers with its state intact
+        helpers.wait_until(function()
+            local s = n1:ask("Seq", id, { type = "get" }, 5)
+            return s == 200 or nil
+        end, 10, id .. " to answer")
+        local body = n1:call("Seq", id, { type = "get" })
+        assert.are.equal(0, body.double)
+        -- the coordinator keeps working: a next move completes
+        local after = stats(n1).moves
+        st = n1:http("POST", format("/v1/move/Seq/%d", shard), nil,
+                     { headers = { ["X-Moonshard-Token"] = c.admin_token } })
+        assert.are.equal(202, st)
+        helpers.wait_until(function()
+            local m = stats(n1).moves
+            return m.finished > after.finished or nil
+        end, 10, "a next move to finish")
+    end)
+
+    it("rolls a move back when the old owner is SIGSTOPped, then works",
+       function()
+        local n1, n3 = c:node("n1"), c:node("n3")
+        local id
+        for i = 1, 200 do
+            local o = n1:owner("Seq", "stop" .. i)
+            if o.owner == "n3" then id = "stop" .. i break end
+        end
+        assert.is_truthy(id, "no id on n3")
+        assert.are.equal(202, (n1:tell("Seq", id, { type = "n", sender = "z",
+                                                    n = 1 })))
+        local shard = n1:owner("Seq", id).shard
+        local before = stats(n1).moves
+        n3:signal(helpers.SIGSTOP)
+        local st = n1:http("POST", format("/v1/move/Seq/%d", shard), nil,
+                           { headers = { ["X-Moonshard-Token"] =
+                                             c.admin_token } })
+        assert.are.equal(202, st)
+        -- sends meanwhile wait (the shard is moving), within the bound
+        assert.are.equal(202, (n1:tell("Seq", id, { type = "n", sender = "z",
+                                                    n = 2 })))
+        helpers.wait_until(function()
+            local m = stats(n1).moves
+            return m.aborted > before.aborted or nil
+        end, 10, "the move to be rolled back")
+        n3:signal(helpers.SIGCONT)
+        assert.are.equal("n3", n1:owner("Seq", id).owner)
+        local body = helpers.wait_until(function()
+            local s, b = n1:ask("Seq", id, { type = "get" }, 5)
+            return s == 200 and b.last.z == 2 and b or nil
+        end, 10, id .. " to see both tells")
+        assert.are.equal(0, body.gaps)
+        assert.are.equal(0, body.reorders)
+        assert.are.equal(0, body.double)
+        local after = stats(n1).moves
+        st = n1:http("POST", format("/v1/move/Seq/%d", shard), nil,
+                     { headers = { ["X-Moonshard-Token"] = c.admin_token } })
+        assert.are.equal(202, st)
+        helpers.wait_until(function()
+            local m = stats(n1).moves
+            return m.finished > after.finished or nil
+        end, 10, "a next move to finish")
+    end)
+
+    it("survives the coordinator's death in the middle of a handoff",
+       function()
+        local n1, n3 = c:node("n1"), c:node("n3")
+        c:start({ "n4" })
+        c:wait_converged({ "n1", "n3", "n4" })
+        local n4 = c:node("n4")
+        local run = start_load({ { n3, "e" }, { n4, "f" } })
+        helpers.sleep(0.5)
+        -- hold every move of n3's shards: n3 stopped, then moves begun
+        local _, a = owned(n1, "n3")
+        n3:signal(helpers.SIGSTOP)
+        for _, s in ipairs(a.shards) do
+            if s.owner == "n3" then
+                n1:http("POST", format("/v1/move/Seq/%d", s.shard), nil,
+                        { headers = { ["X-Moonshard-Token"] =
+                                          c.admin_token } })
+            end
+        end
+        local gen_before = n4:allocations("Seq").generation
+        -- ids on n1 lose their state with it (SIGKILL): only the others
+        -- must have everything
+        local keep = {}
+        for _, id in ipairs(ids) do
+            if n4:owner("Seq", id).owner ~= "n1" then keep[#keep + 1] = id end
+        end
+        n1:kill()
+        n3:signal(helpers.SIGCONT)
+        local status = n4:admin("down", n1.listen)
+        assert.are.equal(202, status)
+        -- the next coordinator rolls back or finishes; every shard has one
+        -- owner among the live nodes, and generations went up
+        helpers.wait_until(function()
+            local a3, a4 = n3:allocations("Seq"), n4:allocations("Seq")
+            if helpers.json.encode(a3.shards) ~= helpers.json.encode(a4.shards)
+            then
+                return nil, "n3 and n4 differ"
+            end
+            for _, s in ipairs(a4.shards) do
+                if s.owner ~= helpers.json.null and s.owner == "n1" then
+                    return nil, "shard " .. s.shard .. " still on n1"
+                end
+            end
+            return a4.generation > gen_before or nil, "generation"
+        end, 20, "one plan without n1")
+        helpers.sleep(1)
+        local results = finish(run)
+        only_explicit(results)
+        verify(results, n4, keep)
+        for _, n in ipairs({ n3, n4 }) do
+            helpers.wait_until(function()
+                return stats(n).handoffs_in_progress == 0 or nil
+            end, 10, n.name .. " to end its handoffs")
+        end
+    end)
+end)
