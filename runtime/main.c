@@ -14,15 +14,19 @@
 #include "bench.h"
 #include "cli.h"
 #include "lua/bridge.h"
+#include "lua/watch.h"
 #include "moonshard.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
         "usage: moonshard COMMAND ...\n"
-        "  run CONFIG.lua                 start every node the config lists\n"
+        "  run [--watch] CONFIG.lua       start every node the config lists\n"
         "                                 (one process each)\n"
-        "  node CONFIG.lua [--name N]     start one node (default: the first)\n"
+        "  node [--watch] CONFIG.lua [--name N]\n"
+        "                                 start one node (default: the first)\n"
+        "                                 --watch: reload changed behavior and\n"
+        "                                 strategy modules (development)\n"
         "  tell [--node H:P] TYPE ID JSON send a message\n"
         "  ask [--node H:P] [--timeout S] TYPE ID JSON\n"
         "                                 send a request, print the reply\n"
@@ -45,12 +49,12 @@ static void usage(FILE *f)
 struct runner {
     uv_loop_t *loop;
     struct ms_node *node;
+    struct ms_watch *watch; /* --watch, else NULL */
     uv_signal_t sigint, sigterm;
     uv_timer_t leave_deadline;
     int stopped;
 };
 
-#define LEAVE_DEADLINE_MS 10000
 
 static void stop_runner(void *data)
 {
@@ -63,14 +67,17 @@ static void stop_runner(void *data)
         uv_close((uv_handle_t *)&r->sigterm, NULL);
     }
     uv_close((uv_handle_t *)&r->leave_deadline, NULL);
+    ms_watch_close(r->watch);
+    r->watch = NULL;
     ms_node_close(r->node);
 }
 
 static void on_leave_deadline(uv_timer_t *t)
 {
     struct runner *r = t->data;
-    fprintf(stderr, "moonshard: node %s did not finish leaving within %d s; "
-            "stopping\n", ms_node_name(r->node), LEAVE_DEADLINE_MS / 1000);
+    fprintf(stderr, "moonshard: node %s did not finish leaving within "
+            "%llu s; stopping\n", ms_node_name(r->node),
+            (unsigned long long)ms_node_leave_deadline_ms(r->node) / 1000);
     stop_runner(r);
 }
 
@@ -94,7 +101,7 @@ static void on_signal(uv_signal_t *s, int signum)
         fprintf(stderr, "moonshard: node %s is leaving the cluster\n",
                 ms_node_name(r->node));
         uv_timer_start(&r->leave_deadline, on_leave_deadline,
-                       LEAVE_DEADLINE_MS, 0);
+                       ms_node_leave_deadline_ms(r->node), 0);
         return;
     }
     stop_runner(r);
@@ -138,7 +145,7 @@ static void print_hints(struct ms_node *n)
     fflush(stdout);
 }
 
-static int run_node(const char *config, const char *name)
+static int run_node(const char *config, const char *name, int watch)
 {
     struct runner r;
     memset(&r, 0, sizeof r);
@@ -159,6 +166,9 @@ static int run_node(const char *config, const char *name)
     uv_signal_start(&r.sigint, on_signal, SIGINT);
     uv_signal_start(&r.sigterm, on_signal, SIGTERM);
     ms_node_on_stopped(r.node, stop_runner, &r);
+    if (watch && ms_watch_start(&r.watch, r.loop, r.node, config,
+                                MS_WATCH_INTERVAL_MS, err, sizeof err) < 0)
+        fprintf(stderr, "moonshard: --watch: %s; not watching\n", err);
     print_hints(r.node);
     uv_run(r.loop, UV_RUN_DEFAULT);
     uv_loop_close(r.loop);
@@ -202,7 +212,7 @@ static void on_launcher_signal(uv_signal_t *s, int signum)
             uv_process_kill(&l->procs[i], signum);
 }
 
-static int run_all(const char *config, char names[][64], int n)
+static int run_all(const char *config, char names[][64], int n, int watch)
 {
     struct launcher l;
     memset(&l, 0, sizeof l);
@@ -225,7 +235,8 @@ static int run_all(const char *config, char names[][64], int n)
     stdio[2].flags = UV_INHERIT_FD;
     stdio[2].data.fd = 2;
     for (int i = 0; i < n && i < MAX_CHILDREN; i++) {
-        char *args[] = {exe, "node", (char *)config, "--name", names[i], NULL};
+        char *args[] = {exe,      "node", (char *)config, "--name",
+                        names[i], watch ? "--watch" : NULL, NULL};
         uv_process_options_t o;
         memset(&o, 0, sizeof o);
         o.file = exe;
@@ -255,7 +266,7 @@ static int run_all(const char *config, char names[][64], int n)
 
 /* `moonshard run CONFIG`: one node runs in this process; several run as
  * child processes (`moonshard node CONFIG --name N` each). */
-static int cmd_run(const char *config)
+static int cmd_run(const char *config, int watch)
 {
     struct ms_bridge *b;
     char names[MAX_CHILDREN][64], err[1024], home[PATH_MAX];
@@ -272,8 +283,8 @@ static int cmd_run(const char *config)
         return 1;
     }
     if (n <= 1)
-        return run_node(config, NULL);
-    return run_all(config, names, n);
+        return run_node(config, NULL, watch);
+    return run_all(config, names, n, watch);
 }
 
 /* ---- shard ----------------------------------------------------------- */
@@ -318,9 +329,12 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "run") == 0 || strcmp(cmd, "node") == 0) {
         const char *config = NULL, *name = NULL;
+        int watch = 0;
         for (int i = 2; i < argc; i++) {
             if (strcmp(argv[i], "--name") == 0 && i + 1 < argc)
                 name = argv[++i];
+            else if (strcmp(argv[i], "--watch") == 0)
+                watch = 1;
             else if (!config && argv[i][0] != '-')
                 config = argv[i];
             else {
@@ -330,13 +344,13 @@ int main(int argc, char **argv)
             }
         }
         if (!config) {
-            fprintf(stderr, "usage: moonshard %s CONFIG.lua%s\n", cmd,
-                    strcmp(cmd, "node") == 0 ? " [--name N]" : "");
+            fprintf(stderr, "usage: moonshard %s [--watch] CONFIG.lua%s\n",
+                    cmd, strcmp(cmd, "node") == 0 ? " [--name N]" : "");
             return 2;
         }
         if (strcmp(cmd, "run") == 0 && !name)
-            return cmd_run(config);
-        return run_node(config, name);
+            return cmd_run(config, watch);
+        return run_node(config, name, watch);
     }
     if (strcmp(cmd, "tell") == 0 || strcmp(cmd, "ask") == 0 ||
         strcmp(cmd, "stop") == 0 || strcmp(cmd, "status") == 0 ||

@@ -54,6 +54,13 @@ assert(ffi.sizeof("struct ms_lua_delivery") == core.DELIVERY_SIZE,
 local behaviors = {}   -- [type index] = behavior module
 local states = {}      -- [handle] = state table
 local ctxs = {}        -- [handle] = ctx
+-- Hot reload (moonshard.reload, M.swap_behavior): the module name and the
+-- load count (1: as started) of each type's behavior, and, for each entity
+-- that was active when its behavior was swapped and has not handled a
+-- message since, the version its state was made under (for `migrate`).
+local modules = {}     -- [type index] = module name
+local loads = {}       -- [type index] = number of loads of its behavior
+local migrate_from = {} -- [handle] = old version, until migrated
 local detached = setmetatable({}, { __mode = "k" }) -- driver coroutines now owned by a waiting entity
 local node_name = "?"
 local default_ask_timeout = 5
@@ -242,12 +249,28 @@ local function forget(h)
     local ctx = ctxs[h]
     if ctx then ctx._h = 0 end
     states[h], ctxs[h] = nil, nil
+    migrate_from[h] = nil
 end
 
 local function passivate(h, b)
     local stopped = b.stopped
     if stopped then stopped(states[h], ctxs[h]) end
     forget(h)
+end
+
+-- Entity h was active when its behavior was swapped: before the new code
+-- handles its next message, `migrate(state, old_version, ctx)` (optional)
+-- may convert the state. A migrate that raises fails that message like a
+-- handler error, and runs again before the next one.
+local function migrate(h, b)
+    local m = b.migrate
+    if m then
+        local st = m(states[h], migrate_from[h], ctxs[h])
+        if type(st) == "table" then
+            states[h] = st
+        end
+    end
+    migrate_from[h] = nil
 end
 
 function M.driver()
@@ -267,6 +290,9 @@ function M.driver()
                 activate(h, b, t, ffi_string(dl.id, dl.idlen), dl.shard)
             end
             local kind = dl.kind
+            if migrate_from[h] ~= nil and kind ~= KIND_ACTIVATE then
+                migrate(h, b)
+            end
             if kind == KIND_STOP then
                 passivate(h, b)
             elseif kind == KIND_ACTIVATE then -- luacheck: ignore 542
@@ -339,6 +365,7 @@ function M.start(opts)
         local proto = { type = t.name, node = node_name }
         for k, f in pairs(Ctx) do proto[k] = f end
         ctx_mts[idx] = { __index = proto }
+        modules[idx] = t.module
         local ok, mod = pcall(require, t.module)
         local err
         if ok then
@@ -354,6 +381,53 @@ function M.start(opts)
         end
     end
     return failed
+end
+
+-- Hot reload: replaces the behavior of every type whose module is
+-- `module_name` by `mod` (the module's new value), after the same shape
+-- check as at start. Live entities keep their state and run `mod` from
+-- their next message; those active now are first passed through
+-- mod.migrate(state, old_version, ctx) if it exists, where old_version is
+-- the old module's `version` field, else its load count (1 for the module
+-- as the node started it). A type whose module failed to load at start
+-- stays unavailable. Returns the list of type names swapped and the new
+-- version (mod.version or its load count), or nil and the reason (then
+-- nothing changed).
+function M.swap_behavior(module_name, mod)
+    local _, err = check_behavior(mod)
+    if err then return nil, err end
+    if mod.migrate ~= nil and type(mod.migrate) ~= "function" then
+        return nil, "'migrate' must be a function"
+    end
+    local idxs = {}
+    for idx, name in pairs(modules) do
+        if name == module_name and behaviors[idx] then
+            idxs[#idxs + 1] = idx
+        end
+    end
+    if #idxs == 0 then
+        return nil, "no entity type of this node runs module '"
+            .. tostring(module_name) .. "'"
+    end
+    table.sort(idxs)
+    local names, version = {}, nil
+    for i, idx in ipairs(idxs) do
+        local old, count = behaviors[idx], loads[idx] or 1
+        local old_version = old.version
+        if old_version == nil then old_version = count end
+        local mt = ctx_mts[idx]
+        for h, ctx in pairs(ctxs) do
+            if getmetatable(ctx) == mt and migrate_from[h] == nil then
+                migrate_from[h] = old_version
+            end
+        end
+        behaviors[idx] = mod
+        loads[idx] = count + 1
+        names[i] = mt.__index.type
+        version = mod.version
+        if version == nil then version = count + 1 end
+    end
+    return names, version
 end
 
 -- Checks an incoming payload: nil when it is a JSON object, else a code

@@ -1030,6 +1030,8 @@ static int start_moves(struct ms_coord *c, int ti, const uint32_t *shards,
         mv->phase = FENCING;
         mv->voluntary = voluntary;
         c->nmoves++;
+        if (c->nmoves > c->mst.peak)
+            c->mst.peak = c->nmoves;
         t->moving[s] = 1;
         c->mst.started++;
         e[k++] = (struct ms_plan_entry){s, mv->from, hgen};

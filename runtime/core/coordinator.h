@@ -146,6 +146,7 @@ struct ms_coord_move_stats {
     uint64_t rounds;      /* rebalance rounds run */
     uint64_t strategy_errors; /* rounds whose strategy failed */
     size_t in_progress;   /* moves under way now */
+    size_t peak;          /* the most moves ever under way at once */
 };
 
 /* One move under way, for inspection. */

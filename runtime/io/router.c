@@ -1433,7 +1433,7 @@ size_t ms_router_handoff_json(struct ms_router *r, char *buf, size_t len)
                      "\"handoffs_in_progress\":%u,\"shards_stopping\":%u,"
                      "\"handoffs_seen\":%llu,\"handoff_buffered\":%llu,"
                      "\"handoff_overflows\":%llu,\"shards_handed_off\":%llu,"
-                     "\"moves\":{\"in_progress\":%zu,\"started\":%llu,"
+                     "\"moves\":{\"in_progress\":%zu,\"peak\":%zu,\"started\":%llu,"
                      "\"finished\":%llu,\"aborted\":%llu,\"rounds\":%llu,"
                      "\"strategy_errors\":%llu},\"handoffs\":[",
                      r->nblocked, r->nstopping,
@@ -1441,7 +1441,7 @@ size_t ms_router_handoff_json(struct ms_router *r, char *buf, size_t len)
                      (unsigned long long)r->st.handoff_buffered,
                      (unsigned long long)r->st.handoff_overflows,
                      (unsigned long long)r->st.shards_handed_off,
-                     ms.in_progress, (unsigned long long)ms.started,
+                     ms.in_progress, ms.peak, (unsigned long long)ms.started,
                      (unsigned long long)ms.finished,
                      (unsigned long long)ms.aborted,
                      (unsigned long long)ms.rounds,

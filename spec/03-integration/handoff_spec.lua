@@ -1,6 +1,6 @@
 -- Handoff (issue 5): shards move between real nodes while several callers
 -- on several nodes send numbered tells (spec/helpers/loader.lua) to Seq
--- entities (spec/fixtures/seq.lua), which count gaps, reorders and double
+-- entities (spec/fixtures/seqcheck.lua), which count gaps, reorders and double
 -- activations. Moves come from a node joining (the rebalance rounds of
 -- least_loaded), a node leaving, and the admin move endpoint; an old owner
 -- that is slow to stop, or SIGSTOPped, makes the move roll back at its
@@ -79,6 +79,33 @@ describe("handoff", function()
                 end
                 return body
             end, 15, "every accepted tell to arrive")
+            if state.gaps ~= 0 or state.reorders ~= 0 or state.double ~= 0 then
+                -- say what the nodes counted and logged, for the diagnosis
+                local lines = {}
+                for _, n in ipairs(c.nodes) do
+                    if n.runs > 0 then
+                        local log = n:log() or ""
+                        for line in log:gmatch("[^\n]*WARN[^\n]*") do
+                            if not line:find("connection closed", 1, true) then
+                                lines[#lines + 1] = n.name .. ": " .. line
+                            end
+                        end
+                        if n:alive() then
+                            local ok, st = pcall(stats, n)
+                            if ok then
+                                lines[#lines + 1] = format(
+                                    "%s: expired %d, handoff_drops %d, "
+                                    .. "overflows %d, moves %s", n.name,
+                                    st.route_expired, st.handoff_drops,
+                                    st.overflows,
+                                    helpers.json.encode(st.moves))
+                            end
+                        end
+                    end
+                end
+                print(id .. ": " .. helpers.json.encode(state) .. "\n"
+                      .. table.concat(lines, "\n"))
+            end
             assert.are.equal(0, state.gaps, id .. " saw gaps")
             assert.are.equal(0, state.reorders, id .. " saw reorders")
             assert.are.equal(0, state.double, id .. " was active twice")
@@ -115,7 +142,7 @@ describe("handoff", function()
         c = helpers.cluster({
             size = 4,
             entities = {
-                Seq = { module = "seq", shard_count = SHARDS,
+                Seq = { module = "seqcheck", shard_count = SHARDS,
                         idle_timeout = 600 },
             },
             settings = { handoff_timeout = 2, rebalance_interval = 0.5 },
@@ -317,5 +344,61 @@ describe("handoff", function()
                 return stats(n).handoffs_in_progress == 0 or nil
             end, 10, n.name .. " to end its handoffs")
         end
+    end)
+
+    describe("in rounds of rate_limited", function()
+        local rc
+
+        setup(function()
+            helpers.stop_all()
+            rc = helpers.cluster({
+                size = 3,
+                entities = {
+                    Seq = {
+                        module = "seqcheck", shard_count = SHARDS,
+                        idle_timeout = 600,
+                        rebalance = { __lua = "require(\"moonshard.strategy\")"
+                            .. ".rate_limited{ threshold = 1,"
+                            .. " max_concurrent = 2 }" },
+                    },
+                },
+                settings = { handoff_timeout = 2, rebalance_interval = 0.2 },
+            })
+            c = rc
+            ffi.C.setenv("SEQ_DIR", rc.dir, 1)
+            rc:start({ "n1", "n2" })
+            rc:wait_converged({ "n1", "n2" })
+        end)
+
+        it("never runs more moves than max_concurrent, and loses nothing",
+           function()
+            local n1, n2 = rc:node("n1"), rc:node("n2")
+            local run = start_load({ { n1, "g" }, { n2, "h" } })
+            helpers.sleep(0.5)
+            rc:start({ "n3" })
+            rc:wait_converged({ "n1", "n2", "n3" })
+            local most = 0
+            helpers.wait_until(function()
+                local st = n1:stats()
+                if st.moves.in_progress > most then
+                    most = st.moves.in_progress
+                end
+                local k3, k1, k2 = owned(n1, "n3"), owned(n1, "n1"),
+                    owned(n1, "n2")
+                local hi = math.max(k1, k2, k3)
+                local lo = math.min(k1, k2, k3)
+                return (k3 >= 5 and hi - lo <= 1) or nil,
+                    format("n1 %d, n2 %d, n3 %d", k1, k2, k3)
+            end, 30, "the shards to even out", 0.01)
+            local results = finish(run)
+            only_explicit(results)
+            verify(results, n1)
+            -- the coordinator's own watermark, and what polling saw
+            local peak = n1:stats().moves.peak
+            assert.is_true(peak >= 1 and peak <= 2,
+                           peak .. " moves under way at once")
+            assert.is_true(most <= 2, most .. " moves seen under way")
+            assert.is_true(n1:stats().moves.finished >= 5)
+        end)
     end)
 end)

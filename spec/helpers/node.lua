@@ -444,6 +444,8 @@ local function literal(v, indent)
         return tostring(v)
     elseif t ~= "table" then
         error("cannot write a " .. t .. " into a config", 2)
+    elseif type(v.__lua) == "string" then
+        return v.__lua -- a Lua expression, written as is
     end
     local keys, n = {}, #v
     for k in pairs(v) do
@@ -985,6 +987,7 @@ end
 -- (required), opts.size (3), opts.secret, opts.admin_token (false: none),
 -- opts.cluster, opts.seeds, opts.limits, opts.roles = { n1 = {...} },
 -- opts.settings = { handoff_timeout = 2, ... } (other top-level fields),
+-- where a table { __lua = "expression" } is written as that expression,
 -- opts.files = { ["name.lua"] = text } written beside the config.
 function M.cluster(opts)
     assert(type(opts) == "table" and type(opts.entities) == "table",

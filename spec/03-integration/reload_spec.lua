@@ -1,0 +1,323 @@
+-- Hot reload (`--watch`) on real nodes: an edited behavior module runs
+-- from the next message of a live entity, after its `migrate`; an edited
+-- strategy module places the next unowned shard; an edit that does not
+-- load, or does not behave, keeps the old code and logs one `reload:`
+-- line; `moonshard run --watch` passes --watch on to every node.
+--
+-- The configs and modules are written into the cluster's temp dir (the
+-- config's folder is on the node's module path). Each edit changes the
+-- file's size, and the watcher compares size and mtime in ns.
+
+local helpers = require "helpers.node"
+
+local format = string.format
+local json = helpers.json
+
+-- Starts node `n` of a helpers.cluster as Node:launch does, plus --watch,
+-- and waits until it answers HTTP (its watcher has started by then).
+local function launch_watching(n)
+    n.runs = n.runs + 1
+    n.log_path = format("%s/%s.%d.log", n.dir, n.name, n.runs)
+    n.proc = helpers.spawn({ helpers.bin, "node", n.config, "--name", n.name,
+                             "--watch" },
+                           { stdout = n.log_path, stderr = "stdout" })
+    n.pid = n.proc.pid
+    return n:wait_healthy()
+end
+
+-- Writes `text` to `path` at least 20 ms after the previous write, so the
+-- mtime moves even on a coarse clock.
+local function edit(path, text)
+    helpers.sleep(0.02)
+    helpers.write_file(path, text)
+end
+
+-- The `reload:` lines of `level` ("INFO", "WARN") in the node's log.
+local function reload_lines(n, level)
+    local list = {}
+    for l in n:log():gmatch("[^\n]+") do
+        if l:find(" " .. level .. " node=", 1, true)
+            and l:find('msg="reload: ', 1, true) then
+            list[#list + 1] = l
+        end
+    end
+    return list
+end
+
+-- Waits until the node's log has `count` reload lines of `level`; returns
+-- the last one. Then checks, one poll round later, that no more came.
+local function wait_reload_lines(n, level, count)
+    local lines = helpers.wait_until(function()
+        local l = reload_lines(n, level)
+        return #l >= count and l, #l .. " lines"
+    end, 5, count .. " " .. level .. " reload lines of " .. n.name)
+    helpers.sleep(0.8)
+    assert.equal(count, #reload_lines(n, level))
+    return lines[count]
+end
+
+-- The config of a helpers.cluster `c`, with `entities` given as Lua source
+-- and `head` before the `return`.
+local function write_config(c, head, entities)
+    local nodes = {}
+    for _, n in ipairs(c.nodes) do
+        nodes[#nodes + 1] = format("{ name = %q, listen = %q, http = %q }",
+                                   n.name, n.listen, n.address)
+    end
+    helpers.write_file(c.config, head .. format([[
+return {
+    cluster = "reload",
+    secret = %q,
+    admin_token = %q,
+    nodes = { %s },
+    entities = %s,
+}
+]], c.secret, c.admin_token, table.concat(nodes, ", "), entities))
+end
+
+describe("--watch", function()
+    teardown(function()
+        helpers.stop_all()
+        assert.same({}, helpers.leaks())
+    end)
+
+    describe("a behavior edit", function()
+        local c, n, path
+
+        local V1 = [[
+local M = {}
+function M.init() return { n = 0 } end
+function M.receive(state, msg, ctx)
+    if msg.type == "incr" then state.n = state.n + 1 end
+    ctx:reply({ code = 1, n = state.n })
+end
+return M
+]]
+
+        -- Version `code` of the module: a counter whose state is
+        -- { count =, from = }, with a migrate (unless `migrate` is false),
+        -- and a `version` field when `version` is given.
+        local function counter(code, version, migrate)
+            return format([[
+local M = {}
+M.version = %s
+function M.init() return { count = 0 } end
+%s
+function M.receive(state, msg, ctx)
+    if msg.type == "incr" then state.count = state.count + 1 end
+    ctx:reply({ code = %d, count = state.count, from = state.from })
+end
+return M
+]], version and format("%q", version) or "nil", migrate or [[
+function M.migrate(state, old)
+    return { count = state.count or state.n, from = old }
+end]], code)
+        end
+
+        local function get(id)
+            return n:call("Evolving", id, { type = "get" })
+        end
+
+        -- Waits until entity `id` answers "get" with code `code`; returns
+        -- the reply.
+        local function wait_code(id, code)
+            return helpers.wait_until(function()
+                local status, r, raw = n:ask("Evolving", id, { type = "get" })
+                return status == 200 and r.code == code and r,
+                    status .. " " .. raw
+            end, 5, id .. " to run version " .. code)
+        end
+
+        setup(function()
+            c = helpers.cluster({ size = 1, entities = {} })
+            path = c.dir .. "/evolving.lua"
+            helpers.write_file(path, V1)
+            write_config(c, "", [[{
+        Evolving = { module = "evolving", shard_count = 4 },
+    }]])
+            n = launch_watching(c:node("n1"))
+        end)
+
+        it("runs a live entity's next message with the new code, on the "
+           .. "state it had, after migrate(state, old version)", function()
+            for _ = 1, 3 do
+                n:call("Evolving", "e1", { type = "incr" })
+            end
+            assert.same({ code = 1, n = 3 }, get("e1"))
+            edit(path, counter(2, "v2"))
+            -- v1 has no `version` field: its load count, 1
+            assert.same({ code = 2, count = 3, from = 1 }, wait_code("e1", 2))
+            assert.same({ code = 2, count = 4, from = 1 },
+                        n:call("Evolving", "e1", { type = "incr" }))
+            -- activated under the new code: init, no migrate
+            assert.same({ code = 2, count = 0 }, get("e2"))
+            -- "watching ..." and "behavior of Evolving replaced"
+            assert.equal(2, #reload_lines(n, "INFO"))
+        end)
+
+        it("keeps the old code when an edit does not load, with one "
+           .. "reload: line", function()
+            edit(path, "local M = {\n")
+            local l = wait_reload_lines(n, "WARN", 1)
+            assert.truthy(l:find(path, 1, true))
+            assert.same({ code = 2, count = 5, from = 1 },
+                        n:call("Evolving", "e1", { type = "incr" }))
+            edit(path, "return { init = function() return {} end }\n")
+            wait_reload_lines(n, "WARN", 2)
+            assert.same({ code = 2, count = 5, from = 1 }, get("e1"))
+        end)
+
+        it("passes the old module's version field as old_version",
+           function()
+            edit(path, counter(3))
+            assert.same({ code = 3, count = 5, from = "v2" },
+                        wait_code("e1", 3))
+        end)
+
+        it("fails the message when migrate raises, keeps the state, and "
+           .. "migrates from the version the state was made under",
+           function()
+            edit(path, counter(4, nil, [[
+function M.migrate() error("cannot migrate") end]]))
+            helpers.wait_until(function()
+                local status = n:ask("Evolving", "e1", { type = "get" })
+                return status == 500, status
+            end, 5, "migrate to fail")
+            -- loads: v1 1, v2 2, v3 3 (edits that did not load do not
+            -- count); e1's state is still v3's
+            edit(path, counter(5))
+            assert.same({ code = 5, count = 5, from = 3 }, wait_code("e1", 5))
+        end)
+    end)
+
+    describe("a strategy edit on two nodes", function()
+        local c, n1, n2, path
+        local next_id = 0
+
+        -- The module pinning every shard to `target`.
+        local function pin(target)
+            return format([[
+local M = {}
+local methods = {}
+local mt = { __index = methods }
+local TARGET = %q
+function M.new() return setmetatable({ id = "pin" }, mt) end
+function methods:allocate(_, view)
+    for _, m in ipairs(view.members) do
+        if m.name == TARGET then return TARGET end
+    end
+    return nil, TARGET .. " is not a member"
+end
+function methods.rebalance(_, _) return {} end
+return M
+]], target)
+        end
+
+        -- A new id whose shard has no owner yet.
+        local function fresh_id()
+            while true do
+                next_id = next_id + 1
+                local id = "id" .. next_id
+                if n1:owner("Pinned", id).owner == json.null then
+                    return id
+                end
+            end
+        end
+
+        -- Activates a new id (through n2's gateway) and returns its owner
+        -- as both nodes see it.
+        local function place_new()
+            local id = fresh_id()
+            assert.same({ value = 0 }, n2:call("Pinned", id, { type = "get" }))
+            return helpers.wait_until(function()
+                local o1, o2 = n1:owner("Pinned", id), n2:owner("Pinned", id)
+                return o1.owner == o2.owner and o1.owner,
+                    tostring(o1.owner) .. " / " .. tostring(o2.owner)
+            end, 5, "both nodes to know the owner of " .. id)
+        end
+
+        setup(function()
+            c = helpers.cluster({ size = 2, entities = {} })
+            path = c.dir .. "/pin.lua"
+            helpers.write_file(path, pin("n1"))
+            write_config(c, 'local pin = require "pin"\n', [[{
+        Pinned = { module = "counter", shard_count = 64,
+                   allocation = pin.new() },
+    }]])
+            n1, n2 = c:node("n1"), c:node("n2")
+            -- n1 first: the oldest member, so the coordinator
+            launch_watching(n1)
+            launch_watching(n2)
+            c:wait_converged({ "n1", "n2" }, 10)
+        end)
+
+        it("places new shards with the strategy as started", function()
+            for _ = 1, 3 do
+                assert.equal("n1", place_new())
+            end
+        end)
+
+        it("keeps the old strategy after an edit with a syntax error",
+           function()
+            edit(path, pin("n2") .. "end\n") -- '<eof>' expected near 'end'
+            local l = wait_reload_lines(n1, "WARN", 1)
+            assert.truthy(l:find(path, 1, true))
+            assert.equal("n1", place_new())
+        end)
+
+        it("keeps the old strategy after an edit that answers an unknown "
+           .. "member", function()
+            edit(path, pin("n1"):gsub("for _, m in", [[
+do return "nobody" end
+    for _, m in]]))
+            local l = wait_reload_lines(n1, "WARN", 2)
+            assert.truthy(l:find("nobody", 1, true))
+            assert.equal("n1", place_new())
+        end)
+
+        it("places the next new shard with the edited strategy", function()
+            edit(path, pin("n2"))
+            local l = wait_reload_lines(n1, "INFO", 2) -- and "watching"
+            assert.truthy(l:find("strategy of Pinned replaced (pin)", 1,
+                                 true))
+            assert.equal("n2", place_new())
+            assert.equal("n2", place_new())
+        end)
+    end)
+
+    describe("under moonshard run", function()
+        it("is passed on to every node", function()
+            local c = helpers.cluster({ size = 2, entities = {} })
+            write_config(c, "", [[{ Counter = { module = "counter" } }]])
+            local log = c.dir .. "/run.log"
+            local run = helpers.spawn({ helpers.bin, "run", "--watch",
+                                        c.config },
+                                      { stdout = log, stderr = "stdout" })
+            local children = {}
+            local ok, err = pcall(function()
+                helpers.wait_until(function()
+                    local text = helpers.read_file(log) or ""
+                    return text:find('node=n1 msg="reload: watching', 1, true)
+                        and text:find('node=n2 msg="reload: watching', 1,
+                                      true)
+                        and text:find("node n1 is Up", 1, true)
+                        and text:find("node n2 is Up", 1, true), text
+                end, 10, "both nodes to watch and be Up")
+                local list = helpers.read_file(format(
+                    "/proc/%d/task/%d/children", run.pid, run.pid)) or ""
+                for pid in list:gmatch("%d+") do
+                    children[#children + 1] = tonumber(pid)
+                end
+            end)
+            -- stops both nodes (the launcher forwards the signal)
+            assert.is_true(run:terminate(40))
+            for _, pid in ipairs(children) do
+                if helpers.pid_alive(pid) then -- never left behind
+                    os.execute("kill -9 " .. pid)
+                end
+                assert.is_false(helpers.pid_alive(pid))
+            end
+            assert(ok, err)
+        end)
+    end)
+end)
