@@ -91,7 +91,7 @@ describe("handoff", function()
                             end
                         end
                         if n:alive() then
-                            local ok, st = pcall(stats, n)
+                            local ok, st = pcall(n.stats, n)
                             if ok then
                                 lines[#lines + 1] = format(
                                     "%s: expired %d, handoff_drops %d, "
