@@ -38,6 +38,13 @@ struct region {
     size_t heldlen[MAXHELD];
     uint64_t heldfrom[MAXHELD];
     int nheld;
+    /* handoff */
+    int nofence;        /* 1: takes HANDOFF but never fences */
+    int nostop;         /* 1: takes STOP but never answers it */
+    int handoffs;       /* HANDOFF entries received */
+    int stops;          /* STOP entries received */
+    struct ms_plan_entry last_stop; /* the latest STOP entry */
+    uint64_t last_stop_term;
 };
 
 /* every (type, shard, gen) -> owner any region ever received */
@@ -149,14 +156,39 @@ static void log_entry(const char *type, const struct ms_plan_entry *e)
     x->owner = e->owner;
 }
 
-static void send_to_coord(struct ms_coord *c, struct region *r,
-                          const struct ms_plan_msg *m)
+static uint64_t sim_now; /* the clock of messages sent to the coordinator */
+
+static void send_from(struct ms_coord *c, uint64_t uid,
+                      const struct ms_plan_msg *m)
 {
     char *text;
     size_t len;
     CHECK(ms_plan_msg_encode(m, &text, &len) == 0);
-    CHECK(ms_coord_on_message(c, r->uid, text, len, 0) == 0);
+    CHECK(ms_coord_on_message(c, uid, text, len, sim_now) == 0);
     free(text);
+}
+
+static void send_to_coord(struct ms_coord *c, struct region *r,
+                          const struct ms_plan_msg *m)
+{
+    send_from(c, r->uid, m);
+}
+
+/* The old owner `owner` answers the STOP of entry e (term `term`). */
+static void answer_stop(struct ms_coord *c, uint64_t owner, const char *type,
+                        uint32_t shards, const struct ms_plan_entry *e,
+                        uint64_t term)
+{
+    struct ms_plan_msg *a = calloc(1, sizeof *a);
+    a->kind = MS_PLAN_MSG_STOPPED;
+    a->term = term;
+    snprintf(a->type, sizeof a->type, "%s", type);
+    a->shard_count = shards;
+    struct ms_plan_entry x = *e;
+    a->entries = &x;
+    a->nentries = 1;
+    send_from(c, owner, a);
+    free(a);
 }
 
 /* The region side of the I/O layer. */
@@ -209,6 +241,42 @@ static void region_receive(struct ms_coord *c, struct region *r,
             CHECK(ms_plan_apply_msg(r->plan[t], m) >= 0 || r->refused);
         break;
     }
+    case MS_PLAN_MSG_HANDOFF: {
+        CHECK(ms_plan_fence_check(&r->fence, m->term, from));
+        r->handoffs += (int)m->nentries;
+        if (r->nofence)
+            break;
+        /* the fence goes to each old owner, which relays it as FENCED
+         * with this region's uid */
+        for (size_t i = 0; i < m->nentries; i++) {
+            struct ms_plan_msg *f = calloc(1, sizeof *f);
+            f->kind = MS_PLAN_MSG_FENCED;
+            f->term = m->term;
+            memcpy(f->type, m->type, sizeof f->type);
+            f->shard_count = m->shard_count;
+            struct ms_plan_entry e = m->entries[i];
+            e.owner = r->uid;
+            f->entries = &e;
+            f->nentries = 1;
+            if (find_region(m->entries[i].owner) &&
+                find_region(m->entries[i].owner)->alive)
+                send_from(c, m->entries[i].owner, f);
+            free(f);
+        }
+        break;
+    }
+    case MS_PLAN_MSG_STOP:
+        CHECK(ms_plan_fence_check(&r->fence, m->term, from));
+        for (size_t i = 0; i < m->nentries; i++) {
+            CHECK(m->entries[i].owner == r->uid);
+            r->stops++;
+            r->last_stop = m->entries[i];
+            r->last_stop_term = m->term;
+            if (!r->nostop)
+                answer_stop(c, r->uid, m->type, m->shard_count,
+                            &m->entries[i], m->term);
+        }
+        break;
     case MS_PLAN_MSG_ALLOC_REFUSED:
         snprintf(r->alloc_code, sizeof r->alloc_code, "%s", m->code);
         break;
@@ -992,6 +1060,279 @@ static void test_big_plan(void)
     ms_coord_free(c);
 }
 
+/* A ready coordinator on N1 over N1, N2 (all 16 shards allocated) and
+ * N3 (up, nothing yet). */
+static struct ms_coord *moving_cluster(ms_coord_rebalance_cb rb)
+{
+    sim_reset();
+    sim_now = 0;
+    add_region(N1);
+    add_region(N2);
+    add_region(N3);
+    for (int i = 0; i < 3; i++)
+        add_type(S.r[i].uid, "Counter", 16, COUNTER.fingerprint);
+    struct ms_coord_config cfg = {0};
+    cfg.self_uid = N1;
+    cfg.types = &COUNTER;
+    cfg.ntypes = 1;
+    cfg.view_timeout_ms = 3000;
+    cfg.allocate = allocate;
+    cfg.rebalance = rb;
+    cfg.data = &S;
+    cfg.handoff_timeout_ms = 2000;
+    cfg.rebalance_interval_ms = 1000;
+    struct ms_coord *c = NULL;
+    CHECK(ms_coord_new(&c, &cfg) == 0);
+    ms_coord_member_up(c, N1, 0);
+    ms_coord_member_up(c, N2, 0);
+    CHECK(ms_coord_become(c, 1, 0) == 0);
+    pump(c, N1, NULL, NULL);
+    for (uint32_t s = 0; s < 16; s++)
+        alloc(c, N1, N1, "Counter", s);
+    ms_coord_member_up(c, N3, 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owned_count(c, N3) == 0);
+    CHECK(regions_agree(c, "Counter"));
+    return c;
+}
+
+/* A move: every region fences, the old owner stops, the strategy places
+ * the shard (on N3, the least loaded) at a new generation. */
+static void test_move(void)
+{
+    struct ms_coord *c = moving_cluster(NULL);
+    uint64_t g0;
+    uint64_t from = ms_coord_owner(c, 0, 3, &g0);
+    CHECK(ms_coord_move(c, 0, 3, 10) == 0);
+    CHECK(ms_coord_move(c, 0, 3, 10) == MS_EBUSY);
+    pump(c, N1, NULL, NULL);
+    CHECK(region(N1)->handoffs == 1 && region(N2)->handoffs == 1 &&
+          region(N3)->handoffs == 1);
+    CHECK(region(from)->stops == 1);
+    uint64_t g1;
+    CHECK(ms_coord_owner(c, 0, 3, &g1) == N3);
+    CHECK(g1 > g0);
+    CHECK(regions_agree(c, "Counter"));
+    struct ms_coord_move_stats st;
+    ms_coord_move_stats(c, &st);
+    CHECK(st.started == 1 && st.finished == 1 && st.aborted == 0 &&
+          st.in_progress == 0 && st.peak == 1);
+    /* a late duplicate STOPPED changes nothing */
+    answer_stop(c, from, "Counter", 16, &region(from)->last_stop, 1);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owner(c, 0, 3, NULL) == N3);
+    /* bad requests */
+    CHECK(ms_coord_move(c, 0, 16, 10) == MS_EINVAL);
+    CHECK(ms_coord_move(c, 5, 0, 10) == MS_EINVAL);
+    CHECK(S.conflicts == 0);
+    ms_coord_free(c);
+}
+
+/* No STOPPED before the deadline: rolled back, the old owner keeps the
+ * shard at a new generation (which ends the regions' buffering), and a
+ * STOPPED after that is ignored. A region that never fences does the
+ * same; removing it lets the move go on. */
+static void test_move_deadline(void)
+{
+    struct ms_coord *c = moving_cluster(NULL);
+    uint64_t from = ms_coord_owner(c, 0, 7, NULL);
+    region(from)->nostop = 1;
+    CHECK(ms_coord_move(c, 0, 7, 100) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(region(from)->stops == 1);
+    struct ms_coord_move_info mi;
+    CHECK(ms_coord_move_at(c, 0, 600, &mi) == 1);
+    CHECK(mi.shard == 7 && mi.from == from && mi.stopping == 1 &&
+          mi.age_ms == 500 && mi.fences_left == 0);
+    uint64_t g0;
+    ms_coord_owner(c, 0, 7, &g0);
+    CHECK(ms_coord_tick(c, 2099) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_move_at(c, 0, 2099, &mi) == 1);
+    CHECK(ms_coord_tick(c, 2100) == 0);
+    pump(c, N1, NULL, NULL);
+    uint64_t g1;
+    CHECK(ms_coord_owner(c, 0, 7, &g1) == from && g1 > g0);
+    struct ms_coord_move_stats st;
+    ms_coord_move_stats(c, &st);
+    CHECK(st.aborted == 1 && st.finished == 0 && st.in_progress == 0);
+    answer_stop(c, from, "Counter", 16, &region(from)->last_stop, 1);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owner(c, 0, 7, NULL) == from);
+    CHECK(regions_agree(c, "Counter"));
+
+    /* a region that does not fence holds the move at FENCING */
+    region(from)->nostop = 0;
+    region(N2)->nofence = 1;
+    CHECK(ms_coord_move(c, 0, 7, 3000) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(region(from)->stops == 1);
+    CHECK(ms_coord_move_at(c, 0, 3000, &mi) == 1 && mi.stopping == 0 &&
+          mi.fences_left == 1);
+    /* ... until it is removed: then the old owner is told to stop */
+    if (from == N2) {
+        /* the old owner itself went: the shard is unassigned */
+        region(N2)->alive = 0;
+        CHECK(ms_coord_member_removed(c, N2, 3100) == 0);
+        pump(c, N1, NULL, NULL);
+        CHECK(ms_coord_owner(c, 0, 7, NULL) == 0);
+    } else {
+        region(N2)->alive = 0;
+        CHECK(ms_coord_member_removed(c, N2, 3100) == 0);
+        pump(c, N1, NULL, NULL);
+        CHECK(region(from)->stops == 2);
+        CHECK(ms_coord_owner(c, 0, 7, NULL) == N3);
+    }
+    ms_coord_move_stats(c, &st);
+    CHECK(st.in_progress == 0);
+    CHECK(S.conflicts == 0);
+    ms_coord_free(c);
+}
+
+/* A leaving member's shards all move away, whatever the policy; then it
+ * may exit. */
+static void test_leaving_moves(void)
+{
+    struct ms_coord *c = moving_cluster(NULL);
+    CHECK(ms_coord_owned_count(c, N1) + ms_coord_owned_count(c, N2) == 16);
+    CHECK(ms_coord_leave_done(c, N2) == 0);
+    ms_coord_member_leaving(c, N2, 50);
+    CHECK(ms_coord_tick(c, 100) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owned_count(c, N2) == 0);
+    CHECK(ms_coord_leave_done(c, N2) == 1);
+    CHECK(ms_coord_leave_done(c, N1) == 0); /* not leaving */
+    CHECK(ms_coord_owned_count(c, N1) + ms_coord_owned_count(c, N3) == 16);
+    CHECK(regions_agree(c, "Counter"));
+    CHECK(S.conflicts == 0);
+    ms_coord_free(c);
+}
+
+static int rb_calls;
+static int rb_saw_moving;
+
+/* Proposes shards 0 and 1 every round; checks the view's moving[]. */
+static int rebalance_two(void *data, int type,
+                         const struct ms_coord_view *v, uint32_t *out,
+                         size_t max, char *err, size_t errlen)
+{
+    (void)data;
+    (void)type;
+    (void)err;
+    (void)errlen;
+    rb_calls++;
+    CHECK(v->moving != NULL && max >= 2);
+    rb_saw_moving |= v->moving[0] && v->moving[1];
+    out[0] = 1;
+    out[1] = 0;
+    return 2;
+}
+
+static int rebalance_fails(void *data, int type,
+                           const struct ms_coord_view *v, uint32_t *out,
+                           size_t max, char *err, size_t errlen)
+{
+    (void)data;
+    (void)type;
+    (void)v;
+    (void)out;
+    (void)max;
+    snprintf(err, errlen, "broken");
+    return -1;
+}
+
+/* Rounds run at their interval (or at once after reconcile), start moves
+ * for what the callback proposes, never twice for a moving shard. */
+static void test_rebalance_rounds(void)
+{
+    struct ms_coord *c = moving_cluster(rebalance_two);
+    rb_calls = rb_saw_moving = 0;
+    uint64_t o0 = ms_coord_owner(c, 0, 0, NULL);
+    uint64_t o1 = ms_coord_owner(c, 0, 1, NULL);
+    region(o0)->nostop = 1;
+    region(o1)->nostop = 1;
+    CHECK(ms_coord_tick(c, 500) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(rb_calls == 0); /* not due yet */
+    CHECK(ms_coord_tick(c, 1000) == 0);
+    pump(c, N1, NULL, NULL);
+    struct ms_coord_move_stats st;
+    ms_coord_move_stats(c, &st);
+    CHECK(rb_calls == 1 && st.started == 2 && st.in_progress == 2 &&
+          st.rounds == 1);
+    ms_coord_reconcile(c);
+    CHECK(ms_coord_tick(c, 1100) == 0);
+    pump(c, N1, NULL, NULL);
+    ms_coord_move_stats(c, &st);
+    CHECK(rb_calls == 2 && rb_saw_moving && st.started == 2);
+    /* the old owners stop: both land on N3 */
+    region(o0)->nostop = region(o1)->nostop = 0;
+    answer_stop(c, o0, "Counter", 16, &region(o0)->last_stop, 1);
+    pump(c, N1, NULL, NULL);
+    struct ms_plan_entry e1 = {1, o1, region(o1)->last_stop.gen};
+    answer_stop(c, o1, "Counter", 16, &e1, 1);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owner(c, 0, 0, NULL) == N3);
+    CHECK(ms_coord_owner(c, 0, 1, NULL) == N3);
+    ms_coord_move_stats(c, &st);
+    CHECK(st.finished == 2 && st.in_progress == 0 && st.peak == 2);
+    CHECK(regions_agree(c, "Counter"));
+    ms_coord_free(c);
+
+    /* a failing callback is counted and noted, nothing moves */
+    c = moving_cluster(rebalance_fails);
+    CHECK(ms_coord_tick(c, 1000) == 0);
+    struct ms_coord_action a;
+    int notes = 0;
+    while (ms_coord_next_action(c, &a)) {
+        notes += a.kind == MS_COORD_NOTE && strstr(a.payload, "broken");
+        free(a.payload);
+    }
+    ms_coord_move_stats(c, &st);
+    CHECK(notes == 1 && st.strategy_errors == 1 && st.started == 0);
+    ms_coord_free(c);
+}
+
+/* A coordinator that is deposed forgets its moves; the next one rolls
+ * every moving shard back by publishing the regions' views higher. */
+static void test_move_takeover(void)
+{
+    struct ms_coord *c = moving_cluster(NULL);
+    uint64_t from = ms_coord_owner(c, 0, 4, NULL);
+    region(from)->nostop = 1;
+    CHECK(ms_coord_move(c, 0, 4, 10) == 0);
+    pump(c, N1, NULL, NULL);
+    uint64_t g0;
+    ms_coord_owner(c, 0, 4, &g0);
+    /* N2 takes over at term 2 (N1 vanished from its point of view) */
+    struct ms_coord_config cfg = {0};
+    cfg.self_uid = N2;
+    cfg.types = &COUNTER;
+    cfg.ntypes = 1;
+    cfg.allocate = allocate;
+    cfg.data = &S;
+    struct ms_coord *b = NULL;
+    CHECK(ms_coord_new(&b, &cfg) == 0);
+    ms_coord_member_up(b, N2, 0);
+    ms_coord_member_up(b, N3, 0);
+    ms_coord_member_up(b, N1, 0);
+    CHECK(ms_coord_become(b, 2, 0) == 0);
+    pump(b, N2, NULL, NULL);
+    CHECK(ms_coord_ready(b));
+    uint64_t g1;
+    CHECK(ms_coord_owner(b, 0, 4, &g1) == from && g1 > g0);
+    CHECK(MS_PLAN_GEN_TERM(g1) == 2);
+    /* the deposed one learns and forgets */
+    ms_coord_observe_term(c, 2);
+    struct ms_coord_move_stats st;
+    ms_coord_move_stats(c, &st);
+    CHECK(st.in_progress == 0 && !ms_coord_active(c));
+    CHECK(regions_agree(b, "Counter"));
+    CHECK(S.conflicts == 0);
+    ms_coord_free(c);
+    ms_coord_free(b);
+}
+
 int main(void)
 {
     test_registration();
@@ -1003,6 +1344,11 @@ int main(void)
     test_rivals();
     test_malformed();
     test_big_plan();
+    test_move();
+    test_move_deadline();
+    test_leaving_moves();
+    test_rebalance_rounds();
+    test_move_takeover();
     sim_reset();
     free(S.log);
     CHECK_DONE();

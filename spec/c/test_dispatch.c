@@ -319,12 +319,83 @@ static void replies_are_bounded_and_resumes_name_their_ask(void)
     ms_dispatch_free(d);
 }
 
+/* Handoff: a shard stop lets every entity handle what it had accepted,
+ * then passivates them (STOP deliveries) and reports the shard once; a
+ * busy entity holds it; what reaches the shard after its marker is failed
+ * and counted; a resume calls it off. Other shards run on. */
+static void shard_stop_drains_then_passivates(void)
+{
+    struct ms_dispatch *d = make(1, 100, 0);
+    struct ms_delivery dl;
+    int type;
+    uint32_t shard;
+    TELL(d, "a", "{\"n\":1}");
+    TELL(d, "b", "{\"n\":2}");
+    CHECK(ms_dispatch_next(d, &dl) == 1); /* a busy */
+    uint32_t ha = dl.h;
+    TELL(d, "a", "{\"n\":3}");
+    CHECK(ms_dispatch_shard_stop(d, 0, 0) == 0);
+    CHECK(ms_dispatch_shard_stop(d, 0, 0) == 0); /* under way: no-op */
+    CHECK(ms_dispatch_shard_stopping(d, 0, 0) == 1);
+    CHECK(ms_dispatch_shard_stop(d, 0, 1) == MS_EINVAL);
+    /* b's message, then b's STOP (b is idle once the marker passes) */
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(strcmp(dl.payload, "{\"n\":2}") == 0);
+    uint32_t hb = dl.h;
+    ms_dispatch_done(d, hb, 0);
+    /* a timer firing after the marker: failed and counted */
+    CHECK(ms_dispatch_after(d, ha, 0, "{\"t\":1}", 7, 0) > 0);
+    ms_dispatch_expire(d, 1);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(dl.kind == MS_KIND_STOP && dl.h == hb);
+    ms_dispatch_done(d, hb, 0);
+    CHECK(ms_dispatch_next_stopped(d, &type, &shard) == 0); /* a is busy */
+    ms_dispatch_done(d, ha, 0);
+    /* a: its accepted message, then its STOP */
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(dl.h == ha && strcmp(dl.payload, "{\"n\":3}") == 0);
+    ms_dispatch_done(d, ha, 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(dl.kind == MS_KIND_STOP && dl.h == ha);
+    ms_dispatch_done(d, ha, 0);
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    CHECK(ms_dispatch_next_stopped(d, &type, &shard) == 1);
+    CHECK(type == 0 && shard == 0);
+    CHECK(ms_dispatch_next_stopped(d, &type, &shard) == 0);
+    struct ms_stats st;
+    ms_dispatch_stats(d, &st);
+    CHECK(st.passivations == 2 && st.active_entities == 0 &&
+          st.shards_stopped == 1 && st.handoff_drops == 1);
+    CHECK(ms_dispatch_pending(d) == 0);
+    CHECK(ms_dispatch_shard_stopping(d, 0, 0) == 0);
+
+    /* an empty shard stops at once; a resumed one works as before */
+    CHECK(ms_dispatch_shard_stop(d, 0, 0) == 0);
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    CHECK(ms_dispatch_next_stopped(d, &type, &shard) == 1);
+    TELL(d, "c", "{\"n\":4}");
+    CHECK(ms_dispatch_shard_stop(d, 0, 0) == 0);
+    ms_dispatch_shard_resume(d, 0, 0);
+    TELL(d, "c", "{\"n\":5}");
+    for (int i = 4; i <= 5; i++) {
+        CHECK(ms_dispatch_next(d, &dl) == 1);
+        CHECK(dl.kind == MS_KIND_TELL && dl.payload[5] == '0' + i);
+        ms_dispatch_done(d, dl.h, 0);
+    }
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    CHECK(ms_dispatch_next_stopped(d, &type, &shard) == 0);
+    ms_dispatch_stats(d, &st);
+    CHECK(st.active_entities == 1 && st.handoff_drops == 1);
+    ms_dispatch_free(d);
+}
+
 int main(void)
 {
     mailboxes_count_against_the_shard_bound();
     shutdown_stops_after_accepted_messages();
     timers_keep_an_entity_from_idling_out();
     replies_are_bounded_and_resumes_name_their_ask();
+    shard_stop_drains_then_passivates();
     fifo_per_shard();
     busy_entity_does_not_block_shard();
     asks_end_exactly_once();
