@@ -27,6 +27,7 @@ struct move {
     uint64_t from;        /* the old owner */
     uint64_t hgen;        /* the move's handoff generation */
     uint64_t started_ms, deadline_ms;
+    uint64_t sent_ms;     /* its HANDOFF or STOP last went out */
     int phase;
     int voluntary;
     uint64_t *need;       /* regions whose fence has not come yet */
@@ -82,6 +83,7 @@ struct ms_coord {
     struct move *moves;       /* under way, in no particular order */
     size_t nmoves, movecap;
     uint64_t next_round_ms;   /* READY: the next rebalance round */
+    uint64_t now_ms;          /* the latest time a caller gave */
     int reconcile;            /* run a round at the next tick */
     struct ms_coord_move_stats mst;
 };
@@ -566,6 +568,7 @@ static int sweep(struct ms_coord *c, int ti, uint64_t only)
 int ms_coord_member_removed(struct ms_coord *c, uint64_t uid,
                             uint64_t now_ms)
 {
+    c->now_ms = now_ms;
     struct member *mb = find_member(c, uid);
     if (!mb)
         return 0;
@@ -960,6 +963,7 @@ static int on_fenced_by(struct ms_coord *c, uint64_t region)
                     return MS_ENOMEM;
                 from = mv->from;
                 mv->phase = STOPPING;
+                mv->sent_ms = c->now_ms;
                 e[k++] = (struct ms_plan_entry){mv->shard, from, mv->hgen};
             }
             if (!k)
@@ -1025,7 +1029,7 @@ static int start_moves(struct ms_coord *c, int ti, const uint32_t *shards,
         mv->shard = s;
         mv->from = t->owner[s];
         mv->hgen = hgen;
-        mv->started_ms = now_ms;
+        mv->started_ms = mv->sent_ms = now_ms;
         mv->deadline_ms = now_ms + c->handoff_timeout_ms;
         mv->phase = FENCING;
         mv->voluntary = voluntary;
@@ -1078,6 +1082,7 @@ static int on_fenced(struct ms_coord *c, uint64_t from, int ti,
             }
         if (mv->nneed == 0) {
             mv->phase = STOPPING;
+            mv->sent_ms = c->now_ms;
             e[k++] = (struct ms_plan_entry){mv->shard, from, mv->hgen};
         }
     }
@@ -1169,6 +1174,52 @@ static int expire_moves(struct ms_coord *c, uint64_t now_ms)
         }
     }
     return 0;
+}
+
+#define RESEND_MS 1000 /* a move's HANDOFF or STOP goes out again */
+
+/* Sends again what a move waits for, every RESEND_MS: the HANDOFF to the
+ * regions (one whose fence got lost, say on a connection that was not up
+ * yet, fences again; the others' repeats are ignored) or the STOP to the
+ * old owner. Repeats are harmless: a region re-fences, an old owner that
+ * stopped answers again, and the coordinator counts each fence once. */
+static int resend_moves(struct ms_coord *c, uint64_t now_ms)
+{
+    if (!c->nmoves)
+        return 0;
+    struct ms_plan_entry *e = malloc(c->nmoves * sizeof *e);
+    if (!e)
+        return MS_ENOMEM;
+    int rc = 0;
+    for (int ti = 0; ti < c->ntypes && !rc; ti++) {
+        for (int phase = FENCING; phase <= STOPPING && !rc; phase++) {
+            for (;;) {
+                size_t k = 0;
+                uint64_t to = 0;
+                for (size_t i = 0; i < c->nmoves; i++) {
+                    struct move *mv = &c->moves[i];
+                    if (mv->ti != ti || mv->phase != phase ||
+                        now_ms - mv->sent_ms < RESEND_MS ||
+                        (phase == STOPPING && to && mv->from != to))
+                        continue;
+                    to = mv->from;
+                    mv->sent_ms = now_ms;
+                    e[k++] = (struct ms_plan_entry){mv->shard, mv->from,
+                                                    mv->hgen};
+                }
+                if (!k)
+                    break;
+                qsort(e, k, sizeof *e, entry_cmp);
+                rc = phase == FENCING
+                         ? emit_kind(c, 0, ti, MS_PLAN_MSG_HANDOFF, e, k)
+                         : emit_kind(c, to, ti, MS_PLAN_MSG_STOP, e, k);
+                if (rc || phase == FENCING)
+                    break;
+            }
+        }
+    }
+    free(e);
+    return rc;
 }
 
 /* 1 when some member that is not leaving can host type ti. */
@@ -1335,6 +1386,7 @@ static int well_formed(const struct ms_plan_msg *m)
 int ms_coord_on_msg(struct ms_coord *c, uint64_t from_uid,
                     const struct ms_plan_msg *m, uint64_t now_ms)
 {
+    c->now_ms = now_ms;
     if ((m->kind == MS_PLAN_MSG_ALLOC || m->kind == MS_PLAN_MSG_VIEW ||
          m->kind == MS_PLAN_MSG_FENCED || m->kind == MS_PLAN_MSG_STOPPED) &&
         !well_formed(m))
@@ -1394,8 +1446,11 @@ int ms_coord_on_message(struct ms_coord *c, uint64_t from_uid,
 
 int ms_coord_tick(struct ms_coord *c, uint64_t now_ms)
 {
+    c->now_ms = now_ms;
     if (c->state == READY) {
         int rc = expire_moves(c, now_ms);
+        if (!rc)
+            rc = resend_moves(c, now_ms);
         if (!rc)
             rc = move_leavers(c, now_ms);
         if (!rc && (c->reconcile || now_ms >= c->next_round_ms))
