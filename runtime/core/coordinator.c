@@ -1236,6 +1236,11 @@ static int has_staying_host(const struct ms_coord *c, int ti)
  * (unassigned) at once, as nobody could take them over. */
 static int move_leavers(struct ms_coord *c, uint64_t now_ms)
 {
+    /* a region that cannot fence would hold every move to its deadline:
+     * wait until every member is reachable again (or downed) */
+    for (size_t i = 0; i < c->nmembers; i++)
+        if (!c->members[i].reachable)
+            return 0;
     for (size_t i = 0; i < c->nmembers; i++) {
         if (!c->members[i].leaving)
             continue;

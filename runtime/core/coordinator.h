@@ -50,6 +50,22 @@
  *   generation ++generation and broadcasts that one entry. An alloc for an
  *   assigned shard is answered with its entry (to the requester only).
  *   Failures are answered with "alloc_refused" and a code (plan.h).
+ * - Moves (handoff, DESIGN.md §2). ms_coord_move(), the rebalance rounds
+ *   (the rebalance callback every rebalance_interval_ms, or at the next
+ *   tick after ms_coord_reconcile()) and leaving members (all their
+ *   shards, whatever the policy, once every member is reachable) start
+ *   moves: a HANDOFF broadcast at a new handoff generation H; each region
+ *   buffers the shard and fences its connection to the old owner, which
+ *   relays the fence as FENCED; once every member has fenced, a STOP goes
+ *   to the old owner, which drains and passivates the shard and answers
+ *   STOPPED; then the allocate callback places the shard and the new
+ *   owner is published at a generation above H, which ends every region's
+ *   buffering. HANDOFF and STOP are repeated every second until answered.
+ *   A move not done within handoff_timeout_ms is rolled back: the old
+ *   owner is published again at a new generation (its stop, if begun, is
+ *   called off). A new coordinator knows no moves: its publish, above
+ *   every H, rolls them all back. A removed old owner ends its moves (the
+ *   shards are unassigned); a removed region is not waited for.
  * - Removal. ms_coord_member_removed() (the member is Down or Removed --
  *   never mere unreachability, which relocates nothing) unassigns its
  *   shards at a new generation and broadcasts that; the next alloc for

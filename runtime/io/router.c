@@ -611,6 +611,9 @@ static void release_leavers(struct ms_router *r)
     for (size_t i = 0; i < n; i++) {
         const struct ms_mb_member *m = ms_mb_member_at(mb, i);
         any_up |= m && m->status == MS_MB_UP;
+        if (m)
+            ms_coord_member_reachable(r->coord, m->uid,
+                                      ms_mb_is_reachable(mb, m->uid));
     }
     for (size_t i = 0; i < n; i++) {
         const struct ms_mb_member *m = ms_mb_member_at(mb, i);

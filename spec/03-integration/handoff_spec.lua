@@ -401,4 +401,86 @@ describe("handoff", function()
             assert.is_true(n1:stats().moves.finished >= 5)
         end)
     end)
+
+    describe("after a strategy edit (--watch)", function()
+        local wc, path
+
+        -- A strategy pinning every shard to `target`, whose rebalance
+        -- proposes every shard that lives elsewhere.
+        local function pin(target)
+            return format([[
+local M = {}
+local methods = {}
+local mt = { __index = methods }
+local TARGET = %q
+function M.new() return setmetatable({ id = "pin" }, mt) end
+function methods:allocate(_, view)
+    for _, m in ipairs(view.members) do
+        if m.name == TARGET then return TARGET end
+    end
+    return nil, TARGET .. " is not a member"
+end
+function methods:rebalance(view)
+    local out = {}
+    for s = 0, view.shard_count - 1 do
+        if view.plan[s] and view.plan[s] ~= TARGET
+            and not view.in_progress[s] then
+            out[#out + 1] = s
+        end
+    end
+    return out
+end
+return M
+]], target)
+        end
+
+        setup(function()
+            helpers.stop_all()
+            wc = helpers.cluster({
+                size = 2,
+                watch = true,
+                entities = {
+                    Seq = { module = "seqcheck", shard_count = SHARDS,
+                            idle_timeout = 600,
+                            allocation = { __lua = "require(\"pinhandoff\")"
+                                .. ".new()" } },
+                },
+                settings = { handoff_timeout = 3, rebalance_interval = 1 },
+            })
+            c = wc
+            path = wc.dir .. "/pinhandoff.lua"
+            helpers.write_file(path, pin("n1"))
+            ffi.C.setenv("SEQ_DIR", wc.dir, 1)
+            wc:start({ "n1" })
+            wc:start({ "n2" })
+            wc:wait_converged({ "n1", "n2" })
+        end)
+
+        it("moves every shard the new strategy wants elsewhere, at once, "
+           .. "losing and reordering nothing", function()
+            local n1, n2 = wc:node("n1"), wc:node("n2")
+            local run = start_load({ { n1, "i" }, { n2, "j" } })
+            helpers.wait_until(function()
+                local k = owned(n1, "n1")
+                return k >= 20 or nil, k .. " shards on n1"
+            end, 10, "the load to place shards on n1")
+            assert.are.equal(0, (owned(n1, "n2")))
+            helpers.sleep(0.02)
+            helpers.write_file(path, pin("n2"))
+            helpers.wait_until(function()
+                local k1, k2 = owned(n1, "n1"), owned(n1, "n2")
+                return (k1 == 0 and k2 >= 20) or nil,
+                    format("n1 %d, n2 %d", k1, k2)
+            end, 20, "every shard to move to n2")
+            helpers.sleep(0.3)
+            local results = finish(run)
+            only_explicit(results)
+            verify(results, n2)
+            local st = n1:stats()
+            assert.is_true(st.moves.peak >= 10,
+                           "at most " .. st.moves.peak .. " moves at once")
+            assert.are.equal(0, st.moves.aborted)
+            assert.truthy(n1:log():find("strategy of Seq replaced", 1, true))
+        end)
+    end)
 end)

@@ -988,6 +988,7 @@ end
 -- opts.cluster, opts.seeds, opts.limits, opts.roles = { n1 = {...} },
 -- opts.settings = { handoff_timeout = 2, ... } (other top-level fields),
 -- where a table { __lua = "expression" } is written as that expression,
+-- opts.watch = true: nodes run with --watch,
 -- opts.files = { ["name.lua"] = text } written beside the config.
 function M.cluster(opts)
     assert(type(opts) == "table" and type(opts.entities) == "table",
@@ -1050,8 +1051,11 @@ end
 function Node:launch()
     self.runs = self.runs + 1
     self.log_path = format("%s/%s.%d.log", self.dir, self.name, self.runs)
-    self.proc = M.spawn({ M.bin, "node", self.config, "--name", self.name },
-                        { stdout = self.log_path, stderr = "stdout" })
+    local argv = { M.bin, "node", self.config, "--name", self.name }
+    if self.cluster and self.cluster.opts.watch then
+        argv[#argv + 1] = "--watch" -- hot reload of changed modules
+    end
+    self.proc = M.spawn(argv, { stdout = self.log_path, stderr = "stdout" })
     self.pid = self.proc.pid
     nodes[#nodes + 1] = self
     return self
