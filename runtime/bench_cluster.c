@@ -1,14 +1,21 @@
 /*
- * bench_cluster.c -- `moonshard bench cluster [--seconds S] [--ids N]`:
- * asks and tells across two node processes on 127.0.0.1, and in the same
- * run the same counts for redis-benchmark INCR against a redis-server
- * started on a free loopback port.
+ * bench_cluster.c -- the benches that run node processes on 127.0.0.1:
  *
- * The two nodes (`moonshard node CONFIG --name n1|n2`) run as child
- * processes of this one. The client talks HTTP/1.1 keep-alive to n1's
- * gateway (libuv TCP, responses parsed with http-parser), one connection
- * per caller and one request in flight per connection. Every entity it
- * talks to is owned by n2, so every measured request is a remote route
+ * `moonshard bench cluster [--seconds S] [--ids N]`: asks and tells across
+ * two node processes, and in the same run the same counts for
+ * redis-benchmark INCR against a redis-server started on a free loopback
+ * port.
+ *
+ * `moonshard bench handoff [--entities N] [--shards S] [--callers C]`:
+ * how fast shards move through handoff when a third node joins and
+ * leaves, without load and under a steady ask load, and what a move costs
+ * the load (see the section "bench handoff" below).
+ *
+ * The nodes (`moonshard node CONFIG --name nK`) run as child processes of
+ * this one. The client talks HTTP/1.1 keep-alive to n1's gateway (libuv
+ * TCP, responses parsed with http-parser), one connection per caller and
+ * one request in flight per connection. In `bench cluster` every entity
+ * it talks to is owned by n2, so every measured request is a remote route
  * n1 -> n2. Children are stopped (SIGTERM, then SIGKILL) and temporary
  * files removed on every way out, Ctrl-C included.
  */
@@ -22,6 +29,7 @@
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +53,8 @@ static const char TELL_BODY[] = "{\"type\":\"incr\"}";
 
 /* ---- children and temporary files, cleaned up on every way out ------- */
 
-enum { CH_N1, CH_N2, CH_REDIS, CH_RBENCH, CH_COUNT };
-enum { F_CONFIG, F_LOG1, F_LOG2, F_REDIS_LOG, F_COUNT };
+enum { CH_N1, CH_N2, CH_N3, CH_REDIS, CH_RBENCH, CH_COUNT };
+enum { F_CONFIG, F_LOG1, F_LOG2, F_LOG3, F_REDIS_LOG, F_COUNT };
 
 static volatile pid_t g_pid[CH_COUNT];
 static char g_dir[64];
@@ -120,7 +128,9 @@ static void stop_children(const int *which, int n)
 
 static void cleanup_all(void)
 {
-    int all[CH_COUNT] = {CH_N1, CH_N2, CH_REDIS, CH_RBENCH};
+    int all[CH_COUNT];
+    for (int i = 0; i < CH_COUNT; i++)
+        all[i] = i;
     stop_children(all, CH_COUNT);
     remove_files();
 }
@@ -321,20 +331,23 @@ static int sync_on_complete(http_parser *p)
 }
 
 /*
- * Sends one request to the gateway on 127.0.0.1:port and waits for the
- * response. Returns the HTTP status (the body, NUL-terminated, in
- * *body, to free) or -1.
+ * Sends one request to the gateway on 127.0.0.1:port, with the admin
+ * token `token` in X-Moonshard-Token unless it is NULL, and waits for the
+ * response. Returns the HTTP status (the body, NUL-terminated, in *out,
+ * to free) or -1.
  */
-static int http_call(int port, const char *method, const char *path,
-                     const char *body, char **out)
+static int http_call_as(int port, const char *token, const char *method,
+                        const char *path, const char *body, char **out)
 {
     char req[1024], buf[4096];
     size_t blen = body ? strlen(body) : 0;
     int n = snprintf(req, sizeof req,
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
                      "Connection: close\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n%s",
-                     method, path, port, blen, body ? body : "");
+                     "%s%s%sContent-Length: %zu\r\n\r\n%s",
+                     method, path, port, token ? "X-Moonshard-Token: " : "",
+                     token ? token : "", token ? "\r\n" : "", blen,
+                     body ? body : "");
     *out = NULL;
     if (n < 0 || (size_t)n >= sizeof req)
         return -1;
@@ -373,6 +386,13 @@ static int http_call(int port, const char *method, const char *path,
     return (int)p.status_code;
 }
 
+/* http_call_as() without a token. */
+static int http_call(int port, const char *method, const char *path,
+                     const char *body, char **out)
+{
+    return http_call_as(port, NULL, method, path, body, out);
+}
+
 /* Counts occurrences of `needle` in `s`. */
 static int count_of(const char *s, const char *needle)
 {
@@ -401,6 +421,22 @@ struct reqs {
 
 struct phase;
 
+/* What a phase may do beyond "these requests, round robin, for S s". */
+struct phase_opts {
+    long limit;                 /* send this many requests, then stop
+                                   (0: no limit) */
+    atomic_int *stop;           /* the phase ends once it is set (or NULL);
+                                   another thread may set it */
+    int record;                 /* keep a sample of every answer */
+};
+
+/* One answer of a recorded phase. */
+struct sample {
+    uint64_t at_ns;             /* uv_hrtime() when it was complete */
+    uint32_t lat_us;
+    int status;
+};
+
 struct caller {
     uv_tcp_t tcp;
     uv_connect_t conn;
@@ -424,6 +460,9 @@ struct phase {
     int bad_status;
     uint64_t *lat;
     size_t nlat, caplat;
+    struct phase_opts opt;
+    struct sample *smp;         /* in completion order, so sorted by time */
+    size_t nsmp, capsmp;
     uv_timer_t guard;
     struct caller *callers;
 };
@@ -460,6 +499,10 @@ static void on_write(uv_write_t *w, int status)
 static void caller_send(struct caller *c)
 {
     struct phase *ph = c->ph;
+    if (ph->opt.limit && ph->next >= ph->opt.limit) {
+        caller_stop(c);
+        return;
+    }
     int k = (int)(ph->next++ % ph->reqs->n);
     uv_buf_t b = uv_buf_init(ph->reqs->buf[k], (unsigned)ph->reqs->len[k]);
     c->sent = uv_hrtime();
@@ -507,6 +550,22 @@ static void push_latency(struct phase *ph, uint64_t ns)
     ph->lat[ph->nlat++] = ns;
 }
 
+static void push_sample(struct phase *ph, uint64_t at_ns, uint64_t lat_ns,
+                        int status)
+{
+    if (ph->nsmp == ph->capsmp) {
+        size_t cap = ph->capsmp ? ph->capsmp * 2 : 65536;
+        struct sample *v = realloc(ph->smp, cap * sizeof *v);
+        if (!v)
+            return;
+        ph->smp = v;
+        ph->capsmp = cap;
+    }
+    uint64_t us = lat_ns / 1000;
+    ph->smp[ph->nsmp++] = (struct sample){
+        at_ns, us > UINT32_MAX ? UINT32_MAX : (uint32_t)us, status};
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct caller *c = s->data;
@@ -532,6 +591,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     uint64_t now = uv_hrtime();
     push_latency(ph, now - c->sent);
+    if (ph->opt.record)
+        push_sample(ph, now, now - c->sent, c->complete);
     ph->done++;
     if (c->complete != ph->expect) {
         ph->failed++;
@@ -539,7 +600,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             ph->bad_status = c->complete;
     }
     c->complete = 0;
-    if (now < ph->deadline && !ph->error)
+    if (now < ph->deadline && !ph->error &&
+        !(ph->opt.stop && atomic_load(ph->opt.stop)))
         caller_send(c);
     else
         caller_stop(c);
@@ -567,16 +629,19 @@ static void on_guard(uv_timer_t *t)
 /*
  * One measured phase: `ncallers` keep-alive connections to the gateway,
  * each sending the next request as soon as the previous one is answered,
- * for `seconds`. Fills ph (done, failed, latencies, t0/t_end); returns 0,
- * or -1 with ph->errmsg.
+ * for `seconds` (or less, as `opt` says; opt is borrowed and may be NULL).
+ * Fills ph (done, failed, latencies, samples, t0/t_end; the caller frees
+ * ph->lat and ph->smp); returns 0, or -1 with ph->errmsg.
  */
 static int run_phase(struct phase *ph, uv_loop_t *loop, int http_port,
                      const struct reqs *reqs, int expect, int ncallers,
-                     double seconds)
+                     double seconds, const struct phase_opts *opt)
 {
     struct sockaddr_in addr;
     uv_ip4_addr("127.0.0.1", http_port, &addr);
     memset(ph, 0, sizeof *ph);
+    if (opt)
+        ph->opt = *opt;
     ph->loop = loop;
     ph->reqs = reqs;
     ph->expect = expect;
@@ -858,72 +923,94 @@ static int redis_measure(int port, int clients, double seconds,
 
 /* ---- the cluster ------------------------------------------------------ */
 
+#define MAX_NODES 3
+
 struct cluster {
-    int listen[2], http[2];
+    int nnodes;                 /* n1..nK in the config */
+    int listen[MAX_NODES], http[MAX_NODES];
+    char token[33];             /* the admin token (X-Moonshard-Token) */
     char exe[PATH_MAX];
 };
 
-static int write_config(struct cluster *cl)
+/* 32 random hex digits into out; 0 or -1. */
+static int random_hex(char out[33])
 {
     unsigned char rnd[16];
-    char secret[33];
     if (uv_random(NULL, NULL, rnd, sizeof rnd, 0, NULL) < 0)
         return -1;
     for (size_t i = 0; i < sizeof rnd; i++)
-        snprintf(secret + 2 * i, 3, "%02x", rnd[i]);
+        snprintf(out + 2 * i, 3, "%02x", rnd[i]);
+    return 0;
+}
+
+/*
+ * Writes the config of nodes n1..nK (K = cl->nnodes) with a fresh secret
+ * and admin token (kept in cl->token). `entities` is the body of the
+ * entities table and `extra` more top-level fields, each line ending in
+ * ",\n" (or ""). Returns 0 or -1 with errno set.
+ */
+static int write_config(struct cluster *cl, const char *entities,
+                        const char *extra)
+{
+    char secret[33];
+    if (random_hex(secret) < 0 || random_hex(cl->token) < 0) {
+        errno = EIO;
+        return -1;
+    }
     FILE *f = fopen(g_file[F_CONFIG], "w");
     if (!f)
         return -1;
     fprintf(f,
-            "-- written by `moonshard bench cluster`, removed when it ends\n"
+            "-- written by `moonshard bench`, removed when it ends\n"
             "return {\n"
             "    cluster = \"bench\",\n"
             "    secret = \"%s\",\n"
-            "    nodes = {\n"
-            "        { name = \"n1\", listen = \"127.0.0.1:%d\","
-            " http = \"127.0.0.1:%d\" },\n"
-            "        { name = \"n2\", listen = \"127.0.0.1:%d\","
-            " http = \"127.0.0.1:%d\" },\n"
-            "    },\n"
-            "    entities = {\n"
-            "        Counter = { module = \"counter\", shard_count = 64,\n"
-            "                    idle_timeout = false },\n"
-            "    },\n"
-            "}\n",
-            secret, cl->listen[0], cl->http[0], cl->listen[1], cl->http[1]);
+            "    admin_token = \"%s\",\n"
+            "%s"
+            "    nodes = {\n",
+            secret, cl->token, extra);
+    for (int i = 0; i < cl->nnodes; i++)
+        fprintf(f,
+                "        { name = \"n%d\", listen = \"127.0.0.1:%d\","
+                " http = \"127.0.0.1:%d\" },\n",
+                i + 1, cl->listen[i], cl->http[i]);
+    fprintf(f, "    },\n    entities = {\n%s    },\n}\n", entities);
     return fclose(f) == 0 ? 0 : -1;
 }
 
-static int start_nodes(struct cluster *cl)
+/* Starts node n<i+1> (a fresh log each time); 0 or -1 (said). */
+static int start_node(struct cluster *cl, int i)
 {
-    static char *names[2] = {"n1", "n2"};
-    for (int i = 0; i < 2; i++) {
-        char *argv[] = {cl->exe, "node", g_file[F_CONFIG], "--name",
-                        names[i], NULL};
-        pid_t pid = spawn(argv, 0, -1, g_file[F_LOG1 + i]);
-        if (pid < 0) {
-            fprintf(stderr, "moonshard bench: cannot start node %s: %s\n",
-                    names[i], strerror(errno));
-            return -1;
-        }
-        g_pid[CH_N1 + i] = pid;
+    char name[16];
+    snprintf(name, sizeof name, "n%d", i + 1);
+    char *argv[] = {cl->exe, "node", g_file[F_CONFIG], "--name", name, NULL};
+    pid_t pid = spawn(argv, 0, -1, g_file[F_LOG1 + i]);
+    if (pid < 0) {
+        fprintf(stderr, "moonshard bench: cannot start node %s: %s\n", name,
+                strerror(errno));
+        return -1;
     }
+    g_pid[CH_N1 + i] = pid;
     return 0;
 }
 
-static void show_node_logs(void)
+static void show_node_logs(const struct cluster *cl)
 {
-    show_log_tail("n1", g_file[F_LOG1]);
-    show_log_tail("n2", g_file[F_LOG2]);
+    for (int i = 0; i < cl->nnodes; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "n%d", i + 1);
+        show_log_tail(name, g_file[F_LOG1 + i]);
+    }
 }
 
-/* Waits until both nodes list two Up members and say they converged. */
-static int wait_up(struct cluster *cl)
+/* Waits until nodes n1..n<n> all list n Up members and say they
+ * converged. */
+static int wait_up(struct cluster *cl, int n)
 {
     double until = now_s() + NODE_WAIT_S;
     while (now_s() < until) {
         int ok = 0;
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < n; i++) {
             if (child_gone(CH_N1 + i)) {
                 fprintf(stderr, "moonshard bench: node n%d exited while "
                         "starting\n", i + 1);
@@ -933,16 +1020,16 @@ static int wait_up(struct cluster *cl)
             int st = http_call(cl->http[i], "GET", "/v1/members", NULL,
                                &body);
             if (st == 200 && strstr(body, "\"converged\":true") &&
-                count_of(body, "\"status\":\"up\"") == 2)
+                count_of(body, "\"status\":\"up\"") == n)
                 ok++;
             free(body);
         }
-        if (ok == 2)
+        if (ok == n)
             return 0;
         usleep(100000);
     }
-    fprintf(stderr, "moonshard bench: the two nodes did not converge with "
-            "two Up members within %d s\n", NODE_WAIT_S);
+    fprintf(stderr, "moonshard bench: the nodes did not converge with %d "
+            "Up members within %d s\n", n, NODE_WAIT_S);
     return -1;
 }
 
@@ -1046,6 +1133,44 @@ static long long counter_sum(struct cluster *cl, char ids[][24], int n)
     return sum;
 }
 
+/*
+ * Fills cl for `nnodes` nodes on free ports (one more free port in
+ * *spare), installs the signal handlers and makes the temporary folder
+ * with the names of its files. Returns 0 or -1 (said).
+ */
+static int cluster_init(struct cluster *cl, int nnodes, int *spare)
+{
+    int ports[2 * MAX_NODES + 1];
+    memset(cl, 0, sizeof *cl);
+    cl->nnodes = nnodes;
+    size_t elen = sizeof cl->exe;
+    if (uv_exepath(cl->exe, &elen) < 0) {
+        fprintf(stderr, "moonshard bench: cannot find its own executable\n");
+        return -1;
+    }
+    if (free_ports(ports, 2 * nnodes + 1) < 0) {
+        fprintf(stderr, "moonshard bench: cannot find free ports\n");
+        return -1;
+    }
+    for (int i = 0; i < nnodes; i++) {
+        cl->listen[i] = ports[i];
+        cl->http[i] = ports[nnodes + i];
+    }
+    *spare = ports[2 * nnodes];
+    install_signals();
+    snprintf(g_dir, sizeof g_dir, "/tmp/moonshard-bench-XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        perror("moonshard bench: cannot make a temporary folder");
+        g_dir[0] = 0;
+        return -1;
+    }
+    static const char *fnames[F_COUNT] = {"cluster.lua", "n1.log", "n2.log",
+                                          "n3.log", "redis.log"};
+    for (int i = 0; i < F_COUNT; i++)
+        snprintf(g_file[i], sizeof g_file[i], "%s/%s", g_dir, fnames[i]);
+    return 0;
+}
+
 /* ---- the command ------------------------------------------------------ */
 
 static void print_ratio(const char *what, double v, const char *op,
@@ -1091,13 +1216,16 @@ static int bench_nodes(struct cluster *cl, char ids[][24], int nids,
     uv_loop_t *loop = uv_default_loop();
     long long rem0, loc0, rem1, loc1;
 
-    if (write_config(cl) < 0) {
+    if (write_config(cl, "        Counter = { module = \"counter\","
+                         " shard_count = 64,\n"
+                         "                    idle_timeout = false },\n",
+                     "") < 0) {
         perror("moonshard bench: cannot write the cluster config");
         return -1;
     }
     fprintf(stderr, "moonshard bench cluster: starting n1 and n2 ...\n");
-    if (start_nodes(cl) < 0 || wait_up(cl) < 0) {
-        show_node_logs();
+    if (start_node(cl, 0) < 0 || start_node(cl, 1) < 0 || wait_up(cl, 2) < 0) {
+        show_node_logs(cl);
         return -1;
     }
     fprintf(stderr, "moonshard bench cluster: Up; picking %d ids owned by "
@@ -1105,7 +1233,7 @@ static int bench_nodes(struct cluster *cl, char ids[][24], int nids,
     if (pick_ids(cl, ids, nids) < 0) {
         fprintf(stderr, "moonshard bench: could not find %d ids owned by n2 "
                 "within %d s\n", nids, OWNER_WAIT_S);
-        show_node_logs();
+        show_node_logs(cl);
         return -1;
     }
     if (build_reqs(asks, cl->http[0], ids, nids, "ask", ASK_BODY) < 0 ||
@@ -1137,11 +1265,11 @@ static int bench_nodes(struct cluster *cl, char ids[][24], int nids,
         fprintf(stderr, "moonshard bench cluster: %s (%.1f s) ...\n",
                 plan[i].name, seconds);
         if (run_phase(&ph, loop, cl->http[0], plan[i].r, plan[i].expect,
-                      plan[i].callers, seconds) < 0) {
+                      plan[i].callers, seconds, NULL) < 0) {
             fprintf(stderr, "moonshard bench: %s: %s\n", plan[i].name,
                     ph.errmsg);
             free(ph.lat);
-            show_node_logs();
+            show_node_logs(cl);
             return -1;
         }
         phase_figures(&ph, f);
@@ -1266,32 +1394,9 @@ int ms_bench_cluster_main(int argc, char **argv)
     }
 
     struct cluster cl;
-    int ports[5];
-    memset(&cl, 0, sizeof cl);
-    size_t elen = sizeof cl.exe;
-    if (uv_exepath(cl.exe, &elen) < 0) {
-        fprintf(stderr, "moonshard bench: cannot find its own executable\n");
+    int redis_port;
+    if (cluster_init(&cl, 2, &redis_port) < 0)
         return 1;
-    }
-    if (free_ports(ports, 5) < 0) {
-        fprintf(stderr, "moonshard bench: cannot find free ports\n");
-        return 1;
-    }
-    cl.listen[0] = ports[0];
-    cl.listen[1] = ports[1];
-    cl.http[0] = ports[2];
-    cl.http[1] = ports[3];
-    install_signals();
-    snprintf(g_dir, sizeof g_dir, "/tmp/moonshard-bench-XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        perror("moonshard bench: cannot make a temporary folder");
-        g_dir[0] = 0;
-        return 1;
-    }
-    static const char *fnames[F_COUNT] = {"cluster.lua", "n1.log", "n2.log",
-                                          "redis.log"};
-    for (int i = 0; i < F_COUNT; i++)
-        snprintf(g_file[i], sizeof g_file[i], "%s/%s", g_dir, fnames[i]);
 
     char (*ids)[24] = calloc((size_t)nids, sizeof *ids);
     struct reqs asks = {NULL, NULL, 0}, tells = {NULL, NULL, 0};
@@ -1305,7 +1410,7 @@ int ms_bench_cluster_main(int argc, char **argv)
     /* the nodes are idle now but Redis gets the machine to itself */
     int nodes[2] = {CH_N1, CH_N2};
     stop_children(nodes, 2);
-    if (rc >= 0 && bench_redis(ports[4], seconds, &res) < 0)
+    if (rc >= 0 && bench_redis(redis_port, seconds, &res) < 0)
         rc = -1;
     fflush(stdout);
     cleanup_all();
