@@ -283,6 +283,38 @@ do return "nobody" end
             assert.equal("n2", place_new())
             assert.equal("n2", place_new())
         end)
+
+        it("moves the placed shards through handoff once an edit's "
+           .. "rebalance proposes them", function()
+            local before = n1:allocations("Pinned")
+            local on_n1 = 0
+            for _, sh in ipairs(before.shards) do
+                if sh.owner == "n1" then on_n1 = on_n1 + 1 end
+            end
+            assert.is_true(on_n1 >= 3)
+            edit(path, pin("n2"):gsub(
+                "function methods.rebalance%(_, _%) return {} end", [[
+function methods:rebalance(view)
+    local out = {}
+    for s = 0, view.shard_count - 1 do
+        if view.plan[s] and view.plan[s] ~= TARGET then out[#out + 1] = s end
+    end
+    return out
+end]]))
+            wait_reload_lines(n1, "INFO", 3)
+            local a = helpers.wait_until(function()
+                local now = n1:allocations("Pinned")
+                for _, sh in ipairs(now.shards) do
+                    if sh.owner == "n1" then
+                        return nil, "shard " .. sh.shard .. " on n1"
+                    end
+                end
+                return now
+            end, 15, "every placed shard to move to n2")
+            assert.is_true(a.generation > before.generation)
+            assert.is_true(n1:stats().moves.finished >= on_n1)
+            assert.equal("n2", place_new())
+        end)
     end)
 
     describe("under moonshard run", function()
