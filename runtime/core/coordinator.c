@@ -824,6 +824,13 @@ static uint64_t place(struct ms_coord *c, int ti, uint32_t s,
 {
     struct ctype *t = &c->types[ti];
     size_t nh = hosts_of(c, ti);
+    /* a leaving member takes no new shard while another can */
+    size_t staying = 0;
+    for (size_t i = 0; i < nh; i++)
+        if (!c->hosts[i].leaving)
+            c->hosts[staying++] = c->hosts[i];
+    if (staying)
+        nh = staying;
     if (nh == 0) {
         *code = "no_host";
         snprintf(err, errlen, "no member can host entity type '%s'",

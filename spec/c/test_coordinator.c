@@ -593,7 +593,7 @@ static void test_allocation(void)
     struct ms_coord *c = new_coord(N1, &COUNTER, 1);
     ms_coord_member_up(c, N1, 0);
     ms_coord_member_up(c, N2, 0);
-    ms_coord_member_leaving(c, N3, 0); /* offered last */
+    ms_coord_member_leaving(c, N3, 0); /* takes no new shard */
     CHECK(ms_coord_become(c, 1, 0) == 0);
     pump(c, N1, NULL, NULL);
     uint64_t published = ms_coord_generation(c);
@@ -610,7 +610,7 @@ static void test_allocation(void)
         CHECK(ms_coord_generation(c) == gen);
         CHECK(ms_plan_owner(region(N3)->plan[0], s, NULL) == o);
     }
-    CHECK(S.alloc_calls == 16 && S.leaving_seen);
+    CHECK(S.alloc_calls == 16 && !S.leaving_seen); /* others can host */
     CHECK(ms_coord_owned_count(c, N1) == 8 && ms_coord_owned_count(c, N2) == 8);
     CHECK(regions_agree(c, "Counter"));
 
@@ -643,6 +643,13 @@ static void test_allocation(void)
     alloc(c, N1, N3, "Counter", free_shard);
     CHECK(ms_coord_owner(c, 0, free_shard, NULL) == N1);
     CHECK(regions_agree(c, "Counter"));
+    /* with only leaving members left, they are offered */
+    region(N1)->alive = 0;
+    CHECK(ms_coord_member_removed(c, N1, 0) == 0);
+    pump(c, N1, NULL, NULL);
+    S.leaving_seen = 0;
+    alloc(c, N1, N3, "Counter", free_shard);
+    CHECK(S.leaving_seen && ms_coord_owner(c, 0, free_shard, NULL) == N3);
     CHECK(S.conflicts == 0);
     ms_coord_free(c);
 }
