@@ -519,6 +519,8 @@ void ms_coord_member_reachable(struct ms_coord *c, uint64_t uid,
 static int publish(struct ms_coord *c, uint64_t now_ms);
 static void forget_move(struct ms_coord *c, int ti, uint32_t shard);
 static int on_fenced_by(struct ms_coord *c, uint64_t region);
+struct move;
+static int fenced(struct ms_coord *c, struct move *mv, uint64_t region);
 
 /* Collecting: publish once every known member has answered. */
 static int check_collected(struct ms_coord *c, uint64_t now_ms)
@@ -957,20 +959,12 @@ static int on_fenced_by(struct ms_coord *c, uint64_t region)
             k = 0;
             for (size_t i = 0; i < c->nmoves; i++) {
                 struct move *mv = &c->moves[i];
-                if (mv->ti != ti || mv->phase != FENCING)
-                    continue;
-                for (size_t j = 0; j < mv->nneed; j++)
-                    if (mv->need[j] == region) {
-                        mv->need[j] = mv->need[--mv->nneed];
-                        break;
-                    }
-                if (mv->nneed || (from && mv->from != from))
+                if (mv->ti != ti || mv->phase != FENCING ||
+                    (from && mv->from != from) || !fenced(c, mv, region))
                     continue;
                 if (!e && !(e = malloc(c->nmoves * sizeof *e)))
                     return MS_ENOMEM;
                 from = mv->from;
-                mv->phase = STOPPING;
-                mv->sent_ms = c->now_ms;
                 e[k++] = (struct ms_plan_entry){mv->shard, from, mv->hgen};
             }
             if (!k)
@@ -1068,6 +1062,33 @@ int ms_coord_move(struct ms_coord *c, int type, uint32_t shard,
     return start_moves(c, type, &shard, 1, 1, now_ms);
 }
 
+/* The move an answer of old owner `from` names (entry e), if it is in
+ * `phase`. */
+static struct move *answered(struct ms_coord *c, int ti, uint64_t from,
+                             const struct ms_plan_entry *e, int phase)
+{
+    struct move *mv = find_move(c, ti, e->shard);
+    if (!mv || mv->hgen != e->gen || mv->from != from || mv->phase != phase)
+        return NULL;
+    return mv;
+}
+
+/* Region `region` fenced move mv (or is gone). Returns 1 when that was
+ * the last fence: the move goes on to STOPPING. */
+static int fenced(struct ms_coord *c, struct move *mv, uint64_t region)
+{
+    for (size_t j = 0; j < mv->nneed; j++)
+        if (mv->need[j] == region) {
+            mv->need[j] = mv->need[--mv->nneed];
+            break;
+        }
+    if (mv->nneed || mv->phase != FENCING)
+        return 0;
+    mv->phase = STOPPING;
+    mv->sent_ms = c->now_ms;
+    return 1;
+}
+
 /* A region's fence passed the old owner `from` (which relays it). Moves
  * whose every region fenced go on to STOP. */
 static int on_fenced(struct ms_coord *c, uint64_t from, int ti,
@@ -1078,20 +1099,9 @@ static int on_fenced(struct ms_coord *c, uint64_t from, int ti,
         return MS_ENOMEM;
     size_t k = 0;
     for (size_t i = 0; i < m->nentries; i++) {
-        struct move *mv = find_move(c, ti, m->entries[i].shard);
-        if (!mv || mv->hgen != m->entries[i].gen || mv->from != from ||
-            mv->phase != FENCING)
-            continue;
-        for (size_t j = 0; j < mv->nneed; j++)
-            if (mv->need[j] == m->entries[i].owner) {
-                mv->need[j] = mv->need[--mv->nneed];
-                break;
-            }
-        if (mv->nneed == 0) {
-            mv->phase = STOPPING;
-            mv->sent_ms = c->now_ms;
+        struct move *mv = answered(c, ti, from, &m->entries[i], FENCING);
+        if (mv && fenced(c, mv, m->entries[i].owner))
             e[k++] = (struct ms_plan_entry){mv->shard, from, mv->hgen};
-        }
     }
     int rc = k ? emit_kind(c, from, ti, MS_PLAN_MSG_STOP, e, k) : 0;
     free(e);
@@ -1119,9 +1129,8 @@ static int on_stopped(struct ms_coord *c, uint64_t from, int ti,
     size_t k = 0;
     for (size_t i = 0; i < m->nentries; i++) {
         uint32_t s = m->entries[i].shard;
-        struct move *mv = find_move(c, ti, s);
-        if (!mv || mv->hgen != m->entries[i].gen || mv->from != from ||
-            mv->phase != STOPPING || c->generation + 1 >= gen_limit(c))
+        struct move *mv = answered(c, ti, from, &m->entries[i], STOPPING);
+        if (!mv || c->generation + 1 >= gen_limit(c))
             continue;
         /* the strategy sees the shard unassigned */
         set_owner(c, ti, s, 0, c->types[ti].gen[s]);

@@ -671,20 +671,27 @@ static void get_allocations(struct conn *c, char *type, size_t tlen)
     free(buf);
 }
 
+/* 1 when the request carries the admin token; else answers 403, 0. */
+static int admin_ok(struct conn *c)
+{
+    int rc = ms_node_check_admin(c->h->node, c->token, c->token_len);
+    if (rc < 0)
+        respond_error(c, 403, "forbidden", "%s",
+                      rc == MS_EINVAL ? "this node has no admin_token "
+                                        "configured"
+                                      : "missing or wrong X-Moonshard-Token");
+    return rc == 0;
+}
+
 /* POST /v1/leave (no body: the node that receives it leaves) and
  * POST /v1/down (body: the member's address as a JSON string or
  * {"address": ...}); both need the admin token in the X-Moonshard-Token
  * header. */
 static void post_admin(struct conn *c, int leave)
 {
-    int rc = ms_node_check_admin(c->h->node, c->token, c->token_len);
-    if (rc < 0) {
-        respond_error(c, 403, "forbidden", "%s",
-                      rc == MS_EINVAL ? "this node has no admin_token "
-                                        "configured"
-                                      : "missing or wrong X-Moonshard-Token");
+    if (!admin_ok(c))
         return;
-    }
+    int rc;
     if (leave) {
         rc = ms_node_leave(c->h->node);
     } else {
@@ -710,14 +717,9 @@ static void post_admin(struct conn *c, int leave)
  * coordinate, or when the shard is moving already. */
 static void post_move(struct conn *c, const char *rest, size_t len)
 {
-    int rc = ms_node_check_admin(c->h->node, c->token, c->token_len);
-    if (rc < 0) {
-        respond_error(c, 403, "forbidden", "%s",
-                      rc == MS_EINVAL ? "this node has no admin_token "
-                                        "configured"
-                                      : "missing or wrong X-Moonshard-Token");
+    if (!admin_ok(c))
         return;
-    }
+    int rc;
     const char *slash = memchr(rest, '/', len);
     char *end = NULL;
     char num[16];

@@ -126,6 +126,30 @@ describe("handoff", function()
         return n:stats()
     end
 
+    -- An id (prefix .. k) whose shard `owner` owns, and that shard.
+    local function id_on(owner, prefix)
+        for k = 1, 500 do
+            local o = c:node("n1"):owner("Seq", prefix .. k)
+            if o.owner == owner then return prefix .. k, o.shard end
+        end
+        error("no id on " .. owner)
+    end
+
+    -- Moves a shard by hand through the coordinator n1; the status.
+    local function move(shard)
+        local st, _, raw = c:node("n1"):http(
+            "POST", format("/v1/move/Seq/%d", shard), nil,
+            { headers = { ["X-Moonshard-Token"] = c.admin_token } })
+        return st, raw
+    end
+
+    -- Waits until the coordinator's moves.`field` went past `before`.
+    local function moves_past(field, before, what)
+        helpers.wait_until(function()
+            return stats(c:node("n1")).moves[field] > before[field] or nil
+        end, 10, what)
+    end
+
     -- Only explicit refusals may happen: overflow or unavailability, each
     -- counted by the loader.
     local function only_explicit(results)
@@ -209,26 +233,14 @@ describe("handoff", function()
     it("rolls a move back when the old owner is slow to stop", function()
         local n1, n3 = c:node("n1"), c:node("n3")
         -- an id on n3, made busy for 4 s (the deadline is 2 s)
-        local id
-        for i = 1, 200 do
-            local o = n1:owner("Seq", "slow" .. i)
-            if o.owner == "n3" then id = "slow" .. i break end
-        end
-        assert.is_truthy(id, "no id on n3")
-        local shard = n1:owner("Seq", id).shard
+        local id, shard = id_on("n3", "slow")
         local before = stats(n1).moves
         assert.are.equal(202, (n3:tell("Seq", id, { type = "slow",
                                                     seconds = 4 })))
         helpers.sleep(0.2)
-        local st, _, raw = n1:http("POST", format("/v1/move/Seq/%d", shard),
-                                   nil, { headers = {
-                                       ["X-Moonshard-Token"] = c.admin_token } })
-        assert.are.equal(202, st, raw)
-        helpers.wait_until(function()
-            local m = stats(n1).moves
-            return m.aborted + m.finished > before.aborted + before.finished
-                or nil
-        end, 10, "the move to end")
+        assert.are.equal(202, move(shard))
+        moves_past("aborted", before, "the move to be rolled back")
+        assert.are.equal(before.finished, stats(n1).moves.finished)
         -- one owner, and the entity answers with its state intact
         helpers.wait_until(function()
             local s = n1:ask("Seq", id, { type = "get" }, 5)
@@ -238,40 +250,23 @@ describe("handoff", function()
         assert.are.equal(0, body.double)
         -- the coordinator keeps working: a next move completes
         local after = stats(n1).moves
-        st = n1:http("POST", format("/v1/move/Seq/%d", shard), nil,
-                     { headers = { ["X-Moonshard-Token"] = c.admin_token } })
-        assert.are.equal(202, st)
-        helpers.wait_until(function()
-            local m = stats(n1).moves
-            return m.finished > after.finished or nil
-        end, 10, "a next move to finish")
+        assert.are.equal(202, move(shard))
+        moves_past("finished", after, "a next move to finish")
     end)
 
     it("rolls a move back when the old owner is SIGSTOPped, then works",
        function()
         local n1, n3 = c:node("n1"), c:node("n3")
-        local id
-        for i = 1, 200 do
-            local o = n1:owner("Seq", "stop" .. i)
-            if o.owner == "n3" then id = "stop" .. i break end
-        end
-        assert.is_truthy(id, "no id on n3")
+        local id, shard = id_on("n3", "stop")
         assert.are.equal(202, (n1:tell("Seq", id, { type = "n", sender = "z",
                                                     n = 1 })))
-        local shard = n1:owner("Seq", id).shard
         local before = stats(n1).moves
         n3:signal(helpers.SIGSTOP)
-        local st = n1:http("POST", format("/v1/move/Seq/%d", shard), nil,
-                           { headers = { ["X-Moonshard-Token"] =
-                                             c.admin_token } })
-        assert.are.equal(202, st)
+        assert.are.equal(202, move(shard))
         -- sends meanwhile wait (the shard is moving), within the bound
         assert.are.equal(202, (n1:tell("Seq", id, { type = "n", sender = "z",
                                                     n = 2 })))
-        helpers.wait_until(function()
-            local m = stats(n1).moves
-            return m.aborted > before.aborted or nil
-        end, 10, "the move to be rolled back")
+        moves_past("aborted", before, "the move to be rolled back")
         n3:signal(helpers.SIGCONT)
         assert.are.equal("n3", n1:owner("Seq", id).owner)
         local body = helpers.wait_until(function()
@@ -282,13 +277,8 @@ describe("handoff", function()
         assert.are.equal(0, body.reorders)
         assert.are.equal(0, body.double)
         local after = stats(n1).moves
-        st = n1:http("POST", format("/v1/move/Seq/%d", shard), nil,
-                     { headers = { ["X-Moonshard-Token"] = c.admin_token } })
-        assert.are.equal(202, st)
-        helpers.wait_until(function()
-            local m = stats(n1).moves
-            return m.finished > after.finished or nil
-        end, 10, "a next move to finish")
+        assert.are.equal(202, move(shard))
+        moves_past("finished", after, "a next move to finish")
     end)
 
     it("survives the coordinator's death in the middle of a handoff",
@@ -304,9 +294,7 @@ describe("handoff", function()
         n3:signal(helpers.SIGSTOP)
         for _, s in ipairs(a.shards) do
             if s.owner == "n3" then
-                n1:http("POST", format("/v1/move/Seq/%d", s.shard), nil,
-                        { headers = { ["X-Moonshard-Token"] =
-                                          c.admin_token } })
+                assert.are.equal(202, move(s.shard))
             end
         end
         local gen_before = n4:allocations("Seq").generation
@@ -408,30 +396,7 @@ describe("handoff", function()
         -- A strategy pinning every shard to `target`, whose rebalance
         -- proposes every shard that lives elsewhere.
         local function pin(target)
-            return format([[
-local M = {}
-local methods = {}
-local mt = { __index = methods }
-local TARGET = %q
-function M.new() return setmetatable({ id = "pin" }, mt) end
-function methods:allocate(_, view)
-    for _, m in ipairs(view.members) do
-        if m.name == TARGET then return TARGET end
-    end
-    return nil, TARGET .. " is not a member"
-end
-function methods:rebalance(view)
-    local out = {}
-    for s = 0, view.shard_count - 1 do
-        if view.plan[s] and view.plan[s] ~= TARGET
-            and not view.in_progress[s] then
-            out[#out + 1] = s
-        end
-    end
-    return out
-end
-return M
-]], target)
+            return require("helpers.pin").source(target, true)
         end
 
         setup(function()

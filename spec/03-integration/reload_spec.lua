@@ -9,6 +9,7 @@
 -- file's size, and the watcher compares size and mtime in ns.
 
 local helpers = require "helpers.node"
+local pin_strategy = require "helpers.pin"
 
 local format = string.format
 local json = helpers.json
@@ -195,22 +196,8 @@ function M.migrate() error("cannot migrate") end]]))
         local next_id = 0
 
         -- The module pinning every shard to `target`.
-        local function pin(target)
-            return format([[
-local M = {}
-local methods = {}
-local mt = { __index = methods }
-local TARGET = %q
-function M.new() return setmetatable({ id = "pin" }, mt) end
-function methods:allocate(_, view)
-    for _, m in ipairs(view.members) do
-        if m.name == TARGET then return TARGET end
-    end
-    return nil, TARGET .. " is not a member"
-end
-function methods.rebalance(_, _) return {} end
-return M
-]], target)
+        local function pin(target, moves_others)
+            return pin_strategy.source(target, moves_others)
         end
 
         -- A new id whose shard has no owner yet.
@@ -292,15 +279,7 @@ do return "nobody" end
                 if sh.owner == "n1" then on_n1 = on_n1 + 1 end
             end
             assert.is_true(on_n1 >= 3)
-            edit(path, pin("n2"):gsub(
-                "function methods.rebalance%(_, _%) return {} end", [[
-function methods:rebalance(view)
-    local out = {}
-    for s = 0, view.shard_count - 1 do
-        if view.plan[s] and view.plan[s] ~= TARGET then out[#out + 1] = s end
-    end
-    return out
-end]]))
+            edit(path, pin("n2", true))
             wait_reload_lines(n1, "INFO", 3)
             local a = helpers.wait_until(function()
                 local now = n1:allocations("Pinned")
