@@ -53,6 +53,7 @@ struct pend {
 struct rshard {
     struct pend *head, *tail;
     uint32_t n;
+    uint32_t nheld;           /* of n: requests of other nodes held here */
     uint64_t alloc_sent_ms;
     /* handoff, region side: while hgen is set the shard is moving and
      * everything for it waits here, until a plan entry above hgen */
@@ -62,6 +63,7 @@ struct rshard {
     /* handoff, old owner side: a STOP came; requests are sent back */
     int stopping;
     uint64_t stop_hgen, stop_term, stop_coord;
+    int warned;               /* its overflow during this move was logged */
 };
 
 struct rtype {
@@ -298,18 +300,26 @@ static void request_alloc(struct ms_router *r, int type, uint32_t shard)
 static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
                   int op, int64_t corr, uint64_t deadline_ms,
                   const char *id, size_t idlen, const char *json, size_t len,
-                  int retries)
+                  int retries, uint64_t origin, uint64_t origin_corr)
 {
     struct rshard *s = rshard(r, type, shard);
     if (!s)
         return MS_ENOMEM;
-    if (s->n >= MS_ROUTE_BUFFER) {
+    /* this node's own sends and the requests other nodes sent here before
+     * this node knew it owns the shard have a bound each: the others'
+     * (their buffers flushed to the new owner) must not find the room
+     * taken by ours */
+    if (origin ? s->nheld >= MS_ROUTE_HOLD
+               : s->n - s->nheld >= MS_ROUTE_BUFFER) {
         r->st.buffer_overflows++;
         if (s->hgen) {
             r->st.handoff_overflows++;
-            ms_log(MS_LOG_WARN, NULL, "%s shard %u is moving and already "
-                   "holds %d messages: one more was refused (overflow)",
-                   tname(r, type), shard, MS_ROUTE_BUFFER);
+            if (!s->warned)
+                ms_log(MS_LOG_WARN, NULL, "%s shard %u is moving and "
+                       "already holds %d messages: more are refused "
+                       "(overflow, counted in handoff_overflows)",
+                       tname(r, type), shard, MS_ROUTE_BUFFER);
+            s->warned = 1;
         }
         return MS_EOVERFLOW;
     }
@@ -321,8 +331,10 @@ static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
     p->next = NULL;
     p->kind = kind;
     p->op = op;
-    p->origin = 0;
-    p->origin_corr = 0;
+    p->origin = origin;
+    p->origin_corr = origin_corr;
+    if (origin)
+        s->nheld++;
     p->corr = corr;
     p->deadline_ms = deadline_ms;
     p->idlen = (uint32_t)idlen;
@@ -443,7 +455,7 @@ static int route(struct ms_router *r, int kind, int op, int64_t corr,
                      idlen, json, len, retries) == 0)
         return 0;
     int rc = buffer(r, type, shard, kind, op, corr, deadline_ms, id,
-                    idlen, json, len, retries);
+                    idlen, json, len, retries, 0, 0);
     if (rc < 0) {
         if (kind == MS_FRAME_ASK)
             fail_ask(r, corr, rc, rc == MS_EOVERFLOW
@@ -594,6 +606,7 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
         if (!s->head)
             s->tail = NULL;
         s->n--;
+        s->nheld -= p->origin != 0;
         r->nbuffered--;
         free(p);
     }
@@ -645,6 +658,7 @@ static void on_sweep(uv_timer_t *t)
                 if (!s->head)
                     s->tail = NULL;
                 s->n--;
+                s->nheld -= p->origin != 0;
                 r->nbuffered--;
                 r->st.expired++;
                 if (p->origin && p->kind == MS_FRAME_ASK)
@@ -787,16 +801,18 @@ static void on_request(struct ms_router *r, uint64_t uid,
         int rc = buffer(r, type, shard, f->kind, op, 0,
                         now(r) + MS_ROUTE_TELL_DEADLINE_MS, f->id, f->id_len,
                         f->payload, f->payload_len,
-                        (f->flags & RETRY_MASK) >> RETRY_SHIFT);
+                        (f->flags & RETRY_MASK) >> RETRY_SHIFT, uid, f->corr);
         if (rc == 0) {
-            s = &r->types[type].shards[shard];
-            s->tail->origin = uid;
-            s->tail->origin_corr = f->corr;
             flush_shard(r, type, shard);
             return;
         }
+        r->st.expired++;
         if (f->kind == MS_FRAME_ASK)
             frame_error(r, uid, f->corr, rc, ms_strerror(rc));
+        else
+            ms_log(MS_LOG_WARN, NULL, "a tell for %s shard %u from another "
+                   "node was dropped: %s", tname(r, type), shard,
+                   ms_strerror(rc));
         return;
     }
     if (shard != f->shard || (s && s->stopping) ||
@@ -850,7 +866,7 @@ static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
     /* our plan is stale (or the owner's): wait for a newer one */
     int rc = buffer(r, type, shard, kind, op, corr,
                     now(r) + MS_ROUTE_TELL_DEADLINE_MS, f->id, f->id_len,
-                    f->payload, f->payload_len, retries);
+                    f->payload, f->payload_len, retries, 0, 0);
     if (rc < 0) {
         r->st.expired++;
         if (kind == MS_FRAME_ASK)
@@ -946,6 +962,7 @@ static void end_handoff(struct ms_router *r, int type,
         return;
     if (s->hgen && e->gen > s->hgen) {
         s->hgen = 0;
+        s->warned = 0;
         r->nblocked--;
     }
     if (s->stopping && e->gen > s->stop_hgen) {
@@ -1585,6 +1602,7 @@ void ms_router_close(struct ms_router *r)
             }
             rt->shards[s].tail = NULL;
             rt->shards[s].n = 0;
+            rt->shards[s].nheld = 0;
         }
     }
     r->nbuffered = 0;

@@ -23,6 +23,9 @@
 #include "cluster.h"
 
 #define MS_ROUTE_BUFFER 1024         /* waiting messages per shard */
+/* requests of other nodes held per shard until this node's plan catches
+ * up (their buffers, flushed to it as the new owner) */
+#define MS_ROUTE_HOLD 16384
 #define MS_ROUTE_TELL_DEADLINE_MS 10000 /* how long a tell may wait */
 
 struct ms_router;
