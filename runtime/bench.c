@@ -143,10 +143,13 @@ int ms_bench_main(int argc, char **argv)
     long nids = 100000, messages = 1000000, nasks = 500000;
     if (argc >= 1 && strcmp(argv[0], "cluster") == 0)
         return ms_bench_cluster_main(argc, argv);
+    if (argc >= 1 && strcmp(argv[0], "handoff") == 0)
+        return ms_bench_handoff_main(argc, argv);
     if (argc < 1 || strcmp(argv[0], "local") != 0) {
         fprintf(stderr, "usage: moonshard bench local [--ids N] "
                 "[--messages N]\n       moonshard bench cluster "
-                "[--seconds S] [--ids N]\n");
+                "[--seconds S] [--ids N]\n       moonshard bench handoff "
+                "[--entities N] [--shards S] [--callers C]\n");
         return 2;
     }
     for (int i = 1; i < argc; i++) {

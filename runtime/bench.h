@@ -5,12 +5,17 @@
 #ifndef MS_BENCH_H
 #define MS_BENCH_H
 
-/* Runs `moonshard bench local [--ids N] [--messages N]`; argv[0] is the
- * bench's name. Prints the figures; returns the exit code. */
+/* Runs `moonshard bench local [--ids N] [--messages N]`, or hands
+ * `cluster` and `handoff` to the functions below; argv[0] is the bench's
+ * name. Prints the figures; returns the exit code. */
 int ms_bench_main(int argc, char **argv);
 
 /* Runs `moonshard bench cluster [--seconds S] [--ids N]`; argv[0] is
  * "cluster". Prints the figures; returns the exit code. */
 int ms_bench_cluster_main(int argc, char **argv);
+
+/* Runs `moonshard bench handoff [--entities N] [--shards S] [--callers C]`;
+ * argv[0] is "handoff". Prints the figures; returns the exit code. */
+int ms_bench_handoff_main(int argc, char **argv);
 
 #endif
