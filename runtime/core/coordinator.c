@@ -1323,6 +1323,11 @@ static int run_rounds(struct ms_coord *c, uint64_t now_ms)
     c->reconcile = 0;
     if (!c->rebalance)
         return 0;
+    /* no voluntary moves while a member leaves: its shards move first,
+     * and a round would count it among the places to balance over */
+    for (size_t i = 0; i < c->nmembers; i++)
+        if (c->members[i].leaving)
+            return 0;
     c->mst.rounds++;
     for (int ti = 0; ti < c->ntypes; ti++) {
         int rc = round_type(c, ti, now_ms);

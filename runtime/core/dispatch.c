@@ -41,6 +41,7 @@ struct entity {
     struct msg *mb_head, *mb_tail;  /* mailbox */
     struct msg *cur;                /* being handled */
     struct entity *lprev, *lnext;   /* active list of its type */
+    struct entity *sprev, *snext;   /* entities of its shard */
     struct entity *rnext;           /* ready list */
     struct etimer *timers;          /* pending ctx:after timers */
     uint64_t last_ms;               /* end of its last message */
@@ -60,6 +61,7 @@ struct entity {
 
 struct shard {
     struct msg *head, *tail;
+    struct entity *ents;  /* its entities (a shard stop walks them) */
     struct shard *rnext;
     uint32_t pending;   /* accepted, not yet delivered: in this FIFO or in
                            the mailbox of one of its entities */
@@ -479,7 +481,12 @@ static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
     memcpy(e->id, id, idlen);
     d->slots[h] = e;
     d->gens[h]++;
-    d->types[type].shards[e->shard].nent++;
+    struct shard *sh = &d->types[type].shards[e->shard];
+    sh->nent++;
+    e->snext = sh->ents;
+    if (sh->ents)
+        sh->ents->sprev = e;
+    sh->ents = e;
     size_t j = mix(ekey(type, hash)) & d->emask;
     e->hnext = d->ebuckets[j];
     d->ebuckets[j] = e;
@@ -496,7 +503,14 @@ static void shard_check_stopped(struct ms_dispatch *d, uint32_t type,
 static void edestroy(struct ms_dispatch *d, struct entity *e)
 {
     list_del(d, e);
-    d->types[e->type].shards[e->shard].nent--;
+    struct shard *sh = &d->types[e->type].shards[e->shard];
+    sh->nent--;
+    if (e->sprev)
+        e->sprev->snext = e->snext;
+    else
+        sh->ents = e->snext;
+    if (e->snext)
+        e->snext->sprev = e->sprev;
     shard_check_stopped(d, e->type, e->shard);
     struct entity **pp = &d->ebuckets[mix(ekey(e->type, e->hash)) & d->emask];
     while (*pp != e)
@@ -1372,11 +1386,8 @@ static void shard_stop_msg(struct ms_dispatch *d, struct shard *sh,
         if (!mine)
             return; /* a stop that was called off */
         sh->stopping = 2;
-        for (struct entity *e = d->types[type].list_head, *n; e; e = n) {
-            n = e->lnext;
-            if (e->shard == shard)
-                entity_stopping(d, e);
-        }
+        for (struct entity *e = sh->ents; e; e = e->snext)
+            entity_stopping(d, e);
         shard_check_stopped(d, type, shard);
         return;
     }

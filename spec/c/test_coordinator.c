@@ -1317,6 +1317,13 @@ static void test_rebalance_rounds(void)
     ms_coord_move_stats(c, &st);
     CHECK(st.finished == 2 && st.in_progress == 0 && st.peak == 2);
     CHECK(regions_agree(c, "Counter"));
+    /* no round while a member leaves */
+    int calls = rb_calls;
+    ms_coord_member_leaving(c, N3, 1200);
+    ms_coord_reconcile(c);
+    CHECK(ms_coord_tick(c, 1300) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(rb_calls == calls);
     ms_coord_free(c);
 
     /* a failing callback is counted and noted, nothing moves */
