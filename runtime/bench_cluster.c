@@ -6,10 +6,8 @@
  * redis-benchmark INCR against a redis-server started on a free loopback
  * port.
  *
- * `moonshard bench handoff [--entities N] [--shards S] [--callers C]`:
- * how fast shards move through handoff when a third node joins and
- * leaves, without load and under a steady ask load, and what a move costs
- * the load (see the section "bench handoff" below).
+ * `moonshard bench handoff` is in bench_handoff.c; the helpers both use
+ * are declared in bench_cluster.h and defined here.
  *
  * The nodes (`moonshard node CONFIG --name nK`) run as child processes of
  * this one. The client talks HTTP/1.1 keep-alive to n1's gateway (libuv
@@ -20,6 +18,7 @@
  * files removed on every way out, Ctrl-C included.
  */
 #include "bench.h"
+#include "bench_cluster.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,19 +40,16 @@
 #include <uv.h>
 
 #define MAX_CALLERS 50
-#define NODE_WAIT_S 30     /* nodes Up and converged */
 #define OWNER_WAIT_S 30    /* finding ids owned by n2 */
 #define PHASE_GRACE_S 15   /* a phase may overrun its length by this much */
 #define HTTP_TIMEOUT_S 10  /* setup requests */
 #define STOP_WAIT_MS 3000  /* SIGTERM -> SIGKILL */
 #define SYNC_BODY_MAX (1024 * 1024)
 
-static const char ASK_BODY[] = "{\"type\":\"get\"}";
 static const char TELL_BODY[] = "{\"type\":\"incr\"}";
 
 /* ---- children and temporary files, cleaned up on every way out ------- */
 
-enum { CH_N1, CH_N2, CH_N3, CH_REDIS, CH_RBENCH, CH_COUNT };
 enum { F_CONFIG, F_LOG1, F_LOG2, F_LOG3, F_REDIS_LOG, F_COUNT };
 
 static volatile pid_t g_pid[CH_COUNT];
@@ -126,7 +122,7 @@ static void stop_children(const int *which, int n)
     }
 }
 
-static void cleanup_all(void)
+void ms__bench_cleanup_all(void)
 {
     int all[CH_COUNT];
     for (int i = 0; i < CH_COUNT; i++)
@@ -136,7 +132,7 @@ static void cleanup_all(void)
 }
 
 /* Whether a child has exited (and reaps it). */
-static int child_gone(int slot)
+int ms__bench_child_gone(int slot)
 {
     pid_t p = g_pid[slot];
     if (p <= 0)
@@ -227,7 +223,7 @@ static int on_path(const char *name)
 
 /* ---- sockets ----------------------------------------------------------- */
 
-static double now_s(void)
+double ms__bench_now_s(void)
 {
     return (double)uv_hrtime() / 1e9;
 }
@@ -336,8 +332,8 @@ static int sync_on_complete(http_parser *p)
  * response. Returns the HTTP status (the body, NUL-terminated, in *out,
  * to free) or -1.
  */
-static int http_call_as(int port, const char *token, const char *method,
-                        const char *path, const char *body, char **out)
+int ms__bench_http_call_as(int port, const char *token, const char *method,
+                           const char *path, const char *body, char **out)
 {
     char req[1024], buf[4096];
     size_t blen = body ? strlen(body) : 0;
@@ -386,15 +382,15 @@ static int http_call_as(int port, const char *token, const char *method,
     return (int)p.status_code;
 }
 
-/* http_call_as() without a token. */
-static int http_call(int port, const char *method, const char *path,
-                     const char *body, char **out)
+/* ms__bench_http_call_as() without a token. */
+int ms__bench_http_call(int port, const char *method, const char *path,
+                        const char *body, char **out)
 {
-    return http_call_as(port, NULL, method, path, body, out);
+    return ms__bench_http_call_as(port, NULL, method, path, body, out);
 }
 
 /* Counts occurrences of `needle` in `s`. */
-static int count_of(const char *s, const char *needle)
+int ms__bench_count_of(const char *s, const char *needle)
 {
     int n = 0;
     for (const char *p = s; (p = strstr(p, needle)) != NULL; p++)
@@ -403,7 +399,7 @@ static int count_of(const char *s, const char *needle)
 }
 
 /* The unsigned number after `"key":` in a JSON text, or -1. */
-static long long json_num(const char *s, const char *key)
+long long ms__bench_json_num(const char *s, const char *key)
 {
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\":", key);
@@ -412,30 +408,6 @@ static long long json_num(const char *s, const char *key)
 }
 
 /* ---- the measured client: libuv, one request in flight per caller ---- */
-
-struct reqs {
-    char **buf;
-    size_t *len;
-    int n;
-};
-
-struct phase;
-
-/* What a phase may do beyond "these requests, round robin, for S s". */
-struct phase_opts {
-    long limit;                 /* send this many requests, then stop
-                                   (0: no limit) */
-    atomic_int *stop;           /* the phase ends once it is set (or NULL);
-                                   another thread may set it */
-    int record;                 /* keep a sample of every answer */
-};
-
-/* One answer of a recorded phase. */
-struct sample {
-    uint64_t at_ns;             /* uv_hrtime() when it was complete */
-    uint32_t lat_us;
-    int status;
-};
 
 struct caller {
     uv_tcp_t tcp;
@@ -448,26 +420,7 @@ struct caller {
     char rbuf[4096];
 };
 
-struct phase {
-    uv_loop_t *loop;
-    const struct reqs *reqs;
-    int expect;                 /* 200 for asks, 202 for tells */
-    int ncallers, nconnected, nrunning;
-    int error;
-    char errmsg[200];
-    uint64_t t0, deadline, t_end;
-    long next, done, failed;
-    int bad_status;
-    uint64_t *lat;
-    size_t nlat, caplat;
-    struct phase_opts opt;
-    struct sample *smp;         /* in completion order, so sorted by time */
-    size_t nsmp, capsmp;
-    uv_timer_t guard;
-    struct caller *callers;
-};
-
-static http_parser_settings g_async_settings;
+http_parser_settings ms__bench_async_settings;
 
 static void phase_fail(struct phase *ph, const char *fmt, const char *why)
 {
@@ -523,7 +476,7 @@ static void caller_send(struct caller *c)
     }
 }
 
-static int async_on_complete(http_parser *p)
+int ms__bench_async_on_complete(http_parser *p)
 {
     struct caller *c = p->data;
     c->complete = (int)p->status_code;
@@ -578,7 +531,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         uv_read_stop(s);
         return;
     }
-    size_t used = http_parser_execute(&c->parser, &g_async_settings,
+    size_t used = http_parser_execute(&c->parser, &ms__bench_async_settings,
                                       buf->base, (size_t)nread);
     if (HTTP_PARSER_ERRNO(&c->parser) != HPE_OK || used != (size_t)nread) {
         phase_fail(ph, "bad HTTP response from n1: %s",
@@ -633,9 +586,9 @@ static void on_guard(uv_timer_t *t)
  * Fills ph (done, failed, latencies, samples, t0/t_end; the caller frees
  * ph->lat and ph->smp); returns 0, or -1 with ph->errmsg.
  */
-static int run_phase(struct phase *ph, uv_loop_t *loop, int http_port,
-                     const struct reqs *reqs, int expect, int ncallers,
-                     double seconds, const struct phase_opts *opt)
+int ms__bench_run_phase(struct phase *ph, uv_loop_t *loop, int http_port,
+                        const struct reqs *reqs, int expect, int ncallers,
+                        double seconds, const struct phase_opts *opt)
 {
     struct sockaddr_in addr;
     uv_ip4_addr("127.0.0.1", http_port, &addr);
@@ -692,14 +645,14 @@ static int run_phase(struct phase *ph, uv_loop_t *loop, int http_port,
     return ph->error ? -1 : 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
+int ms__bench_cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
 }
 
 /* Nearest-rank percentile q (0..1) of n sorted values, in ms. */
-static double pct_ms(const uint64_t *v, size_t n, double q)
+double ms__bench_pct_ms(const uint64_t *v, size_t n, double q)
 {
     if (n == 0)
         return 0;
@@ -723,9 +676,9 @@ static void phase_figures(struct phase *ph, struct figures *f)
     f->rate = s > 0 ? (double)ph->done / s : 0;
     f->done = ph->done;
     f->failed = ph->failed;
-    qsort(ph->lat, ph->nlat, sizeof *ph->lat, cmp_u64);
-    f->p50 = pct_ms(ph->lat, ph->nlat, 0.50);
-    f->p99 = pct_ms(ph->lat, ph->nlat, 0.99);
+    qsort(ph->lat, ph->nlat, sizeof *ph->lat, ms__bench_cmp_u64);
+    f->p50 = ms__bench_pct_ms(ph->lat, ph->nlat, 0.50);
+    f->p99 = ms__bench_pct_ms(ph->lat, ph->nlat, 0.99);
     free(ph->lat);
     ph->lat = NULL;
 }
@@ -757,10 +710,10 @@ static int resp_roundtrip(int fd, const char *cmd, size_t len, char *line,
 /* Waits until redis-server on `port` answers PING; 0 or -1. */
 static int wait_redis(int port)
 {
-    double until = now_s() + 10;
+    double until = ms__bench_now_s() + 10;
     char line[64];
-    while (now_s() < until) {
-        if (child_gone(CH_REDIS))
+    while (ms__bench_now_s() < until) {
+        if (ms__bench_child_gone(CH_REDIS))
             return -1;
         int fd = connect_local(port, 2);
         if (fd >= 0) {
@@ -923,15 +876,6 @@ static int redis_measure(int port, int clients, double seconds,
 
 /* ---- the cluster ------------------------------------------------------ */
 
-#define MAX_NODES 3
-
-struct cluster {
-    int nnodes;                 /* n1..nK in the config */
-    int listen[MAX_NODES], http[MAX_NODES];
-    char token[33];             /* the admin token (X-Moonshard-Token) */
-    char exe[PATH_MAX];
-};
-
 /* 32 random hex digits into out; 0 or -1. */
 static int random_hex(char out[33])
 {
@@ -949,8 +893,8 @@ static int random_hex(char out[33])
  * entities table and `extra` more top-level fields, each line ending in
  * ",\n" (or ""). Returns 0 or -1 with errno set.
  */
-static int write_config(struct cluster *cl, const char *entities,
-                        const char *extra)
+int ms__bench_write_config(struct cluster *cl, const char *entities,
+                           const char *extra)
 {
     char secret[33];
     if (random_hex(secret) < 0 || random_hex(cl->token) < 0) {
@@ -979,7 +923,7 @@ static int write_config(struct cluster *cl, const char *entities,
 }
 
 /* Starts node n<i+1> (a fresh log each time); 0 or -1 (said). */
-static int start_node(struct cluster *cl, int i)
+int ms__bench_start_node(struct cluster *cl, int i)
 {
     char name[16];
     snprintf(name, sizeof name, "n%d", i + 1);
@@ -994,7 +938,7 @@ static int start_node(struct cluster *cl, int i)
     return 0;
 }
 
-static void show_node_logs(const struct cluster *cl)
+void ms__bench_show_node_logs(const struct cluster *cl)
 {
     for (int i = 0; i < cl->nnodes; i++) {
         char name[16];
@@ -1005,22 +949,22 @@ static void show_node_logs(const struct cluster *cl)
 
 /* Waits until nodes n1..n<n> all list n Up members and say they
  * converged. */
-static int wait_up(struct cluster *cl, int n)
+int ms__bench_wait_up(struct cluster *cl, int n)
 {
-    double until = now_s() + NODE_WAIT_S;
-    while (now_s() < until) {
+    double until = ms__bench_now_s() + NODE_WAIT_S;
+    while (ms__bench_now_s() < until) {
         int ok = 0;
         for (int i = 0; i < n; i++) {
-            if (child_gone(CH_N1 + i)) {
+            if (ms__bench_child_gone(CH_N1 + i)) {
                 fprintf(stderr, "moonshard bench: node n%d exited while "
                         "starting\n", i + 1);
                 return -1;
             }
             char *body;
-            int st = http_call(cl->http[i], "GET", "/v1/members", NULL,
-                               &body);
+            int st = ms__bench_http_call(cl->http[i], "GET", "/v1/members",
+                                         NULL, &body);
             if (st == 200 && strstr(body, "\"converged\":true") &&
-                count_of(body, "\"status\":\"up\"") == n)
+                ms__bench_count_of(body, "\"status\":\"up\"") == n)
                 ok++;
             free(body);
         }
@@ -1039,7 +983,7 @@ static int owner_is_n2(struct cluster *cl, const char *id)
 {
     char path[128], *body;
     snprintf(path, sizeof path, "/v1/entities/Counter/%s/owner", id);
-    int st = http_call(cl->http[0], "GET", path, NULL, &body);
+    int st = ms__bench_http_call(cl->http[0], "GET", path, NULL, &body);
     int r = st != 200              ? -2
             : strstr(body, "\"owner\":\"n2\"") ? 1
             : strstr(body, "\"owner\":null")   ? -1
@@ -1051,9 +995,9 @@ static int owner_is_n2(struct cluster *cl, const char *id)
 /* Finds `n` ids whose owner is n2 (activating them through n1). */
 static int pick_ids(struct cluster *cl, char ids[][24], int n)
 {
-    double until = now_s() + OWNER_WAIT_S;
+    double until = ms__bench_now_s() + OWNER_WAIT_S;
     int have = 0;
-    for (long k = 1; have < n && now_s() < until; k++) {
+    for (long k = 1; have < n && ms__bench_now_s() < until; k++) {
         char *id = ids[have], path[128], *body;
         snprintf(id, 24, "bc-%ld", k);
         int o = owner_is_n2(cl, id);
@@ -1062,7 +1006,7 @@ static int pick_ids(struct cluster *cl, char ids[][24], int n)
         if (o == 0)
             continue;
         snprintf(path, sizeof path, "/v1/entities/Counter/%s/activate", id);
-        int st = http_call(cl->http[0], "POST", path, "", &body);
+        int st = ms__bench_http_call(cl->http[0], "POST", path, "", &body);
         free(body);
         if (st != 200)
             return -1;
@@ -1073,8 +1017,8 @@ static int pick_ids(struct cluster *cl, char ids[][24], int n)
     return have == n ? 0 : -1;
 }
 
-static int build_reqs(struct reqs *r, int http_port, char ids[][24], int n,
-                      const char *action, const char *body)
+int ms__bench_build_reqs(struct reqs *r, int http_port, char ids[][24],
+                         int n, const char *action, const char *body)
 {
     r->n = n;
     r->buf = calloc((size_t)n, sizeof *r->buf);
@@ -1097,7 +1041,7 @@ static int build_reqs(struct reqs *r, int http_port, char ids[][24], int n,
     return 0;
 }
 
-static void free_reqs(struct reqs *r)
+void ms__bench_free_reqs(struct reqs *r)
 {
     for (int i = 0; r->buf && i < r->n; i++)
         free(r->buf[i]);
@@ -1109,9 +1053,9 @@ static void free_reqs(struct reqs *r)
 static int n1_routes(struct cluster *cl, long long *remote, long long *local)
 {
     char *body;
-    int st = http_call(cl->http[0], "GET", "/v1/stats", NULL, &body);
-    *remote = st == 200 ? json_num(body, "remote_routes") : -1;
-    *local = st == 200 ? json_num(body, "local_routes") : -1;
+    int st = ms__bench_http_call(cl->http[0], "GET", "/v1/stats", NULL, &body);
+    *remote = st == 200 ? ms__bench_json_num(body, "remote_routes") : -1;
+    *local = st == 200 ? ms__bench_json_num(body, "local_routes") : -1;
     free(body);
     return *remote >= 0 ? 0 : -1;
 }
@@ -1123,8 +1067,9 @@ static long long counter_sum(struct cluster *cl, char ids[][24], int n)
     for (int i = 0; i < n; i++) {
         char path[128], *body;
         snprintf(path, sizeof path, "/v1/entities/Counter/%s/ask", ids[i]);
-        int st = http_call(cl->http[0], "POST", path, ASK_BODY, &body);
-        long long v = st == 200 ? json_num(body, "value") : -1;
+        int st = ms__bench_http_call(cl->http[0], "POST", path, ASK_BODY,
+                                     &body);
+        long long v = st == 200 ? ms__bench_json_num(body, "value") : -1;
         free(body);
         if (v < 0)
             return -1;
@@ -1138,7 +1083,7 @@ static long long counter_sum(struct cluster *cl, char ids[][24], int n)
  * *spare), installs the signal handlers and makes the temporary folder
  * with the names of its files. Returns 0 or -1 (said).
  */
-static int cluster_init(struct cluster *cl, int nnodes, int *spare)
+int ms__bench_cluster_init(struct cluster *cl, int nnodes, int *spare)
 {
     int ports[2 * MAX_NODES + 1];
     memset(cl, 0, sizeof *cl);
@@ -1216,16 +1161,18 @@ static int bench_nodes(struct cluster *cl, char ids[][24], int nids,
     uv_loop_t *loop = uv_default_loop();
     long long rem0, loc0, rem1, loc1;
 
-    if (write_config(cl, "        Counter = { module = \"counter\","
-                         " shard_count = 64,\n"
-                         "                    idle_timeout = false },\n",
-                     "") < 0) {
+    if (ms__bench_write_config(cl, "        Counter = { module = \"counter\","
+                                   " shard_count = 64,\n"
+                                   "                    idle_timeout = false"
+                                   " },\n",
+                               "") < 0) {
         perror("moonshard bench: cannot write the cluster config");
         return -1;
     }
     fprintf(stderr, "moonshard bench cluster: starting n1 and n2 ...\n");
-    if (start_node(cl, 0) < 0 || start_node(cl, 1) < 0 || wait_up(cl, 2) < 0) {
-        show_node_logs(cl);
+    if (ms__bench_start_node(cl, 0) < 0 || ms__bench_start_node(cl, 1) < 0 ||
+        ms__bench_wait_up(cl, 2) < 0) {
+        ms__bench_show_node_logs(cl);
         return -1;
     }
     fprintf(stderr, "moonshard bench cluster: Up; picking %d ids owned by "
@@ -1233,11 +1180,13 @@ static int bench_nodes(struct cluster *cl, char ids[][24], int nids,
     if (pick_ids(cl, ids, nids) < 0) {
         fprintf(stderr, "moonshard bench: could not find %d ids owned by n2 "
                 "within %d s\n", nids, OWNER_WAIT_S);
-        show_node_logs(cl);
+        ms__bench_show_node_logs(cl);
         return -1;
     }
-    if (build_reqs(asks, cl->http[0], ids, nids, "ask", ASK_BODY) < 0 ||
-        build_reqs(tells, cl->http[0], ids, nids, "tell", TELL_BODY) < 0) {
+    if (ms__bench_build_reqs(asks, cl->http[0], ids, nids, "ask",
+                             ASK_BODY) < 0 ||
+        ms__bench_build_reqs(tells, cl->http[0], ids, nids, "tell",
+                             TELL_BODY) < 0) {
         fprintf(stderr, "moonshard bench: out of memory\n");
         return -1;
     }
@@ -1258,18 +1207,19 @@ static int bench_nodes(struct cluster *cl, char ids[][24], int nids,
         {"tells, 50 callers", tells, 202, MAX_CALLERS, &res->tell50},
     };
     long measured = 0, failed = 0, tells_ok = 0;
-    g_async_settings.on_message_complete = async_on_complete;
+    ms__bench_async_settings.on_message_complete = ms__bench_async_on_complete;
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
         struct phase ph;
         struct figures *f = plan[i].f;
         fprintf(stderr, "moonshard bench cluster: %s (%.1f s) ...\n",
                 plan[i].name, seconds);
-        if (run_phase(&ph, loop, cl->http[0], plan[i].r, plan[i].expect,
-                      plan[i].callers, seconds, NULL) < 0) {
+        if (ms__bench_run_phase(&ph, loop, cl->http[0], plan[i].r,
+                                plan[i].expect, plan[i].callers, seconds,
+                                NULL) < 0) {
             fprintf(stderr, "moonshard bench: %s: %s\n", plan[i].name,
                     ph.errmsg);
             free(ph.lat);
-            show_node_logs(cl);
+            ms__bench_show_node_logs(cl);
             return -1;
         }
         phase_figures(&ph, f);
@@ -1395,7 +1345,7 @@ int ms_bench_cluster_main(int argc, char **argv)
 
     struct cluster cl;
     int redis_port;
-    if (cluster_init(&cl, 2, &redis_port) < 0)
+    if (ms__bench_cluster_init(&cl, 2, &redis_port) < 0)
         return 1;
 
     char (*ids)[24] = calloc((size_t)nids, sizeof *ids);
@@ -1413,565 +1363,9 @@ int ms_bench_cluster_main(int argc, char **argv)
     if (rc >= 0 && bench_redis(redis_port, seconds, &res) < 0)
         rc = -1;
     fflush(stdout);
-    cleanup_all();
-    free_reqs(&asks);
-    free_reqs(&tells);
-    free(ids);
-    return rc != 0 ? 1 : 0;
-}
-
-/* ---- bench handoff ----------------------------------------------------- */
-
-/*
- * n1 and n2 own the shards of Counter and N active entities; n3 is in the
- * config but not started. Then n3 joins (no load), n3 leaves (no load),
- * and n3 joins again under a steady ask load from C callers to n1. A join
- * is timed from n3 Up (as n1 lists it) to a balanced plan, a leave from
- * the leave request to n3 exited and the plan balanced. Balanced: the
- * shards the nodes own add up to the allocated shards, n3 owns at least a
- * third of them (rounded down; none once it left), and no move or
- * handoff is in progress anywhere. Stats are polled every POLL_MS, also
- * during the steady load, so that every window pays the same polling.
- */
-
-#define HANDOFF_MAX_CALLERS 500
-#define MOVE_WAIT_S 60  /* to balanced; handoff_timeout is 10 s */
-#define POLL_MS 10
-#define WARMUP_S 0.5    /* load before the steady window */
-#define STEADY_S 3.0
-#define AFTER_S 1.0     /* load after the move, for the rate on 3 nodes */
-#define SLICE_MS 100    /* the worst slice of the move window */
-#define MAX_CODES 8
-
-/* What a node's /v1/stats says about shards and moves; the moves fields
- * are the coordinator's (n1's). */
-struct nstats {
-    long long owned, handoffs, passivations, active;
-    long long in_progress, peak, finished, aborted;
-};
-
-/* n1..n<n>'s stats at one time. */
-struct snap {
-    struct nstats n[MAX_NODES];
-};
-
-/* One measured move. Times are uv_hrtime(). */
-struct move {
-    uint64_t t_start;           /* n3 spawned, or leave requested */
-    uint64_t t_up;              /* join: n1 lists n3 Up */
-    uint64_t t_moved;           /* leave: n1 and n2 own every shard */
-    uint64_t t_exit;            /* leave: n3 exited */
-    uint64_t t_done;            /* balanced (and n3 exited) */
-    long long shards, aborted, passivated;
-    char err[200];
-};
-
-static int read_stats(const struct cluster *cl, int i, struct nstats *st)
-{
-    char *body;
-    int rc = http_call(cl->http[i], "GET", "/v1/stats", NULL, &body);
-    if (rc == 200) {
-        const char *m = strstr(body, "\"moves\":{");
-        st->owned = json_num(body, "owned_shards");
-        st->handoffs = json_num(body, "handoffs_in_progress");
-        st->passivations = json_num(body, "passivations");
-        st->active = json_num(body, "active_entities");
-        st->in_progress = json_num(m, "in_progress");
-        st->peak = json_num(m, "peak");
-        st->finished = json_num(m, "finished");
-        st->aborted = json_num(m, "aborted");
-    }
-    free(body);
-    return rc == 200 && st->owned >= 0 && st->handoffs >= 0 &&
-                   st->passivations >= 0 && st->active >= 0
-               ? 0
-               : -1;
-}
-
-/* Reads the stats of n1..n<n>; 0 or -1. */
-static int take_snap(const struct cluster *cl, int n, struct snap *s)
-{
-    for (int i = 0; i < n; i++)
-        if (read_stats(cl, i, &s->n[i]) < 0)
-            return -1;
-    return 0;
-}
-
-/* Whether n1 lists n3 as Up. */
-static int n3_up(const struct cluster *cl)
-{
-    char *body;
-    int up = 0;
-    if (http_call(cl->http[0], "GET", "/v1/members", NULL, &body) == 200) {
-        const char *p = strstr(body, "\"name\":\"n3\"");
-        const char *end = p ? strchr(p, '}') : NULL;
-        const char *st = p ? strstr(p, "\"status\":\"up\"") : NULL;
-        up = st && end && st < end;
-    }
-    free(body);
-    return up;
-}
-
-/* Whether the plan of n1..n<n> is balanced over `alloc` allocated shards
- * (see above); fills s. */
-static int balanced(const struct cluster *cl, int n, long long alloc,
-                    struct snap *s)
-{
-    long long owned = 0;
-    if (take_snap(cl, n, s) < 0 || s->n[0].in_progress != 0)
-        return 0;
-    for (int i = 0; i < n; i++) {
-        if (s->n[i].handoffs != 0)
-            return 0;
-        owned += s->n[i].owned;
-    }
-    return owned == alloc && (n < 3 || s->n[2].owned >= alloc / 3);
-}
-
-/* Shards of Counter that have an owner, as n1 sees it, or -1. */
-static long long allocated_shards(const struct cluster *cl)
-{
-    char *body;
-    int st = http_call(cl->http[0], "GET", "/v1/allocations/Counter", NULL,
-                       &body);
-    long long n = st == 200 ? count_of(body, "\"owner\":\"") : -1;
-    free(body);
-    return n;
-}
-
-static int move_fail(struct move *m, const char *why)
-{
-    snprintf(m->err, sizeof m->err, "%s", why);
-    return -1;
-}
-
-static int should_stop(atomic_int *abort)
-{
-    return abort && atomic_load(abort);
-}
-
-/*
- * Starts n3, waits until n1 lists it Up, then until the plan is balanced
- * over `alloc` shards on three nodes, or until *abort is set (abort may
- * be NULL). Fills m; returns 0 or -1 with m->err.
- */
-static int join_n3(struct cluster *cl, long long alloc, atomic_int *abort,
-                   struct move *m)
-{
-    struct snap before, after;
-    memset(m, 0, sizeof *m);
-    if (take_snap(cl, 2, &before) < 0)
-        return move_fail(m, "cannot read the stats of n1 and n2");
-    m->t_start = uv_hrtime();
-    if (start_node(cl, 2) < 0)
-        return move_fail(m, "cannot start n3");
-    double until = now_s() + NODE_WAIT_S;
-    while (!n3_up(cl)) {
-        if (child_gone(CH_N3))
-            return move_fail(m, "n3 exited while joining");
-        if (now_s() > until)
-            return move_fail(m, "n1 did not list n3 as Up within 30 s");
-        if (should_stop(abort))
-            return move_fail(m, "stopped");
-        usleep(POLL_MS * 1000);
-    }
-    m->t_up = uv_hrtime();
-    until = now_s() + MOVE_WAIT_S;
-    while (!balanced(cl, 3, alloc, &after)) {
-        if (child_gone(CH_N3))
-            return move_fail(m, "n3 exited while shards moved to it");
-        if (now_s() > until)
-            return move_fail(m, "the plan was not balanced within 60 s");
-        if (should_stop(abort))
-            return move_fail(m, "stopped");
-        usleep(POLL_MS * 1000);
-    }
-    m->t_done = uv_hrtime();
-    m->shards = after.n[0].finished - before.n[0].finished;
-    m->aborted = after.n[0].aborted - before.n[0].aborted;
-    m->passivated = after.n[0].passivations + after.n[1].passivations -
-                    before.n[0].passivations - before.n[1].passivations;
-    return 0;
-}
-
-/* Asks n3 to leave (admin token) and waits until it exited and the plan
- * is balanced over `alloc` shards on n1 and n2. Fills m (passivated: the
- * entities n3 had active, and those n1 and n2 passivated meanwhile);
- * returns 0 or -1 with m->err. */
-static int leave_n3(struct cluster *cl, long long alloc, struct move *m)
-{
-    struct snap before, after;
-    char *body;
-    memset(m, 0, sizeof *m);
-    if (take_snap(cl, 3, &before) < 0)
-        return move_fail(m, "cannot read the stats of n1, n2 and n3");
-    m->t_start = uv_hrtime();
-    int st = http_call_as(cl->http[2], cl->token, "POST", "/v1/leave", "",
-                          &body);
-    free(body);
-    if (st != 202)
-        return move_fail(m, "n3 did not accept POST /v1/leave");
-    double until = now_s() + MOVE_WAIT_S;
-    for (;;) {
-        if (!m->t_exit && child_gone(CH_N3))
-            m->t_exit = uv_hrtime();
-        int ok = balanced(cl, 2, alloc, &after);
-        if (ok && !m->t_moved)
-            m->t_moved = uv_hrtime();
-        if (ok && m->t_exit)
-            break;
-        if (now_s() > until)
-            return move_fail(m, "n3 did not exit with its shards moved "
-                             "within 60 s");
-        usleep(POLL_MS * 1000);
-    }
-    m->t_done = uv_hrtime();
-    m->shards = after.n[0].finished - before.n[0].finished;
-    m->aborted = after.n[0].aborted - before.n[0].aborted;
-    m->passivated = before.n[2].active + after.n[0].passivations +
-                    after.n[1].passivations - before.n[0].passivations -
-                    before.n[1].passivations;
-    return 0;
-}
-
-/* The thread that, while the main thread drives the load, waits out the
- * warm-up and the steady window (polling like during the move), makes n3
- * join, waits AFTER_S more, then ends the load. */
-struct load_join {
-    struct cluster *cl;
-    long long alloc;
-    atomic_int stop;            /* set here: the load ends */
-    atomic_int abort;           /* set by the main thread: give up */
-    struct move m;
-    int rc;
-};
-
-static void load_join_thread(void *arg)
-{
-    struct load_join *lj = arg;
-    struct snap s;
-    double at = now_s() + WARMUP_S + STEADY_S;
-    while (now_s() < at && !should_stop(&lj->abort)) {
-        take_snap(lj->cl, 2, &s);
-        usleep(POLL_MS * 1000);
-    }
-    lj->rc = should_stop(&lj->abort)
-                 ? move_fail(&lj->m, "stopped")
-                 : join_n3(lj->cl, lj->alloc, &lj->abort, &lj->m);
-    at = now_s() + AFTER_S;
-    while (lj->rc == 0 && now_s() < at && !should_stop(&lj->abort)) {
-        take_snap(lj->cl, 3, &s);
-        usleep(POLL_MS * 1000);
-    }
-    atomic_store(&lj->stop, 1);
-}
-
-/* The answers of a recorded phase completed within [from, to). */
-struct window {
-    double seconds, rate, p50, p99, max;
-    double worst;               /* rate of the worst SLICE_MS, or -1 */
-    long done, bad;
-    int ncodes, code[MAX_CODES];
-    long count[MAX_CODES];
-};
-
-static void window_figures(const struct phase *ph, uint64_t from,
-                           uint64_t to, struct window *w)
-{
-    memset(w, 0, sizeof *w);
-    w->seconds = (double)(to - from) / 1e9;
-    w->worst = -1;
-    size_t a = 0, b;
-    while (a < ph->nsmp && ph->smp[a].at_ns < from)
-        a++;
-    for (b = a; b < ph->nsmp && ph->smp[b].at_ns < to; b++) {
-        int st = ph->smp[b].status, k;
-        if (st == 200)
-            continue;
-        w->bad++;
-        for (k = 0; k < w->ncodes && w->code[k] != st; k++)
-            ;
-        if (k == w->ncodes && k < MAX_CODES)
-            w->code[w->ncodes++] = st;
-        if (k < MAX_CODES)
-            w->count[k]++;
-    }
-    w->done = (long)(b - a);
-    w->rate = w->seconds > 0 ? (double)w->done / w->seconds : 0;
-    uint64_t *lat = malloc((b - a + 1) * sizeof *lat);
-    if (lat) {
-        for (size_t i = a; i < b; i++)
-            lat[i - a] = (uint64_t)ph->smp[i].lat_us * 1000;
-        qsort(lat, b - a, sizeof *lat, cmp_u64);
-        w->p50 = pct_ms(lat, b - a, 0.50);
-        w->p99 = pct_ms(lat, b - a, 0.99);
-        w->max = pct_ms(lat, b - a, 1.0);
-        free(lat);
-    }
-    uint64_t slice = (uint64_t)SLICE_MS * 1000000;
-    for (uint64_t t = from; t + slice <= to; t += slice) {
-        long n = 0;
-        for (size_t i = a; i < b; i++)
-            n += ph->smp[i].at_ns >= t && ph->smp[i].at_ns < t + slice;
-        double r = (double)n * 1000 / SLICE_MS;
-        if (w->worst < 0 || r < w->worst)
-            w->worst = r;
-    }
-}
-
-static void print_window(const char *what, const struct window *w)
-{
-    char label[96], bad[160] = "none";
-    size_t n = 0;
-    snprintf(label, sizeof label, "%s (%.2f s)", what, w->seconds);
-    for (int k = 0; k < w->ncodes && n < sizeof bad; k++)
-        n += (size_t)snprintf(bad + n, sizeof bad - n, "%s%d x%ld",
-                              k ? ", " : "", w->code[k], w->count[k]);
-    if (w->bad > 0 && w->ncodes == 0)
-        snprintf(bad, sizeof bad, "%ld", w->bad);
-    printf("  %-36s %8.0f %7.2f %8.2f %8.1f  %s\n", label, w->rate, w->p50,
-           w->p99, w->max, bad);
-}
-
-static void print_move(const char *what, const char *load,
-                       const struct move *m)
-{
-    uint64_t from = m->t_up ? m->t_up : m->t_start;
-    double ms = (double)(m->t_done - from) / 1e6;
-    printf("  %-12s %-12s %7lld %8lld %11lld %9.0f %9.1f\n", what, load,
-           m->shards, m->aborted, m->passivated, ms,
-           ms > 0 ? (double)m->shards * 1000 / ms : 0);
-}
-
-/* Sends `activate` to every id through n1 with `callers` callers, then
- * checks that n1 and n2 hold `n` active entities. Returns the seconds it
- * took, or -1 (said). */
-static double activate_all(struct cluster *cl, const struct reqs *act,
-                           long n, int callers, struct snap *s)
-{
-    struct phase ph;
-    struct phase_opts opt = {n, NULL, 0};
-    if (run_phase(&ph, uv_default_loop(), cl->http[0], act, 200, callers,
-                  (double)n / 1000 + 60, &opt) < 0 || ph.failed) {
-        fprintf(stderr, "moonshard bench: activation: %s (%ld of %ld "
-                "failed, first status %d)\n", ph.errmsg, ph.failed, ph.done,
-                ph.bad_status);
-        free(ph.lat);
-        return -1;
-    }
-    free(ph.lat);
-    double until = now_s() + 5;
-    while (take_snap(cl, 2, s) == 0 && s->n[0].active + s->n[1].active != n &&
-           now_s() < until)
-        usleep(50000);
-    if (s->n[0].active + s->n[1].active != n) {
-        fprintf(stderr, "moonshard bench: after activating %ld entities, "
-                "n1 and n2 hold %lld + %lld\n", n, s->n[0].active,
-                s->n[1].active);
-        return -1;
-    }
-    return (double)(ph.t_end - ph.t0) / 1e9;
-}
-
-struct handoff_args {
-    long entities;
-    int shards, callers;
-};
-
-/* Everything `bench handoff` does after the set-up; prints the figures.
- * Returns 0, or -1 on an error (said). */
-static int bench_handoff(struct cluster *cl, const struct handoff_args *a,
-                         char ids[][24], struct reqs *act, struct reqs *asks)
-{
-    char entities[512];
-    snprintf(entities, sizeof entities,
-             "        Counter = { module = \"counter\", shard_count = %d,\n"
-             "                    idle_timeout = 3600,\n"
-             "                    allocation = require(\"moonshard.strategy"
-             "\").least_loaded{\n"
-             "                        absolute_limit = 1000,"
-             " relative_limit = 1.0 } },\n", a->shards);
-    if (write_config(cl, entities, "    rebalance_interval = 0.2,\n"
-                                   "    handoff_timeout = 10,\n") < 0) {
-        perror("moonshard bench: cannot write the cluster config");
-        return -1;
-    }
-    fprintf(stderr, "moonshard bench handoff: starting n1 and n2 ...\n");
-    if (start_node(cl, 0) < 0 || start_node(cl, 1) < 0 || wait_up(cl, 2) < 0)
-        return -1;
-    if (build_reqs(act, cl->http[0], ids, (int)a->entities, "activate", "") <
-            0 ||
-        build_reqs(asks, cl->http[0], ids, (int)a->entities, "ask",
-                   ASK_BODY) < 0) {
-        fprintf(stderr, "moonshard bench: out of memory\n");
-        return -1;
-    }
-    fprintf(stderr, "moonshard bench handoff: activating %ld entities ...\n",
-            a->entities);
-    g_async_settings.on_message_complete = async_on_complete;
-    struct snap act_snap;
-    double act_s = activate_all(cl, act, a->entities, a->callers, &act_snap);
-    long long alloc = allocated_shards(cl);
-    if (act_s < 0 || alloc <= 0)
-        return -1;
-
-    struct move join, leave;
-    fprintf(stderr, "moonshard bench handoff: n3 joins, no load ...\n");
-    if (join_n3(cl, alloc, NULL, &join) < 0) {
-        fprintf(stderr, "moonshard bench: join: %s\n", join.err);
-        return -1;
-    }
-    fprintf(stderr, "moonshard bench handoff: n3 leaves, no load ...\n");
-    if (leave_n3(cl, alloc, &leave) < 0) {
-        fprintf(stderr, "moonshard bench: leave: %s\n", leave.err);
-        return -1;
-    }
-    /* entities of the shards that went to n3 passivated; activate them
-     * again so that the steady load does not pay their activation */
-    struct snap re;
-    fprintf(stderr, "moonshard bench handoff: activating again ...\n");
-    if (activate_all(cl, act, a->entities, a->callers, &re) < 0)
-        return -1;
-
-    fprintf(stderr, "moonshard bench handoff: asks from %d callers, "
-            "%.1f s steady, then n3 joins ...\n", a->callers, STEADY_S);
-    struct load_join lj;
-    memset(&lj, 0, sizeof lj);
-    lj.cl = cl;
-    lj.alloc = alloc;
-    uv_thread_t tid;
-    if (uv_thread_create(&tid, load_join_thread, &lj) != 0) {
-        fprintf(stderr, "moonshard bench: cannot start a thread\n");
-        return -1;
-    }
-    struct phase ph;
-    struct phase_opts opt = {0, &lj.stop, 1};
-    int prc = run_phase(&ph, uv_default_loop(), cl->http[0], asks, 200,
-                        a->callers, WARMUP_S + STEADY_S + NODE_WAIT_S +
-                        MOVE_WAIT_S + AFTER_S, &opt);
-    atomic_store(&lj.abort, 1);
-    uv_thread_join(&tid);
-    free(ph.lat);
-    if (prc < 0 || lj.rc < 0) {
-        fprintf(stderr, "moonshard bench: join under load: %s\n",
-                prc < 0 ? ph.errmsg : lj.m.err);
-        free(ph.smp);
-        return -1;
-    }
-    struct move *lm = &lj.m;
-    struct window steady, joining, moving, after;
-    uint64_t s0 = ph.t0 + (uint64_t)(WARMUP_S * 1e9);
-    window_figures(&ph, s0, lm->t_start, &steady);
-    window_figures(&ph, lm->t_start, lm->t_up, &joining);
-    window_figures(&ph, lm->t_up, lm->t_done, &moving);
-    window_figures(&ph, lm->t_done, lm->t_done + (uint64_t)(AFTER_S * 1e9),
-                   &after);
-    free(ph.smp);
-    struct snap end;
-    long long peak = take_snap(cl, 1, &end) == 0 ? end.n[0].peak : -1;
-
-    printf("moonshard bench handoff: n1 + n2, then n3 joins, leaves and "
-           "joins under load\n"
-           "  Counter, %d shards (%lld allocated), %ld entities; "
-           "least_loaded (absolute_limit 1000,\n"
-           "  relative_limit 1.0), rebalance_interval 0.2 s, "
-           "handoff_timeout 10 s; 127.0.0.1\n"
-           "  activation through n1, %d callers: %.2f s (%.0f/s); active: "
-           "n1 %lld + n2 %lld\n\n",
-           a->shards, alloc, a->entities, a->callers, act_s,
-           (double)a->entities / act_s, act_snap.n[0].active,
-           act_snap.n[1].active);
-    char load[32];
-    snprintf(load, sizeof load, "%d callers", a->callers);
-    printf("  %-12s %-12s %7s %8s %11s %9s %9s\n", "move", "load", "shards",
-           "aborted", "passivated", "time ms", "shards/s");
-    print_move("n3 joins", "none", &join);
-    print_move("n3 leaves", "none", &leave);
-    print_move("n3 joins", load, lm);
-    printf("  join: from n3 Up (as n1 lists it; %.0f and %.0f ms after its "
-           "start) to balanced.\n"
-           "  leave: from POST /v1/leave to n3 exited and balanced; n1 and "
-           "n2 owned every\n"
-           "  shard after %.0f ms, n3 exited after %.0f ms. passivated: "
-           "entities the old\n"
-           "  owners passivated (a leaving n3 passivates all it has). "
-           "Peak concurrent moves: %lld\n\n",
-           (double)(join.t_up - join.t_start) / 1e6,
-           (double)(lm->t_up - lm->t_start) / 1e6,
-           (double)(leave.t_moved - leave.t_start) / 1e6,
-           (double)(leave.t_exit - leave.t_start) / 1e6, peak);
-    printf("  %-36s %8s %7s %8s %8s  %s\n", "asks to n1, all ids", "asks/s",
-           "p50 ms", "p99 ms", "max ms", "non-200");
-    print_window("steady, 2 nodes", &steady);
-    print_window("n3 starting, until Up", &joining);
-    print_window("the move, Up to balanced", &moving);
-    print_window("after the move, 3 nodes", &after);
-    printf("\n  throughput during the move / steady: %.2f\n",
-           steady.rate > 0 ? moving.rate / steady.rate : 0);
-    if (moving.worst >= 0)
-        printf("  worst %d ms of the move / steady:    %.2f\n", SLICE_MS,
-               steady.rate > 0 ? moving.worst / steady.rate : 0);
-    else
-        printf("  (the move was shorter than %d ms: no worst slice)\n",
-               SLICE_MS);
-    fflush(stdout);
-    return 0;
-}
-
-static int handoff_usage(void)
-{
-    fprintf(stderr, "usage: moonshard bench handoff [--entities N] "
-            "[--shards S] [--callers C]\n");
-    return 2;
-}
-
-/*
- * `moonshard bench handoff [--entities N] [--shards S] [--callers C]`;
- * argv[0] is "handoff". Measures shard moves when n3 joins and leaves a
- * cluster of n1 and n2, without load and under load, and prints them.
- * Returns the exit code: 0, or 1 when a step or check failed.
- */
-int ms_bench_handoff_main(int argc, char **argv)
-{
-    struct handoff_args a = {100000, 256, 50};
-    for (int i = 1; i < argc; i++) {
-        char *end;
-        long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-        int ok = i + 1 < argc && *end == 0;
-        if (strcmp(argv[i], "--entities") == 0 && ok && v >= 1 &&
-            v <= 10000000)
-            a.entities = v;
-        else if (strcmp(argv[i], "--shards") == 0 && ok && v >= 3 &&
-                 v <= 65536)
-            a.shards = (int)v;
-        else if (strcmp(argv[i], "--callers") == 0 && ok && v >= 1 &&
-                 v <= HANDOFF_MAX_CALLERS)
-            a.callers = (int)v;
-        else
-            return handoff_usage();
-        i++;
-    }
-
-    struct cluster cl;
-    int spare;
-    if (cluster_init(&cl, 3, &spare) < 0)
-        return 1;
-    char (*ids)[24] = calloc((size_t)a.entities, sizeof *ids);
-    struct reqs act = {NULL, NULL, 0}, asks = {NULL, NULL, 0};
-    int rc = -1;
-    if (ids) {
-        for (long i = 0; i < a.entities; i++)
-            snprintf(ids[i], sizeof ids[i], "h%ld", i + 1);
-        rc = bench_handoff(&cl, &a, ids, &act, &asks);
-        if (rc < 0)
-            show_node_logs(&cl);
-    } else {
-        fprintf(stderr, "moonshard bench: out of memory\n");
-    }
-    fflush(stdout);
-    cleanup_all();
-    free_reqs(&act);
-    free_reqs(&asks);
+    ms__bench_cleanup_all();
+    ms__bench_free_reqs(&asks);
+    ms__bench_free_reqs(&tells);
     free(ids);
     return rc != 0 ? 1 : 0;
 }

@@ -1192,9 +1192,7 @@ static int expire_moves(struct ms_coord *c, uint64_t now_ms)
     return 0;
 }
 
-#define RESEND_MS 1000 /* a move's HANDOFF or STOP goes out again */
-
-/* Sends again what a move waits for, every RESEND_MS: the HANDOFF to the
+/* Sends again what a move waits for, every MS_COORD_RESEND_MS: the HANDOFF to the
  * regions (one whose fence got lost, say on a connection that was not up
  * yet, fences again; the others' repeats are ignored) or the STOP to the
  * old owner. Repeats are harmless: a region re-fences, an old owner that
@@ -1215,7 +1213,7 @@ static int resend_moves(struct ms_coord *c, uint64_t now_ms)
                 for (size_t i = 0; i < c->nmoves; i++) {
                     struct move *mv = &c->moves[i];
                     if (mv->ti != ti || mv->phase != phase ||
-                        now_ms - mv->sent_ms < RESEND_MS ||
+                        now_ms - mv->sent_ms < MS_COORD_RESEND_MS ||
                         (phase == STOPPING && to && mv->from != to))
                         continue;
                     to = mv->from;

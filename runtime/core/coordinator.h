@@ -60,7 +60,7 @@
  *   to the old owner, which drains and passivates the shard and answers
  *   STOPPED; then the allocate callback places the shard and the new
  *   owner is published at a generation above H, which ends every region's
- *   buffering. HANDOFF and STOP are repeated every second until answered.
+ *   buffering. HANDOFF and STOP are repeated every MS_COORD_RESEND_MS until answered.
  *   A move not done within handoff_timeout_ms is rolled back: the old
  *   owner is published again at a new generation (its stop, if begun, is
  *   called off). A new coordinator knows no moves: its publish, above
@@ -88,6 +88,9 @@
 #define MS_COORD_VIEW_TIMEOUT_MS 3000 /* default of view_timeout_ms */
 #define MS_COORD_HANDOFF_TIMEOUT_MS 10000 /* default of handoff_timeout_ms */
 #define MS_COORD_REBALANCE_MS 10000 /* default of rebalance_interval_ms */
+/* A move's HANDOFF (or STOP) goes out again after this long unanswered:
+ * a fence lost on a connection that was not up yet costs at most this. */
+#define MS_COORD_RESEND_MS 250
 
 /* A member that can host the type, as the allocation strategy sees it. */
 struct ms_coord_host {

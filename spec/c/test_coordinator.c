@@ -1169,7 +1169,7 @@ static void test_move_deadline(void)
     CHECK(regions_agree(c, "Counter"));
 
     /* a fence lost on the way (region N3's) is sent again: the HANDOFF
-     * goes out once more after a second, and then the move goes on */
+     * goes out once more after MS_COORD_RESEND_MS, and then the move goes on */
     region(from)->nostop = 1;
     region(N3)->nofence = 1;
     CHECK(ms_coord_move(c, 0, 7, 2700) == 0);
@@ -1177,17 +1177,18 @@ static void test_move_deadline(void)
     CHECK(ms_coord_move_at(c, 0, 2700, &mi) == 1 && mi.fences_left == 1);
     int h3 = region(N3)->handoffs;
     region(N3)->nofence = 0;
-    CHECK(ms_coord_tick(c, 3699) == 0);
+    CHECK(ms_coord_tick(c, 2700 + MS_COORD_RESEND_MS - 1) == 0);
     pump(c, N1, NULL, NULL);
     CHECK(region(N3)->handoffs == h3);
-    CHECK(ms_coord_tick(c, 3700) == 0);
+    CHECK(ms_coord_tick(c, 2700 + MS_COORD_RESEND_MS) == 0);
     pump(c, N1, NULL, NULL);
     CHECK(region(N3)->handoffs == h3 + 1);
-    CHECK(ms_coord_move_at(c, 0, 3700, &mi) == 1 && mi.stopping == 1);
+    CHECK(ms_coord_move_at(c, 0, 2700 + MS_COORD_RESEND_MS, &mi) == 1 &&
+          mi.stopping == 1);
     /* the STOP is sent again too, and the old owner's answer ends it */
     int stops = region(from)->stops;
     region(from)->nostop = 0;
-    CHECK(ms_coord_tick(c, 4700) == 0);
+    CHECK(ms_coord_tick(c, 2700 + 2 * MS_COORD_RESEND_MS) == 0);
     pump(c, N1, NULL, NULL);
     CHECK(region(from)->stops == stops + 1);
     CHECK(ms_coord_owner(c, 0, 7, NULL) == N3);

@@ -1,0 +1,168 @@
+/*
+ * bench_cluster.h -- internal to bench_cluster.c and bench_handoff.c, the
+ * benches that run node processes on 127.0.0.1: the child processes and
+ * temporary files, setup requests, the measured libuv client and the
+ * cluster config they share. Defined in bench_cluster.c; not an API.
+ */
+#ifndef MS_BENCH_CLUSTER_H
+#define MS_BENCH_CLUSTER_H
+
+#include <http_parser.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#define NODE_WAIT_S 30     /* nodes Up and converged */
+#define MAX_NODES 3
+
+#define ASK_BODY "{\"type\":\"get\"}"
+
+/* ---- children and temporary files, cleaned up on every way out ------- */
+
+enum { CH_N1, CH_N2, CH_N3, CH_REDIS, CH_RBENCH, CH_COUNT };
+
+/* Stops every child (SIGTERM, then SIGKILL) and removes the temporary
+ * files and folder. */
+void ms__bench_cleanup_all(void);
+
+/* Whether the child in `slot` (CH_*) has exited (and reaps it). */
+int ms__bench_child_gone(int slot);
+
+double ms__bench_now_s(void);
+
+/* ---- setup requests: blocking, one per connection --------------------- */
+
+/*
+ * Sends one request to the gateway on 127.0.0.1:port, with the admin
+ * token `token` in X-Moonshard-Token unless it is NULL, and waits for the
+ * response. Returns the HTTP status (the body, NUL-terminated, in *out,
+ * to free) or -1.
+ */
+int ms__bench_http_call_as(int port, const char *token, const char *method,
+                           const char *path, const char *body, char **out);
+
+/* ms__bench_http_call_as() without a token. */
+int ms__bench_http_call(int port, const char *method, const char *path,
+                        const char *body, char **out);
+
+/* Counts occurrences of `needle` in `s`. */
+int ms__bench_count_of(const char *s, const char *needle);
+
+/* The unsigned number after `"key":` in a JSON text, or -1. */
+long long ms__bench_json_num(const char *s, const char *key);
+
+/* ---- the measured client: libuv, one request in flight per caller ---- */
+
+struct reqs {
+    char **buf;
+    size_t *len;
+    int n;
+};
+
+struct phase;
+struct caller;
+
+/* What a phase may do beyond "these requests, round robin, for S s". */
+struct phase_opts {
+    long limit;                 /* send this many requests, then stop
+                                   (0: no limit) */
+    atomic_int *stop;           /* the phase ends once it is set (or NULL);
+                                   another thread may set it */
+    int record;                 /* keep a sample of every answer */
+};
+
+/* One answer of a recorded phase. */
+struct sample {
+    uint64_t at_ns;             /* uv_hrtime() when it was complete */
+    uint32_t lat_us;
+    int status;
+};
+
+struct phase {
+    uv_loop_t *loop;
+    const struct reqs *reqs;
+    int expect;                 /* 200 for asks, 202 for tells */
+    int ncallers, nconnected, nrunning;
+    int error;
+    char errmsg[200];
+    uint64_t t0, deadline, t_end;
+    long next, done, failed;
+    int bad_status;
+    uint64_t *lat;
+    size_t nlat, caplat;
+    struct phase_opts opt;
+    struct sample *smp;         /* in completion order, so sorted by time */
+    size_t nsmp, capsmp;
+    uv_timer_t guard;
+    struct caller *callers;
+};
+
+/* The parser settings of the measured client's connections; set
+ * on_message_complete to ms__bench_async_on_complete before a phase. */
+extern http_parser_settings ms__bench_async_settings;
+
+int ms__bench_async_on_complete(http_parser *p);
+
+/*
+ * One measured phase: `ncallers` keep-alive connections to the gateway,
+ * each sending the next request as soon as the previous one is answered,
+ * for `seconds` (or less, as `opt` says; opt is borrowed and may be NULL).
+ * Fills ph (done, failed, latencies, samples, t0/t_end; the caller frees
+ * ph->lat and ph->smp); returns 0, or -1 with ph->errmsg.
+ */
+int ms__bench_run_phase(struct phase *ph, uv_loop_t *loop, int http_port,
+                        const struct reqs *reqs, int expect, int ncallers,
+                        double seconds, const struct phase_opts *opt);
+
+/* qsort() comparison of two uint64_t. */
+int ms__bench_cmp_u64(const void *a, const void *b);
+
+/* Nearest-rank percentile q (0..1) of n sorted values, in ms. */
+double ms__bench_pct_ms(const uint64_t *v, size_t n, double q);
+
+/* ---- the cluster ------------------------------------------------------ */
+
+struct cluster {
+    int nnodes;                 /* n1..nK in the config */
+    int listen[MAX_NODES], http[MAX_NODES];
+    char token[33];             /* the admin token (X-Moonshard-Token) */
+    char exe[PATH_MAX];
+};
+
+/*
+ * Writes the config of nodes n1..nK (K = cl->nnodes) with a fresh secret
+ * and admin token (kept in cl->token). `entities` is the body of the
+ * entities table and `extra` more top-level fields, each line ending in
+ * ",\n" (or ""). Returns 0 or -1 with errno set.
+ */
+int ms__bench_write_config(struct cluster *cl, const char *entities,
+                           const char *extra);
+
+/* Starts node n<i+1> (a fresh log each time); 0 or -1 (said). */
+int ms__bench_start_node(struct cluster *cl, int i);
+
+/* Prints the last lines of each node's log to stderr. */
+void ms__bench_show_node_logs(const struct cluster *cl);
+
+/* Waits until nodes n1..n<n> all list n Up members and say they
+ * converged; 0 or -1 (said). */
+int ms__bench_wait_up(struct cluster *cl, int n);
+
+/* Fills r with one POST /v1/entities/Counter/<id>/<action> request per
+ * id, with `body` (borrowed); 0 or -1. Free r with ms__bench_free_reqs()
+ * even on failure. */
+int ms__bench_build_reqs(struct reqs *r, int http_port, char ids[][24],
+                         int n, const char *action, const char *body);
+
+void ms__bench_free_reqs(struct reqs *r);
+
+/*
+ * Fills cl for `nnodes` nodes on free ports (one more free port in
+ * *spare), installs the signal handlers and makes the temporary folder
+ * with the names of its files. Returns 0 or -1 (said).
+ */
+int ms__bench_cluster_init(struct cluster *cl, int nnodes, int *spare);
+
+#endif
