@@ -1089,21 +1089,43 @@ static int fenced(struct ms_coord *c, struct move *mv, uint64_t region)
     return 1;
 }
 
-/* A region's fence passed the old owner `from` (which relays it). Moves
- * whose every region fenced go on to STOP. */
+/* A region's fence passed the old owner, which relays it (`from` is the
+ * old owner), or a region without a connection to the old owner reports
+ * that nothing of its own is on the way there (`from` is the region, as
+ * in the entry). Moves whose every region fenced go on to STOP, one
+ * message per old owner. */
 static int on_fenced(struct ms_coord *c, uint64_t from, int ti,
                      const struct ms_plan_msg *m)
 {
-    struct ms_plan_entry *e = malloc((m->nentries + 1) * sizeof *e);
+    /* twice the entries: the second half sorts out the other owners */
+    struct ms_plan_entry *e = malloc((2 * m->nentries + 1) * sizeof *e);
     if (!e)
         return MS_ENOMEM;
     size_t k = 0;
     for (size_t i = 0; i < m->nentries; i++) {
-        struct move *mv = answered(c, ti, from, &m->entries[i], FENCING);
-        if (mv && fenced(c, mv, m->entries[i].owner))
-            e[k++] = (struct ms_plan_entry){mv->shard, from, mv->hgen};
+        const struct ms_plan_entry *x = &m->entries[i];
+        struct move *mv = find_move(c, ti, x->shard);
+        if (!mv || mv->hgen != x->gen || mv->phase != FENCING ||
+            (mv->from != from && x->owner != from))
+            continue;
+        if (fenced(c, mv, x->owner))
+            e[k++] = (struct ms_plan_entry){mv->shard, mv->from, mv->hgen};
     }
-    int rc = k ? emit_kind(c, from, ti, MS_PLAN_MSG_STOP, e, k) : 0;
+    int rc = 0;
+    while (k && !rc) {
+        /* the entries of the first old owner left, in shard order */
+        uint64_t to = e[0].owner;
+        size_t n = 0, rest = 0;
+        for (size_t i = 0; i < k; i++) {
+            if (e[i].owner == to)
+                e[n++] = e[i];
+            else
+                e[k + rest++] = e[i]; /* k + rest < 2 * nentries */
+        }
+        rc = emit_kind(c, to, ti, MS_PLAN_MSG_STOP, e, n);
+        memmove(e, e + k, rest * sizeof *e);
+        k = rest;
+    }
     free(e);
     return rc;
 }

@@ -171,8 +171,8 @@ static void on_self_idle(uv_idle_t *h)
 
 /* Sends a CONTROL payload to `uid`; to this node itself it is queued for
  * on_self_control(). */
-static void send_payload(struct ms_router *r, uint64_t uid, const char *txt,
-                         size_t len)
+static int send_payload(struct ms_router *r, uint64_t uid, const char *txt,
+                        size_t len)
 {
     if (uid != r->self) {
         struct ms_frame f;
@@ -180,12 +180,11 @@ static void send_payload(struct ms_router *r, uint64_t uid, const char *txt,
         f.kind = MS_FRAME_CONTROL;
         f.payload = txt;
         f.payload_len = len;
-        ms_cluster_send(r->c, uid, &f);
-        return;
+        return ms_cluster_send(r->c, uid, &f);
     }
     struct selfmsg *m = malloc(sizeof *m + len);
     if (!m)
-        return;
+        return MS_ENOMEM;
     m->next = NULL;
     m->len = len;
     memcpy(m->txt, txt, len);
@@ -196,17 +195,20 @@ static void send_payload(struct ms_router *r, uint64_t uid, const char *txt,
     r->self_tail = m;
     uv_check_start(&r->self_check, on_self_control);
     uv_idle_start(&r->self_idle, on_self_idle);
+    return 0;
 }
 
-static void send_control(struct ms_router *r, uint64_t uid,
-                         const struct ms_plan_msg *m)
+static int send_control(struct ms_router *r, uint64_t uid,
+                        const struct ms_plan_msg *m)
 {
     char *txt;
     size_t len;
-    if (ms_plan_msg_encode(m, &txt, &len) < 0)
-        return;
-    send_payload(r, uid, txt, len);
+    int rc = ms_plan_msg_encode(m, &txt, &len);
+    if (rc < 0)
+        return rc;
+    rc = send_payload(r, uid, txt, len);
     free(txt);
+    return rc;
 }
 
 /* Performs the coordinator's queued actions. Broadcasts go to every live
@@ -909,7 +911,7 @@ static void answer_views(struct ms_router *r, uint64_t uid, uint64_t term)
 
 /* The coordinator moves shards: stop sending them, buffer them, and fence
  * each old owner's connection. */
-static void on_handoff(struct ms_router *r, int type,
+static void on_handoff(struct ms_router *r, uint64_t coord, int type,
                        const struct ms_plan_msg *m)
 {
     struct ms_plan_entry *e = malloc((m->nentries + 1) * sizeof *e);
@@ -944,7 +946,17 @@ static void on_handoff(struct ms_router *r, int type,
                 f.entries[f.nentries++] = e[j];
                 e[j].owner = 0;
             }
-        send_control(r, to, &f);
+        if (send_control(r, to, &f) == UV_ENOTCONN) {
+            /* no connection to the old owner: nothing this node sent is
+             * on its way there, so the fence holds already; say so to
+             * the coordinator as the old owner would */
+            for (size_t j = 0; j < f.nentries; j++)
+                f.entries[j].owner = r->self;
+            f.kind = MS_PLAN_MSG_FENCED;
+            if (send_control(r, coord, &f) == 0)
+                r->st.fences_direct++;
+            f.kind = MS_PLAN_MSG_FENCE;
+        }
     }
     free(f.entries);
     free(e);
@@ -1015,7 +1027,7 @@ static void on_control(struct ms_router *r, uint64_t uid,
         if (type < 0 || m.shard_count != r->cfg->types[type].shard_count ||
             !ms_plan_fence_check(&r->fence, m.term, uid))
             break;
-        on_handoff(r, type, &m);
+        on_handoff(r, uid, type, &m);
         break;
     }
     case MS_PLAN_MSG_FENCE: {

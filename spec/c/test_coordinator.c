@@ -41,6 +41,8 @@ struct region {
     /* handoff */
     int nofence;        /* 1: takes HANDOFF but never fences */
     int nostop;         /* 1: takes STOP but never answers it */
+    int direct;         /* 1: fences as a node without a connection to
+                           the old owner: FENCED from itself */
     int handoffs;       /* HANDOFF entries received */
     int stops;          /* STOP entries received */
     struct ms_plan_entry last_stop; /* the latest STOP entry */
@@ -258,8 +260,10 @@ static void region_receive(struct ms_coord *c, struct region *r,
             e.owner = r->uid;
             f->entries = &e;
             f->nentries = 1;
-            if (find_region(m->entries[i].owner) &&
-                find_region(m->entries[i].owner)->alive)
+            if (r->direct)
+                send_from(c, r->uid, f);
+            else if (find_region(m->entries[i].owner) &&
+                     find_region(m->entries[i].owner)->alive)
                 send_from(c, m->entries[i].owner, f);
             free(f);
         }
@@ -1110,6 +1114,7 @@ static void test_move(void)
     struct ms_coord *c = moving_cluster(NULL);
     uint64_t g0;
     uint64_t from = ms_coord_owner(c, 0, 3, &g0);
+    region(N3)->direct = 1; /* no connection to the old owner yet */
     CHECK(ms_coord_move(c, 0, 3, 10) == 0);
     CHECK(ms_coord_move(c, 0, 3, 10) == MS_EBUSY);
     pump(c, N1, NULL, NULL);
@@ -1124,6 +1129,31 @@ static void test_move(void)
     ms_coord_move_stats(c, &st);
     CHECK(st.started == 1 && st.finished == 1 && st.aborted == 0 &&
           st.in_progress == 0 && st.peak == 1);
+    /* a region speaks only for itself: its FENCED naming another region
+     * counts for nothing */
+    region(N3)->direct = 0;
+    region(N2)->nofence = 1;
+    CHECK(ms_coord_move(c, 0, 5, 20) == 0);
+    pump(c, N1, NULL, NULL);
+    struct ms_coord_move_info mi;
+    CHECK(ms_coord_move_at(c, 0, 20, &mi) == 1 && mi.fences_left == 1);
+    struct ms_plan_msg *f = calloc(1, sizeof *f);
+    f->kind = MS_PLAN_MSG_FENCED;
+    f->term = 1;
+    snprintf(f->type, sizeof f->type, "Counter");
+    f->shard_count = 16;
+    struct ms_plan_entry fe = {5, N2, mi.hgen};
+    f->entries = &fe;
+    f->nentries = 1;
+    send_from(c, N3, f); /* N3 claiming N2's fence */
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_move_at(c, 0, 20, &mi) == 1 && mi.fences_left == 1);
+    send_from(c, N2, f); /* N2's own */
+    free(f);
+    pump(c, N1, NULL, NULL);
+    ms_coord_move_stats(c, &st);
+    CHECK(st.finished == 2 && st.in_progress == 0);
+    region(N2)->nofence = 0;
     /* a late duplicate STOPPED changes nothing */
     answer_stop(c, from, "Counter", 16, &region(from)->last_stop, 1);
     pump(c, N1, NULL, NULL);
