@@ -41,6 +41,8 @@ static void usage(FILE *f)
         "                                 measure one node\n"
         "  bench cluster [--seconds S] [--ids N]\n"
         "                                 2 nodes vs redis-benchmark INCR\n"
+        "  bench handoff [--entities N] [--shards S] [--callers C]\n"
+        "                                 shards moving from 2 nodes to 3\n"
         "  version\n");
 }
 
