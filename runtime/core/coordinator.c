@@ -31,7 +31,7 @@ struct move {
     int phase;
     int voluntary;
     uint64_t *need;       /* regions whose fence has not come yet */
-    size_t nneed;
+    size_t nneed, needcap;
 };
 
 struct member {
@@ -334,6 +334,7 @@ note(struct ms_coord *c, const char *fmt, ...)
  * the regions' views at a higher generation. */
 static void clear_moves(struct ms_coord *c)
 {
+    c->mst.aborted += c->nmoves;
     for (size_t i = 0; i < c->nmoves; i++) {
         struct ctype *t = &c->types[c->moves[i].ti];
         if (t->moving)
@@ -517,6 +518,53 @@ void ms_coord_member_reachable(struct ms_coord *c, uint64_t uid,
 }
 
 static int publish(struct ms_coord *c, uint64_t now_ms);
+static int entry_cmp(const void *a, const void *b);
+
+/* Sends member `uid` the HANDOFF of the moves of type ti under way (only
+ * shard `only`'s when >= 0), and makes the moves still waiting for fences
+ * wait for its fence too: a member that did not hear of a move when it
+ * began (it came later) must not route to the old owner meanwhile. */
+static int tell_moves(struct ms_coord *c, uint64_t uid, int ti, int64_t only)
+{
+    if (!c->nmoves)
+        return 0;
+    struct ms_plan_entry *e = malloc(c->nmoves * sizeof *e);
+    if (!e)
+        return MS_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < c->nmoves; i++) {
+        struct move *mv = &c->moves[i];
+        if (mv->ti != ti || (only >= 0 && mv->shard != (uint32_t)only))
+            continue;
+        if (mv->phase == FENCING) {
+            size_t j = 0;
+            while (j < mv->nneed && mv->need[j] != uid)
+                j++;
+            if (j == mv->nneed) {
+                if (mv->nneed == mv->needcap) {
+                    size_t cap = mv->needcap * 2 + 1;
+                    uint64_t *nn = realloc(mv->need, cap * sizeof *nn);
+                    if (!nn) {
+                        free(e);
+                        return MS_ENOMEM;
+                    }
+                    mv->need = nn;
+                    mv->needcap = cap;
+                }
+                mv->need[mv->nneed++] = uid;
+            }
+        }
+        e[k++] = (struct ms_plan_entry){mv->shard, mv->from, mv->hgen};
+    }
+    int rc = 0;
+    if (k) {
+        qsort(e, k, sizeof *e, entry_cmp);
+        rc = emit_kind(c, uid, ti, MS_PLAN_MSG_HANDOFF, e, k);
+    }
+    free(e);
+    return rc;
+}
+
 static void forget_move(struct ms_coord *c, int ti, uint32_t shard);
 static int on_fenced_by(struct ms_coord *c, uint64_t region);
 struct move;
@@ -538,7 +586,16 @@ static int check_collected(struct ms_coord *c, uint64_t now_ms)
  * may no longer keep it (when `only` is non-zero: only that owner's), and
  * broadcasts the change.
  */
+static int sweep_owner(struct ms_coord *c, int ti, uint64_t only, int all);
+
 static int sweep(struct ms_coord *c, int ti, uint64_t only)
+{
+    return sweep_owner(c, ti, only, 0);
+}
+
+/* With `all`, every shard of `only` goes, whether it may keep it or not
+ * (a leaving member nobody can take over from). */
+static int sweep_owner(struct ms_coord *c, int ti, uint64_t only, int all)
 {
     struct ctype *t = &c->types[ti];
     if (!t->known)
@@ -548,7 +605,7 @@ static int sweep(struct ms_coord *c, int ti, uint64_t only)
     uint64_t g = 0;
     for (uint32_t s = 0; s < t->shard_count; s++) {
         uint64_t o = t->owner[s];
-        if (!o || (only && o != only) || may_keep(c, ti, o))
+        if (!o || (only && o != only) || (!all && may_keep(c, ti, o)))
             continue;
         if (!e) {
             if (c->generation >= gen_limit(c))
@@ -777,6 +834,9 @@ static int on_view(struct ms_coord *c, struct member *mb,
     return rc;
 }
 
+static int tell_moves(struct ms_coord *c, uint64_t uid, int ti,
+                      int64_t only);
+
 static int on_view_done(struct ms_coord *c, struct member *mb,
                         uint64_t now_ms)
 {
@@ -795,7 +855,11 @@ static int on_view_done(struct ms_coord *c, struct member *mb,
     if (was_done)
         return 0;
     for (int ti = 0; ti < c->ntypes; ti++) {
-        int rc = emit_full(c, uid, ti);
+        /* the moves under way first: it must not route to their shards
+         * until they end (a member that came after they began) */
+        int rc = tell_moves(c, uid, ti, -1);
+        if (!rc)
+            rc = emit_full(c, uid, ti);
         if (rc)
             return rc;
     }
@@ -887,8 +951,10 @@ static int on_alloc(struct ms_coord *c, uint64_t from,
                             "entity type '%s' has %lu shards", tn,
                             (unsigned long)t->shard_count);
     if (t->owner[s]) {
+        /* a moving shard: the asker learns of the move first */
+        int rc = t->moving[s] ? tell_moves(c, from, ti, s) : 0;
         struct ms_plan_entry e = {s, t->owner[s], t->gen[s]};
-        return emit_entries(c, from, ti, &e, 1);
+        return rc ? rc : emit_entries(c, from, ti, &e, 1);
     }
     if (c->generation >= gen_limit(c))
         return refuse_alloc(c, from, tn, s, "exhausted",
@@ -1024,6 +1090,7 @@ static int start_moves(struct ms_coord *c, int ti, const uint32_t *shards,
             rc = MS_ENOMEM;
             break;
         }
+        mv->needcap = c->nmembers + 1;
         for (size_t j = 0; j < c->nmembers; j++)
             mv->need[mv->nneed++] = c->members[j].uid;
         mv->ti = ti;
@@ -1166,7 +1233,10 @@ static int on_stopped(struct ms_coord *c, uint64_t from, int ti,
             note(c, "shard %u of %s was stopped at %016llx and is left "
                  "unassigned: %s", s, c->types[ti].name,
                  (unsigned long long)from, err[0] ? err : "no new owner");
-        c->mst.finished++;
+        if (to)
+            c->mst.finished++;
+        else
+            c->mst.aborted++; /* stopped, but placed nowhere */
         end_move(c, mv, to, &e[k++]);
     }
     int rc = k ? emit_entries(c, 0, ti, e, k) : 0;
@@ -1286,7 +1356,7 @@ static int move_leavers(struct ms_coord *c, uint64_t now_ms)
             if (!t->known || !c->members[i].owned[ti])
                 continue;
             if (!has_staying_host(c, ti)) {
-                int rc = sweep(c, ti, uid);
+                int rc = sweep_owner(c, ti, uid, 1);
                 if (rc)
                     return rc;
                 continue;

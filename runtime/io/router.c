@@ -338,6 +338,11 @@ static int buffer(struct ms_router *r, int type, uint32_t shard, int kind,
     if (origin)
         s->nheld++;
     p->corr = corr;
+    /* a tell waiting for a moving shard may wait as long as the move may
+     * take, and a bit: the move ends it, or rolls back */
+    if (s->hgen && kind == MS_FRAME_TELL &&
+        deadline_ms < now(r) + r->cfg->handoff_timeout_ms + 2000)
+        deadline_ms = now(r) + r->cfg->handoff_timeout_ms + 2000;
     p->deadline_ms = deadline_ms;
     p->idlen = (uint32_t)idlen;
     p->len = (uint32_t)len;
@@ -682,6 +687,19 @@ static void on_sweep(uv_timer_t *t)
                 request_alloc(r, type, sh);
         }
     }
+    /* a shard moving here for longer than a move may take: the plan entry
+     * that ended the move may have been lost on the way; the coordinator
+     * answers an alloc of an assigned shard with its entry */
+    for (int type = 0; type < r->ntypes && r->nblocked; type++) {
+        struct rtype *rt = &r->types[type];
+        for (uint32_t sh = 0; rt->shards &&
+                              sh < r->cfg->types[type].shard_count; sh++) {
+            struct rshard *s = &rt->shards[sh];
+            if (s->hgen &&
+                n - s->blocked_ms > r->cfg->handoff_timeout_ms + 1000)
+                request_alloc(r, type, sh);
+        }
+    }
     if (r->kick)
         r->kick(r->kick_data);
 }
@@ -799,7 +817,7 @@ static void on_request(struct ms_router *r, uint64_t uid,
     /* a moving shard's own waiting messages are not ahead of requests
      * that other nodes sent before their fence: those are still ours */
     if (shard == f->shard &&
-        (f->generation > gen || (s && s->head && !s->hgen))) {
+        (f->generation > gen || (s && (s->nheld || (s->head && !s->hgen))))) {
         int rc = buffer(r, type, shard, f->kind, op, 0,
                         now(r) + MS_ROUTE_TELL_DEADLINE_MS, f->id, f->id_len,
                         f->payload, f->payload_len,
@@ -909,6 +927,36 @@ static void answer_views(struct ms_router *r, uint64_t uid, uint64_t term)
     send_control(r, uid, &done);
 }
 
+/* Before a shard stops here: the requests other nodes sent before their
+ * fence and that wait in this node's buffer (behind the plan, or behind
+ * others) are still ours: they go to the dispatcher now, in order, ahead
+ * of the stop marker. This node's own sends that wait stay for the new
+ * owner. */
+static void deliver_held(struct ms_router *r, int type, uint32_t shard)
+{
+    struct rshard *s = r->types[type].shards
+                           ? &r->types[type].shards[shard] : NULL;
+    if (!s || !s->nheld)
+        return;
+    struct pend **pp = &s->head, *last = NULL;
+    while (*pp) {
+        struct pend *p = *pp;
+        if (!p->origin) {
+            last = p;
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        s->n--;
+        s->nheld--;
+        r->nbuffered--;
+        deliver_request(r, p->origin, type, p->kind, p->op, p->origin_corr,
+                        p->data, p->idlen, p->data + p->idlen, p->len);
+        free(p);
+    }
+    s->tail = last;
+}
+
 /* The coordinator moves shards: stop sending them, buffer them, and fence
  * each old owner's connection. */
 static void on_handoff(struct ms_router *r, uint64_t coord, int type,
@@ -1013,9 +1061,11 @@ static void on_control(struct ms_router *r, uint64_t uid,
         break;
     case MS_PLAN_MSG_PLAN: {
         int type = type_by_name(r, m.type, strlen(m.type));
-        if (type < 0 || !ms_plan_fence_check(&r->fence, m.term, uid))
+        if (type < 0 || m.shard_count != r->cfg->types[type].shard_count ||
+            !ms_plan_fence_check(&r->fence, m.term, uid))
+            break; /* another shard count: not our plan (refused type) */
+        if (ms_plan_apply_msg(r->types[type].plan, &m) < 0)
             break;
-        ms_plan_apply_msg(r->types[type].plan, &m);
         for (size_t i = 0; i < m.nentries; i++) {
             end_handoff(r, type, &m.entries[i]);
             flush_shard(r, type, m.entries[i].shard);
@@ -1053,6 +1103,7 @@ static void on_control(struct ms_router *r, uint64_t uid,
                 continue;
             if (!s->stopping)
                 r->nstopping++;
+            deliver_held(r, type, m.entries[i].shard);
             s->stopping = 1;
             s->stop_hgen = m.entries[i].gen;
             s->stop_term = m.term;

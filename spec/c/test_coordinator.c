@@ -1088,6 +1088,7 @@ static struct ms_coord *moving_cluster(ms_coord_rebalance_cb rb)
     cfg.ntypes = 1;
     cfg.view_timeout_ms = 3000;
     cfg.allocate = allocate;
+    cfg.eligible = eligible;
     cfg.rebalance = rb;
     cfg.data = &S;
     cfg.handoff_timeout_ms = 2500;
@@ -1181,6 +1182,13 @@ static void test_move_deadline(void)
     CHECK(ms_coord_move_at(c, 0, 600, &mi) == 1);
     CHECK(mi.shard == 7 && mi.from == from && mi.stopping == 1 &&
           mi.age_ms == 500 && mi.fences_left == 0);
+    /* a member that comes during the move hears of it before the plan */
+    add_region(N4);
+    add_type(N4, "Counter", 16, COUNTER.fingerprint);
+    CHECK(ms_coord_member_up(c, N4, 200) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(region(N4)->handoffs == 1);
+    CHECK(ms_plan_owner(region(N4)->plan[0], 7, NULL) == from);
     uint64_t g0;
     ms_coord_owner(c, 0, 7, &g0);
     CHECK(ms_coord_tick(c, 2599) == 0);
@@ -1276,6 +1284,20 @@ static void test_leaving_moves(void)
     CHECK(ms_coord_owned_count(c, N1) + ms_coord_owned_count(c, N3) == 16);
     CHECK(regions_agree(c, "Counter"));
     CHECK(S.conflicts == 0);
+    ms_coord_free(c);
+
+    /* nobody that stays can host the type (N3 lacks its roles): the
+     * leavers give their shards up, and may go */
+    c = moving_cluster(NULL);
+    S.ineligible = N3;
+    ms_coord_member_leaving(c, N1, 50);
+    ms_coord_member_leaving(c, N2, 50);
+    CHECK(ms_coord_tick(c, 100) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_leave_done(c, N1) == 1 && ms_coord_leave_done(c, N2) == 1);
+    for (uint32_t sh = 0; sh < 16; sh++)
+        CHECK(ms_coord_owner(c, 0, sh, NULL) == 0);
+    CHECK(regions_agree(c, "Counter"));
     ms_coord_free(c);
 }
 
