@@ -634,34 +634,17 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         return 0;
     size_t o = (size_t)len;
     if (n->router) {
-        struct ms_router_stats r;
-        ms_router_stats(n->router, &r);
-        char extra[1024];
-        size_t e = (size_t)snprintf(
-            extra, sizeof extra,
-            ",\"local_routes\":%llu,\"remote_routes\":%llu,"
-            "\"forwards\":%llu,\"not_owner_sent\":%llu,"
-            "\"not_owner_retries\":%llu,\"route_buffered\":%llu,"
-            "\"route_overflows\":%llu,\"route_expired\":%llu,"
-            "\"owned_shards\":%u,",
-            (unsigned long long)r.local_routes,
-            (unsigned long long)r.remote_routes,
-            (unsigned long long)r.forwards,
-            (unsigned long long)r.not_owner_sent,
-            (unsigned long long)r.not_owner_retries,
-            (unsigned long long)r.buffered,
-            (unsigned long long)r.buffer_overflows,
-            (unsigned long long)r.expired, ms_router_owned(n->router));
-        e += ms_cluster_stats_json(n->cluster, extra + e, sizeof extra - e);
-        if (o + e < buflen)
-            memcpy(buf + o, extra, e + 1);
-        o += e;
-        if (o + 1 < buflen) {
-            buf[o++] = ',';
-            o += ms_router_handoff_json(n->router, buf + o, buflen - o);
-        } else {
-            o += 1 + ms_router_handoff_json(n->router, NULL, 0);
-        }
+        /* the writers return the length they need, whatever fits */
+        if (o < buflen)
+            buf[o] = ',';
+        o++;
+        o += ms_router_stats_json(n->router, o < buflen ? buf + o : NULL,
+                                  o < buflen ? buflen - o : 0);
+        if (o < buflen)
+            buf[o] = ',';
+        o++;
+        o += ms_cluster_stats_json(n->cluster, o < buflen ? buf + o : NULL,
+                                   o < buflen ? buflen - o : 0);
     }
     if (o + 1 < buflen) {
         buf[o] = '}';

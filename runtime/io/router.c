@@ -107,6 +107,7 @@ struct remote_ask {
 };
 
 static void flush_shard(struct ms_router *r, int type, uint32_t shard);
+static void deliver_held(struct ms_router *r, int type, uint32_t shard);
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -562,8 +563,17 @@ static void flush_shard(struct ms_router *r, int type, uint32_t shard)
 {
     struct rshard *s = r->types[type].shards
                            ? &r->types[type].shards[shard] : NULL;
-    if (!s || s->hgen)
-        return; /* moving: it waits for the new owner */
+    if (!s)
+        return;
+    if (s->hgen) {
+        /* moving: this node's own sends wait for the new owner, but the
+         * requests of other nodes held here are still ours to handle while
+         * we own the shard and have not stopped it */
+        if (!s->stopping &&
+            ms_plan_owner(r->types[type].plan, shard, NULL) == r->self)
+            deliver_held(r, type, shard);
+        return;
+    }
     uint64_t gen;
     uint64_t owner = ms_plan_owner(r->types[type].plan, shard, &gen);
     if (!owner || (owner != r->self && !ms_cluster_member_usable(r->c, owner)))
@@ -927,11 +937,11 @@ static void answer_views(struct ms_router *r, uint64_t uid, uint64_t term)
     send_control(r, uid, &done);
 }
 
-/* Before a shard stops here: the requests other nodes sent before their
- * fence and that wait in this node's buffer (behind the plan, or behind
- * others) are still ours: they go to the dispatcher now, in order, ahead
- * of the stop marker. This node's own sends that wait stay for the new
- * owner. */
+/* While a shard this node owns is moving: the requests other nodes sent
+ * before their fence and that wait in this node's buffer (behind the
+ * plan, or behind others) are still ours: they go to the dispatcher, in
+ * order, ahead of any stop marker. This node's own sends that wait stay
+ * for the new owner. */
 static void deliver_held(struct ms_router *r, int type, uint32_t shard)
 {
     struct rshard *s = r->types[type].shards
@@ -1033,6 +1043,19 @@ static void end_handoff(struct ms_router *r, int type,
     }
 }
 
+/* The type of a plan, handoff or stop message `m` from `uid`, or -1: not
+ * one of ours, another shard count (a type the cluster refused here), or
+ * not from the coordinator our fence accepts. */
+static int from_coordinator(struct ms_router *r, uint64_t uid,
+                            const struct ms_plan_msg *m)
+{
+    int type = type_by_name(r, m->type, strlen(m->type));
+    if (type < 0 || m->shard_count != r->cfg->types[type].shard_count ||
+        !ms_plan_fence_check(&r->fence, m->term, uid))
+        return -1;
+    return type;
+}
+
 static void on_control(struct ms_router *r, uint64_t uid,
                        const struct ms_frame *f)
 {
@@ -1060,10 +1083,9 @@ static void on_control(struct ms_router *r, uint64_t uid,
         }
         break;
     case MS_PLAN_MSG_PLAN: {
-        int type = type_by_name(r, m.type, strlen(m.type));
-        if (type < 0 || m.shard_count != r->cfg->types[type].shard_count ||
-            !ms_plan_fence_check(&r->fence, m.term, uid))
-            break; /* another shard count: not our plan (refused type) */
+        int type = from_coordinator(r, uid, &m);
+        if (type < 0)
+            break;
         if (ms_plan_apply_msg(r->types[type].plan, &m) < 0)
             break;
         for (size_t i = 0; i < m.nentries; i++) {
@@ -1073,9 +1095,8 @@ static void on_control(struct ms_router *r, uint64_t uid,
         break;
     }
     case MS_PLAN_MSG_HANDOFF: {
-        int type = type_by_name(r, m.type, strlen(m.type));
-        if (type < 0 || m.shard_count != r->cfg->types[type].shard_count ||
-            !ms_plan_fence_check(&r->fence, m.term, uid))
+        int type = from_coordinator(r, uid, &m);
+        if (type < 0)
             break;
         on_handoff(r, uid, type, &m);
         break;
@@ -1093,9 +1114,8 @@ static void on_control(struct ms_router *r, uint64_t uid,
         break;
     }
     case MS_PLAN_MSG_STOP: {
-        int type = type_by_name(r, m.type, strlen(m.type));
-        if (type < 0 || m.shard_count != r->cfg->types[type].shard_count ||
-            !ms_plan_fence_check(&r->fence, m.term, uid))
+        int type = from_coordinator(r, uid, &m);
+        if (type < 0)
             break;
         for (size_t i = 0; i < m.nentries; i++) {
             struct rshard *s = rshard(r, type, m.entries[i].shard);
@@ -1103,7 +1123,7 @@ static void on_control(struct ms_router *r, uint64_t uid,
                 continue;
             if (!s->stopping)
                 r->nstopping++;
-            deliver_held(r, type, m.entries[i].shard);
+            flush_shard(r, type, m.entries[i].shard); /* held ones first */
             s->stopping = 1;
             s->stop_hgen = m.entries[i].gen;
             s->stop_term = m.term;
@@ -1507,18 +1527,31 @@ size_t ms_router_allocations_json(struct ms_router *r, int type, char *buf,
     return o + 2;
 }
 
-size_t ms_router_handoff_json(struct ms_router *r, char *buf, size_t len)
+size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
 {
     struct ms_coord_move_stats ms;
     ms_coord_move_stats(r->coord, &ms);
     size_t o = 0;
     int w = snprintf(buf, len,
+                     "\"local_routes\":%llu,\"remote_routes\":%llu,"
+                     "\"forwards\":%llu,\"not_owner_sent\":%llu,"
+                     "\"not_owner_retries\":%llu,\"route_buffered\":%llu,"
+                     "\"route_overflows\":%llu,\"route_expired\":%llu,"
+                     "\"owned_shards\":%u,"
                      "\"handoffs_in_progress\":%u,\"shards_stopping\":%u,"
                      "\"handoffs_seen\":%llu,\"handoff_buffered\":%llu,"
                      "\"handoff_overflows\":%llu,\"shards_handed_off\":%llu,"
                      "\"moves\":{\"in_progress\":%zu,\"peak\":%zu,\"started\":%llu,"
                      "\"finished\":%llu,\"aborted\":%llu,\"rounds\":%llu,"
                      "\"strategy_errors\":%llu},\"handoffs\":[",
+                     (unsigned long long)r->st.local_routes,
+                     (unsigned long long)r->st.remote_routes,
+                     (unsigned long long)r->st.forwards,
+                     (unsigned long long)r->st.not_owner_sent,
+                     (unsigned long long)r->st.not_owner_retries,
+                     (unsigned long long)r->st.buffered,
+                     (unsigned long long)r->st.buffer_overflows,
+                     (unsigned long long)r->st.expired, ms_router_owned(r),
                      r->nblocked, r->nstopping,
                      (unsigned long long)r->st.handoffs_seen,
                      (unsigned long long)r->st.handoff_buffered,
@@ -1567,10 +1600,6 @@ uint32_t ms_router_owned(struct ms_router *r)
     return n;
 }
 
-void ms_router_stats(struct ms_router *r, struct ms_router_stats *out)
-{
-    *out = r->st;
-}
 
 void ms_router_on_coordinator(struct ms_router *r, uint64_t uid)
 {

@@ -127,14 +127,16 @@ size_t ms_router_allocations_json(struct ms_router *r, int type, char *buf,
  * coordinator; call after each dispatch round. */
 void ms_router_after_dispatch(struct ms_router *r);
 
-/* Handoff state as JSON members (no braces): "handoffs_in_progress":N,
- * counters, and "handoffs":[..] per moving shard (at most 64 listed). */
-size_t ms_router_handoff_json(struct ms_router *r, char *buf, size_t len);
+/* The router's figures as JSON members (no braces): routing counters,
+ * "owned_shards", "handoffs_in_progress", handoff counters, "moves" (the
+ * coordinator's) and "handoffs":[..] per moving shard (at most 64 listed).
+ * Writes what fits in len bytes (buf may be NULL with len 0) and returns
+ * the length of the whole text. */
+size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len);
 
 /* Shards of all types this node owns. */
 uint32_t ms_router_owned(struct ms_router *r);
 
-void ms_router_stats(struct ms_router *r, struct ms_router_stats *out);
 
 /* Fails every waiting message (MS_ECANCELED) and frees the router from its
  * timer's close callback. */
