@@ -69,7 +69,7 @@ function methods:rebalance(view)
     -- The rules every shipped strategy keeps: one round at a time, and no
     -- voluntary moves while a member is joining, unreachable or on another
     -- version.
-    if util.in_progress_count(v) > 0 or not util.stable(v) then
+    if not util.quiet(v) then
         return {}
     end
     local moves = {}

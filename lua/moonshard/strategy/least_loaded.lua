@@ -115,7 +115,7 @@ end
 -- Returns the shards to move this round, ascending.
 function methods:rebalance(view)
     local v = util.view(view, 2)
-    if util.in_progress_count(v) > 0 or not util.stable(v) then
+    if not util.quiet(v) then
         return {}
     end
     local list = regions(v)

@@ -489,6 +489,12 @@ function M.stable(v)
     return true
 end
 
+-- Whether a strategy that moves one round at a time may propose moves
+-- now: nothing is in progress and the view is stable (M.stable).
+function M.quiet(v)
+    return M.in_progress_count(v) == 0 and (M.stable(v))
+end
+
 -- Akka's per-round cap: max(1, min(floor(relative * shards), absolute));
 -- absolute = 0 means no absolute cap.
 function M.limit(shards, relative, absolute)
