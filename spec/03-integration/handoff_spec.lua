@@ -281,6 +281,70 @@ describe("handoff", function()
         moves_past("finished", after, "a next move to finish")
     end)
 
+    it("holds at most 1,024 messages for a moving shard, refuses the "
+       .. "next ones with 503 overflow (G3), then delivers the accepted "
+       .. "ones in order", function()
+        local n1, n3 = c:node("n1"), c:node("n3")
+        local id, shard = id_on("n3", "bound")
+        local before = stats(n1)
+        n3:signal(helpers.SIGSTOP) -- the move cannot end: n1 buffers
+        assert.are.equal(202, move(shard))
+        helpers.wait_until(function()
+            return stats(n1).handoffs_in_progress > 0 or nil
+        end, 5, "n1 to buffer the shard")
+        local reqs = {}
+        for k = 1, 1030 do
+            reqs[k] = helpers.format_request(n1.port, "POST",
+                helpers.entity_path("Seq", id, "tell"),
+                { type = "n", sender = "bound", n = k }, k == 1030)
+        end
+        local answers, why = helpers.pipeline(n1.port, reqs)
+        assert.are.equal(1030, #answers, why)
+        local accepted = 0
+        for k, a in ipairs(answers) do
+            if a.status == 202 then
+                -- what is accepted is a prefix: nothing after a refusal
+                assert.are.equal(k, accepted + 1, "accepted after a refusal")
+                accepted = k
+            else
+                assert.are.equal(503, a.status, a.raw)
+                assert.are.equal("overflow", a.body.error.code)
+            end
+        end
+        local after = stats(n1)
+        assert.are.equal(1024, accepted)
+        assert.are.equal(6, after.handoff_overflows
+                         - before.handoff_overflows)
+        n3:signal(helpers.SIGCONT)
+        -- the move rolls back at its deadline; the 1,024 arrive, in order
+        local body = helpers.wait_until(function()
+            local st, b = n1:ask("Seq", id, { type = "get" }, 5)
+            return st == 200 and b.last.bound == 1024 and b or nil,
+                st == 200 and b.last.bound
+        end, 15, "the accepted tells to arrive")
+        assert.are.equal(0, body.gaps)
+        assert.are.equal(0, body.reorders)
+        assert.are.equal(0, body.double)
+    end)
+
+    it("moves a shard by hand only with the admin token, on the "
+       .. "coordinator (G8)", function()
+        local _, shard = id_on("n3", "token")
+        local st = c:node("n1"):http("POST",
+                                     format("/v1/move/Seq/%d", shard))
+        assert.are.equal(403, st)
+        st = c:node("n1"):http("POST", format("/v1/move/Seq/%d", shard), nil,
+                               { headers = { ["X-Moonshard-Token"] = "no" } })
+        assert.are.equal(403, st)
+        -- n3 is not the coordinator: refused, nothing moves
+        local before = stats(c:node("n1")).moves.started
+        st = c:node("n3"):http("POST", format("/v1/move/Seq/%d", shard), nil,
+                               { headers = { ["X-Moonshard-Token"] =
+                                                 c.admin_token } })
+        assert.are.equal(409, st)
+        assert.are.equal(before, stats(c:node("n1")).moves.started)
+    end)
+
     it("survives the coordinator's death in the middle of a handoff",
        function()
         local n1, n3 = c:node("n1"), c:node("n3")
