@@ -176,21 +176,30 @@ static void send_to_coord(struct ms_coord *c, struct region *r,
     send_from(c, r->uid, m);
 }
 
-/* The old owner `owner` answers the STOP of entry e (term `term`). */
-static void answer_stop(struct ms_coord *c, uint64_t owner, const char *type,
-                        uint32_t shards, const struct ms_plan_entry *e,
-                        uint64_t term)
+/* Member `uid` sends the coordinator a message of `kind` (FENCED,
+ * STOPPED) with the one entry e, at term `term`. */
+static void send_entry(struct ms_coord *c, uint64_t uid, int kind,
+                       const char *type, uint32_t shards,
+                       const struct ms_plan_entry *e, uint64_t term)
 {
     struct ms_plan_msg *a = calloc(1, sizeof *a);
-    a->kind = MS_PLAN_MSG_STOPPED;
+    a->kind = kind;
     a->term = term;
     snprintf(a->type, sizeof a->type, "%s", type);
     a->shard_count = shards;
     struct ms_plan_entry x = *e;
     a->entries = &x;
     a->nentries = 1;
-    send_from(c, owner, a);
+    send_from(c, uid, a);
     free(a);
+}
+
+/* The old owner `owner` answers the STOP of entry e (term `term`). */
+static void answer_stop(struct ms_coord *c, uint64_t owner, const char *type,
+                        uint32_t shards, const struct ms_plan_entry *e,
+                        uint64_t term)
+{
+    send_entry(c, owner, MS_PLAN_MSG_STOPPED, type, shards, e, term);
 }
 
 /* The region side of the I/O layer. */
@@ -251,21 +260,14 @@ static void region_receive(struct ms_coord *c, struct region *r,
         /* the fence goes to each old owner, which relays it as FENCED
          * with this region's uid */
         for (size_t i = 0; i < m->nentries; i++) {
-            struct ms_plan_msg *f = calloc(1, sizeof *f);
-            f->kind = MS_PLAN_MSG_FENCED;
-            f->term = m->term;
-            memcpy(f->type, m->type, sizeof f->type);
-            f->shard_count = m->shard_count;
             struct ms_plan_entry e = m->entries[i];
             e.owner = r->uid;
-            f->entries = &e;
-            f->nentries = 1;
-            if (r->direct)
-                send_from(c, r->uid, f);
-            else if (find_region(m->entries[i].owner) &&
-                     find_region(m->entries[i].owner)->alive)
-                send_from(c, m->entries[i].owner, f);
-            free(f);
+            struct region *old = find_region(m->entries[i].owner);
+            uint64_t via = r->direct ? r->uid
+                           : old && old->alive ? old->uid : 0;
+            if (via)
+                send_entry(c, via, MS_PLAN_MSG_FENCED, m->type,
+                           m->shard_count, &e, m->term);
         }
         break;
     }
@@ -1138,19 +1140,12 @@ static void test_move(void)
     pump(c, N1, NULL, NULL);
     struct ms_coord_move_info mi;
     CHECK(ms_coord_move_at(c, 0, 20, &mi) == 1 && mi.fences_left == 1);
-    struct ms_plan_msg *f = calloc(1, sizeof *f);
-    f->kind = MS_PLAN_MSG_FENCED;
-    f->term = 1;
-    snprintf(f->type, sizeof f->type, "Counter");
-    f->shard_count = 16;
     struct ms_plan_entry fe = {5, N2, mi.hgen};
-    f->entries = &fe;
-    f->nentries = 1;
-    send_from(c, N3, f); /* N3 claiming N2's fence */
+    /* N3 claiming N2's fence */
+    send_entry(c, N3, MS_PLAN_MSG_FENCED, "Counter", 16, &fe, 1);
     pump(c, N1, NULL, NULL);
     CHECK(ms_coord_move_at(c, 0, 20, &mi) == 1 && mi.fences_left == 1);
-    send_from(c, N2, f); /* N2's own */
-    free(f);
+    send_entry(c, N2, MS_PLAN_MSG_FENCED, "Counter", 16, &fe, 1); /* own */
     pump(c, N1, NULL, NULL);
     ms_coord_move_stats(c, &st);
     CHECK(st.finished == 2 && st.in_progress == 0);
