@@ -315,6 +315,12 @@ describe("handoff", function()
         assert.are.equal(1024, accepted)
         assert.are.equal(6, after.handoff_overflows
                          - before.handoff_overflows)
+        -- an ask that meets the full buffer ends at once, explicitly (G5)
+        local t0 = helpers.now()
+        local st, b = n1:ask("Seq", id, { type = "get" }, 0.5)
+        assert.are.equal(503, st)
+        assert.are.equal("overflow", b.error.code)
+        assert.is_true(helpers.now() - t0 < 1)
         n3:signal(helpers.SIGCONT)
         -- the move rolls back at its deadline; the 1,024 arrive, in order
         local body = helpers.wait_until(function()
