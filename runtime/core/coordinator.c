@@ -1589,18 +1589,34 @@ int ms_coord_tick(struct ms_coord *c, uint64_t now_ms)
     return 0;
 }
 
+static void sooner(uint64_t *best, uint64_t due)
+{
+    if (due < *best)
+        *best = due;
+}
+
 int64_t ms_coord_next_deadline(const struct ms_coord *c, uint64_t now_ms)
 {
     if (c->state == INERT)
         return -1;
-    if (c->state == READY) {
-        size_t i = 0;
-        while (i < c->nmembers && c->members[i].view_done)
-            i++;
-        if (i == c->nmembers)
-            return -1;
+    uint64_t best = UINT64_MAX;
+    if (c->state == COLLECTING)
+        best = c->due_ms;
+    for (size_t i = 0; c->state == READY && i < c->nmembers; i++) {
+        if (!c->members[i].view_done)
+            sooner(&best, c->due_ms); /* a view request goes out again */
+        if (c->members[i].leaving)
+            sooner(&best, now_ms);    /* its shards are to move */
     }
-    return c->due_ms > now_ms ? (int64_t)(c->due_ms - now_ms) : 0;
+    for (size_t i = 0; i < c->nmoves; i++) {
+        sooner(&best, c->moves[i].deadline_ms);
+        sooner(&best, c->moves[i].sent_ms + MS_COORD_RESEND_MS);
+    }
+    if (c->state == READY && c->rebalance)
+        sooner(&best, c->reconcile ? now_ms : c->next_round_ms);
+    if (best == UINT64_MAX)
+        return -1;
+    return best > now_ms ? (int64_t)(best - now_ms) : 0;
 }
 
 int ms_coord_next_action(struct ms_coord *c, struct ms_coord_action *out)

@@ -296,8 +296,10 @@ int ms_coord_on_msg(struct ms_coord *c, uint64_t from_uid,
  * MS_ENOMEM. */
 int ms_coord_tick(struct ms_coord *c, uint64_t now_ms);
 
-/* Milliseconds from `now_ms` until ms_coord_tick() has work (0: now), or
- * -1 when it has none. */
+/* Milliseconds from `now_ms` until ms_coord_tick() has work (0: now): the
+ * publish, view requests sent again, a move's resend or deadline, the next
+ * rebalance round, a leaving member's shards to move; -1 when it has
+ * none. */
 int64_t ms_coord_next_deadline(const struct ms_coord *c, uint64_t now_ms);
 
 /* Takes the oldest queued action. Returns 1 and fills *out (its payload is

@@ -1170,9 +1170,12 @@ static void test_move_deadline(void)
     struct ms_coord *c = moving_cluster(NULL);
     uint64_t from = ms_coord_owner(c, 0, 7, NULL);
     region(from)->nostop = 1;
+    sim_now = 100; /* the fences come at once */
     CHECK(ms_coord_move(c, 0, 7, 100) == 0);
     pump(c, N1, NULL, NULL);
     CHECK(region(from)->stops == 1);
+    /* the tick's next work: the STOP goes out again */
+    CHECK(ms_coord_next_deadline(c, 200) == 100 + MS_COORD_RESEND_MS - 200);
     struct ms_coord_move_info mi;
     CHECK(ms_coord_move_at(c, 0, 600, &mi) == 1);
     CHECK(mi.shard == 7 && mi.from == from && mi.stopping == 1 &&
