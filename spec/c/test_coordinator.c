@@ -1132,6 +1132,7 @@ static void test_move(void)
     ms_coord_move_stats(c, &st);
     CHECK(st.started == 1 && st.finished == 1 && st.aborted == 0 &&
           st.in_progress == 0 && st.peak == 1);
+    struct ms_plan_entry st3 = region(from)->last_stop;
     /* a region speaks only for itself: its FENCED naming another region
      * counts for nothing */
     region(N3)->direct = 0;
@@ -1150,8 +1151,23 @@ static void test_move(void)
     ms_coord_move_stats(c, &st);
     CHECK(st.finished == 2 && st.in_progress == 0);
     region(N2)->nofence = 0;
+    /* only the old owner's STOPPED ends a move (G8): another member's
+     * claim, at the right generation, changes nothing */
+    region(N1)->nostop = region(N2)->nostop = 1;
+    CHECK(ms_coord_move(c, 0, 9, 15) == 0);
+    pump(c, N1, NULL, NULL);
+    uint64_t from9 = ms_coord_owner(c, 0, 9, NULL);
+    struct ms_plan_entry st9 = region(from9)->last_stop;
+    CHECK(st9.shard == 9);
+    answer_stop(c, N3, "Counter", 16, &st9, 1);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owner(c, 0, 9, NULL) == from9);
+    answer_stop(c, from9, "Counter", 16, &st9, 1);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owner(c, 0, 9, NULL) == N3);
+    region(N1)->nostop = region(N2)->nostop = 0;
     /* a late duplicate STOPPED changes nothing */
-    answer_stop(c, from, "Counter", 16, &region(from)->last_stop, 1);
+    answer_stop(c, from, "Counter", 16, &st3, 1);
     pump(c, N1, NULL, NULL);
     CHECK(ms_coord_owner(c, 0, 3, NULL) == N3);
     /* bad requests */
