@@ -178,6 +178,7 @@ describe("handoff", function()
 
     teardown(function()
         helpers.stop_all()
+        assert.same({}, helpers.leaks()) -- nodes and loaders, by PID
     end)
 
     it("moves shards to a node that joins, losing and reordering nothing",
