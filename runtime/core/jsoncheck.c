@@ -1,0 +1,181 @@
+/*
+ * jsoncheck.c -- see jsoncheck.h. A recursive-descent scanner over the
+ * RFC 8259 grammar; recursion is bounded by max_depth.
+ */
+#include "jsoncheck.h"
+
+struct scan {
+    const unsigned char *p, *end;
+    int depth, max_depth;
+};
+
+static void ws(struct scan *s)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' ||
+                             *s->p == '\n' || *s->p == '\r'))
+        s->p++;
+}
+
+static int lit(struct scan *s, const char *word)
+{
+    for (; *word; word++, s->p++)
+        if (s->p == s->end || *s->p != (unsigned char)*word)
+            return 0;
+    return 1;
+}
+
+static int digits(struct scan *s)
+{
+    const unsigned char *start = s->p;
+    while (s->p < s->end && *s->p >= '0' && *s->p <= '9')
+        s->p++;
+    return s->p > start;
+}
+
+static int number(struct scan *s)
+{
+    if (s->p < s->end && *s->p == '-')
+        s->p++;
+    if (s->p < s->end && *s->p == '0')
+        s->p++;
+    else if (!digits(s))
+        return 0;
+    if (s->p < s->end && *s->p == '.') {
+        s->p++;
+        if (!digits(s))
+            return 0;
+    }
+    if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
+        s->p++;
+        if (s->p < s->end && (*s->p == '+' || *s->p == '-'))
+            s->p++;
+        if (!digits(s))
+            return 0;
+    }
+    return 1;
+}
+
+/* The 4 hex digits after "\u": their value, or -1. */
+static long hex4(struct scan *s)
+{
+    long v = 0;
+    for (int i = 0; i < 4; i++, s->p++) {
+        if (s->p == s->end)
+            return -1;
+        unsigned c = *s->p;
+        v <<= 4;
+        if (c >= '0' && c <= '9')
+            v |= c - '0';
+        else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+            v |= (c | 0x20) - 'a' + 10;
+        else
+            return -1;
+    }
+    return v;
+}
+
+static int string(struct scan *s)
+{
+    s->p++; /* the opening quote */
+    while (s->p < s->end) {
+        unsigned c = *s->p++;
+        if (c == '"')
+            return 1;
+        if (c < 0x20)
+            return 0;
+        if (c != '\\')
+            continue;
+        if (s->p == s->end)
+            return 0;
+        c = *s->p++;
+        if (c == 'u') {
+            long cp = hex4(s);
+            if (cp < 0 || (cp >= 0xdc00 && cp <= 0xdfff))
+                return 0; /* a low surrogate first */
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+                if (s->end - s->p < 2 || s->p[0] != '\\' || s->p[1] != 'u')
+                    return 0;
+                s->p += 2;
+                long lo = hex4(s);
+                if (lo < 0xdc00 || lo > 0xdfff)
+                    return 0;
+            }
+        } else if (c != '"' && c != '\\' && c != '/' && c != 'b' &&
+                   c != 'f' && c != 'n' && c != 'r' && c != 't') {
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static int value(struct scan *s);
+
+/* An object or array, at s->p on its opening bracket. */
+static int container(struct scan *s, unsigned char close)
+{
+    if (++s->depth > s->max_depth)
+        return 0;
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        s->depth--;
+        return 1;
+    }
+    for (;;) {
+        if (close == '}') {
+            if (s->p == s->end || *s->p != '"' || !string(s))
+                return 0;
+            ws(s);
+            if (s->p == s->end || *s->p++ != ':')
+                return 0;
+            ws(s);
+        }
+        if (!value(s))
+            return 0;
+        ws(s);
+        if (s->p == s->end)
+            return 0;
+        unsigned char c = *s->p++;
+        if (c == close) {
+            s->depth--;
+            return 1;
+        }
+        if (c != ',')
+            return 0;
+        ws(s);
+    }
+}
+
+static int value(struct scan *s)
+{
+    if (s->p == s->end)
+        return 0;
+    switch (*s->p) {
+    case '{':
+        return container(s, '}');
+    case '[':
+        return container(s, ']');
+    case '"':
+        return string(s);
+    case 't':
+        return lit(s, "true");
+    case 'f':
+        return lit(s, "false");
+    case 'n':
+        return lit(s, "null");
+    default:
+        return number(s);
+    }
+}
+
+int ms_json_is_object(const char *json, size_t len, int max_depth)
+{
+    struct scan s = {(const unsigned char *)json,
+                     (const unsigned char *)json + len, 0, max_depth};
+    ws(&s);
+    if (s.p == s.end || *s.p != '{' || !container(&s, '}'))
+        return 0;
+    ws(&s);
+    return s.p == s.end;
+}
