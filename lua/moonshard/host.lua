@@ -21,7 +21,7 @@ local yield, running = coroutine.yield, coroutine.running
 
 local done, reply_c = core.done, core.reply
 local tell_c, ask_c, after_c, cancel_c = core.tell, core.ask, core.after, core.cancel
-local stop_c, log_c, now_c, type_index = core.stop, core.log, core.now, core.type_index
+local stop_c, log_c, now_c = core.stop, core.log, core.now
 local ASK, IDLE, FREE = core.ASK, core.IDLE, core.FREE
 local KIND_STOP = 3
 local KIND_ACTIVATE = 4
@@ -52,6 +52,8 @@ assert(ffi.sizeof("struct ms_lua_delivery") == core.DELIVERY_SIZE,
        "struct ms_lua_delivery differs between host.lua and bridge.c")
 
 local behaviors = {}   -- [type index] = behavior module
+local type_ids = {}    -- [type name] = type index, as the C dispatcher has
+                       -- them (ctx:ref stays in Lua, inside the trace)
 local states = {}      -- [handle] = state table
 local ctxs = {}        -- [handle] = ctx
 -- Hot reload (moonshard.reload, M.swap_behavior): the module name and the
@@ -152,7 +154,7 @@ end
 -- waits like an ask. Returns true when this call activated it, false when
 -- it was active already, or nil, err.
 function M.activate(tname, id, seconds)
-    local t = type(tname) == "string" and type_index(tname)
+    local t = type(tname) == "string" and type_ids[tname]
     if not t then error("unknown entity type '" .. tostring(tname) .. "'", 2) end
     if type(id) ~= "string" or id == "" then
         error("bad 'id' argument: a non-empty string is required", 2)
@@ -186,7 +188,7 @@ function Ctx.ref(_, tname, id)
     if type(id) ~= "string" or id == "" then
         error("bad 'id' argument: a non-empty string is required", 2)
     end
-    local t = type_index(tname)
+    local t = type_ids[tname]
     if not t then error("unknown entity type '" .. tname .. "'", 2) end
     return setmetatable({ type = tname, id = id, _t = t }, Ref)
 end
@@ -362,6 +364,7 @@ function M.start(opts)
     local failed = {}
     for i, t in ipairs(opts.types) do
         local idx = i - 1
+        type_ids[t.name] = idx
         local proto = { type = t.name, node = node_name }
         for k, f in pairs(Ctx) do proto[k] = f end
         ctx_mts[idx] = { __index = proto }
