@@ -529,7 +529,8 @@ int ms_auth_start(struct ms_auth *a, struct ms_frame *out, uint8_t *buf,
         return refuse(a, out, NULL, 0, MS_EINVAL,
                     "auth: ms_auth_start is the client's first step");
     if (a->random(a->random_data, a->nonce_c, MS_AUTH_NONCE) != 0)
-        return refuse(a, out, NULL, 0, MS_EINVAL, "auth: no random bytes for a nonce");
+        return refuse(a, out, NULL, 0, MS_EINVAL,
+                      "auth: no random bytes for a nonce");
     int rc = emit_ident(a, out, buf, cap, MS_FRAME_HELLO, a->nonce_c, NULL);
     if (rc != 0)
         return rc;
@@ -632,7 +633,8 @@ int ms_auth_on_frame(struct ms_auth *a, const struct ms_frame *in,
         if (!r || r->is_num)
             return refuse(a, out, NULL, 0, MS_EINVAL,
                         "peer refused the handshake (no reason given)");
-        return refuse(a, out, NULL, 0, MS_EINVAL, "peer refused the handshake: %.*s",
+        return refuse(a, out, NULL, 0, MS_EINVAL,
+                      "peer refused the handshake: %.*s",
                     (int)r->slen, r->str);
     }
     if (in->kind != wants[a->state])

@@ -1284,11 +1284,12 @@ static int expire_moves(struct ms_coord *c, uint64_t now_ms)
     return 0;
 }
 
-/* Sends again what a move waits for, every MS_COORD_RESEND_MS: the HANDOFF to the
- * regions (one whose fence got lost, say on a connection that was not up
- * yet, fences again; the others' repeats are ignored) or the STOP to the
- * old owner. Repeats are harmless: a region re-fences, an old owner that
- * stopped answers again, and the coordinator counts each fence once. */
+/* Sends again what a move waits for, every MS_COORD_RESEND_MS: the
+ * HANDOFF to the regions (one whose fence got lost, say on a connection
+ * that was not up yet, fences again; the others' repeats are ignored) or
+ * the STOP to the old owner. Repeats are harmless: a region re-fences,
+ * an old owner that stopped answers again, and the coordinator counts each
+ * fence once. */
 static int resend_moves(struct ms_coord *c, uint64_t now_ms)
 {
     if (!c->nmoves)

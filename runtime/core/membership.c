@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sbuf.h"
+
 struct mrec {
     struct ms_mb_member pub;
     uint64_t last_ack_ms;   /* last heartbeat answer, or when learned */
@@ -840,72 +842,43 @@ int ms_mb_set_owns_shards(struct ms_membership *m, uint64_t uid, int owns,
 
 /* --- the JSON writer --- */
 
-struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;  /* out of memory: the text is lost */
-};
-
-/* Appends printf-style text, growing the buffer. */
-static void sb_fmt(struct sbuf *b, const char *fmt, ...)
-{
-    for (int pass = 0; pass < 2 && !b->oom; pass++) {
-        size_t room = b->cap - b->n;
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->n : NULL, room, fmt, ap);
-        va_end(ap);
-        if (n >= 0 && (size_t)n < room) {
-            b->n += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap : 1024;
-        while (n >= 0 && cap < b->n + (size_t)n + 1)
-            cap *= 2;
-        char *p = n >= 0 ? realloc(b->p, cap) : NULL;
-        if (!p)
-            b->oom = 1;
-        else
-            b->p = p, b->cap = cap;
-    }
-}
-
 #define UID "\"%016llx\""
 #define ULL(x) ((unsigned long long)(x))
 
 char *ms_mb_gossip_encode(const struct ms_membership *m, size_t *len)
 {
     const struct state *s = &m->st;
-    struct sbuf b = {0};
-    sb_fmt(&b, "{\"v\":1,\"max_up\":%u,\"max_tomb\":%llu,\"members\":[",
-           s->max_up, ULL(s->max_tomb));
+    struct ms_sbuf b = {0};
+    ms_sbuf_printf(&b,
+                   "{\"v\":1,\"max_up\":%u,\"max_tomb\":%llu,\"members\":[",
+                   s->max_up, ULL(s->max_tomb));
     for (uint32_t i = 0; i < s->n; i++) {
         const struct ms_mb_member *p = &s->recs[i].pub;
-        sb_fmt(&b,
+        ms_sbuf_printf(&b,
                "%s{\"u\":" UID ",\"n\":\"%s\",\"a\":\"%s\",\"r\":\"%s\","
                "\"ver\":\"%s\",\"w\":%u,\"i\":%llu,\"s\":\"%s\",\"o\":%u}",
                i ? "," : "", ULL(p->uid), p->name, p->address, p->roles,
                p->version, p->weight, ULL(p->incarnation),
                ms_mb_status_name(p->status), p->up_number);
     }
-    sb_fmt(&b, "],\"tombstones\":[");
+    ms_sbuf_printf(&b, "],\"tombstones\":[");
     for (uint32_t i = 0; i < s->ntombs; i++)
-        sb_fmt(&b, "%s{\"u\":" UID ",\"q\":%llu}", i ? "," : "",
+        ms_sbuf_printf(&b, "%s{\"u\":" UID ",\"q\":%llu}", i ? "," : "",
                ULL(s->tombs[i].uid), ULL(s->tombs[i].seq));
-    sb_fmt(&b, "],\"seen\":[");
+    ms_sbuf_printf(&b, "],\"seen\":[");
     const char *sep = "";
     for (uint32_t i = 0; i < s->n; i++)
         if (s->recs[i].seen) {
-            sb_fmt(&b, "%s" UID, sep, ULL(s->recs[i].pub.uid));
+            ms_sbuf_printf(&b, "%s" UID, sep, ULL(s->recs[i].pub.uid));
             sep = ",";
         }
-    sb_fmt(&b, "]}");
+    ms_sbuf_printf(&b, "]}");
     if (b.oom) {
         free(b.p);
         return NULL;
     }
     if (len)
-        *len = b.n;
+        *len = b.len;
     return b.p;
 }
 
@@ -1333,12 +1306,12 @@ uint64_t ms_mb_digest(const struct ms_membership *m)
 size_t ms_mb_status_json(const struct ms_membership *m, char *buf,
                          size_t buflen)
 {
-    struct sbuf b = {0};
+    struct ms_sbuf b = {0};
     const struct ms_mb_member *lead = ms_mb_leader(m);
     char leader[24] = "null";
     if (lead)
         snprintf(leader, sizeof leader, UID, ULL(lead->uid));
-    sb_fmt(&b,
+    ms_sbuf_printf(&b,
            "{\"self\":" UID ",\"leader\":%s,\"converged\":%s,"
            "\"digest\":" UID ",\"tombstones\":%u,\"members\":[",
            ULL(m->self_uid), leader, ms_mb_converged(m) ? "true" : "false",
@@ -1352,22 +1325,25 @@ size_t ms_mb_status_json(const struct ms_membership *m, char *buf,
         qsort(sorted, m->st.n, sizeof *sorted, ms_mb_age_cmp);
     for (uint32_t i = 0; sorted && i < m->st.n; i++) {
         const struct ms_mb_member *p = &sorted[i];
-        sb_fmt(&b,
+        ms_sbuf_printf(&b,
                "%s{\"uid\":" UID ",\"name\":\"%s\",\"address\":\"%s\","
                "\"status\":\"%s\",\"up_number\":%u,\"roles\":[",
                i ? "," : "", ULL(p->uid), p->name, p->address,
                ms_mb_status_name(p->status), p->up_number);
         for (const char *r = p->roles; *r;) {
             size_t l = strcspn(r, ",");
-            sb_fmt(&b, "%s\"%.*s\"", r == p->roles ? "" : ",", (int)l, r);
+            ms_sbuf_printf(&b, "%s\"%.*s\"", r == p->roles ? "" : ",",
+                           (int)l, r);
             r += l + (r[l] == ',');
         }
-        sb_fmt(&b, "],\"version\":\"%s\",\"weight\":%u,\"reachable\":%s}",
-               p->version, p->weight, p->reachable ? "true" : "false");
+        ms_sbuf_printf(&b,
+                       "],\"version\":\"%s\",\"weight\":%u,\"reachable\":%s}",
+                       p->version, p->weight,
+                       p->reachable ? "true" : "false");
     }
     free(sorted);
-    sb_fmt(&b, "]}");
-    size_t need = b.oom ? 0 : b.n;
+    ms_sbuf_printf(&b, "]}");
+    size_t need = b.oom ? 0 : b.len;
     if (buflen) {
         size_t n = need < buflen - 1 ? need : buflen - 1;
         if (n)

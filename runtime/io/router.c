@@ -17,6 +17,7 @@
 #include "../core/log.h"
 #include "../core/membership.h"
 #include "../core/plan.h"
+#include "../core/sbuf.h"
 #include "../moonshard.h"
 
 #define SWEEP_MS 100
@@ -1198,45 +1199,6 @@ static void fingerprint(const struct ms_type_config *t, char *buf, size_t len)
              t->on_error_stop ? "stop" : "resume", t->allocation_id);
 }
 
-/* A growable text buffer for the strategy's view. */
-struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-static void sb_add(struct sbuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void sb_add(struct sbuf *b, const char *fmt, ...)
-{
-    for (int pass = 0; pass < 2 && !b->oom; pass++) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL,
-                          b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->p && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap <= b->len + (size_t)n)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
 static int age_cmp_ptr(const void *a, const void *b)
 {
     return ms_mb_age_cmp(*(const struct ms_mb_member *const *)a,
@@ -1246,7 +1208,7 @@ static int age_cmp_ptr(const void *a, const void *b)
 /* The DESIGN §3 view of a type for the Lua strategies, as JSON in *b
  * (members oldest first). Returns 0 or MS_ENOMEM. */
 static int view_json(struct ms_router *r, const struct ms_coord_view *view,
-                     struct sbuf *b)
+                     struct ms_sbuf *b)
 {
     struct ms_membership *mb = ms_cluster_membership(r->c);
     const struct ms_mb_member **ms = calloc(view->nhosts + 1, sizeof *ms);
@@ -1260,11 +1222,13 @@ static int view_json(struct ms_router *r, const struct ms_coord_view *view,
             ms[n++] = m;
     }
     qsort(ms, n, sizeof *ms, age_cmp_ptr);
-    sb_add(b, "{\"entity_type\":\"%s\",\"shard_count\":%u,\"members\":[",
-           view->type_name, view->shard_count);
+    ms_sbuf_printf(b,
+                   "{\"entity_type\":\"%s\",\"shard_count\":%u,"
+                   "\"members\":[",
+                   view->type_name, view->shard_count);
     for (size_t i = 0; i < n; i++) {
         const struct ms_mb_member *m = ms[i];
-        sb_add(b, "%s{\"name\":\"%s\",\"address\":\"%s\",\"uid\":"
+        ms_sbuf_printf(b, "%s{\"name\":\"%s\",\"address\":\"%s\",\"uid\":"
                "\"%016llx\",\"weight\":%u,\"version\":\"%s\","
                "\"up_number\":%u,\"status\":\"%s\",\"reachable\":%s,"
                "\"roles\":[",
@@ -1277,13 +1241,13 @@ static int view_json(struct ms_router *r, const struct ms_coord_view *view,
         while (*ro) {
             size_t k = strcspn(ro, ",");
             if (k)
-                sb_add(b, "%s\"%.*s\"", first ? "" : ",", (int)k, ro);
+                ms_sbuf_printf(b, "%s\"%.*s\"", first ? "" : ",", (int)k, ro);
             first = 0;
             ro += k + (ro[k] == ',');
         }
-        sb_add(b, "]}");
+        ms_sbuf_printf(b, "]}");
     }
-    sb_add(b, "],\"plan\":[");
+    ms_sbuf_printf(b, "],\"plan\":[");
     int first = 1;
     for (uint32_t sh = 0; sh < view->shard_count; sh++) {
         if (!view->owners[sh])
@@ -1291,17 +1255,17 @@ static int view_json(struct ms_router *r, const struct ms_coord_view *view,
         const struct ms_mb_member *m = ms_mb_find_by_uid(mb, view->owners[sh]);
         if (!m)
             continue;
-        sb_add(b, "%s[%u,\"%s\"]", first ? "" : ",", sh, m->name);
+        ms_sbuf_printf(b, "%s[%u,\"%s\"]", first ? "" : ",", sh, m->name);
         first = 0;
     }
-    sb_add(b, "],\"in_progress\":[");
+    ms_sbuf_printf(b, "],\"in_progress\":[");
     first = 1;
     for (uint32_t sh = 0; view->moving && sh < view->shard_count; sh++)
         if (view->moving[sh]) {
-            sb_add(b, "%s%u", first ? "" : ",", sh);
+            ms_sbuf_printf(b, "%s%u", first ? "" : ",", sh);
             first = 0;
         }
-    sb_add(b, "]}");
+    ms_sbuf_printf(b, "]}");
     free(ms);
     return b->oom ? MS_ENOMEM : 0;
 }
@@ -1330,7 +1294,7 @@ static uint64_t allocate(void *data, int type, uint32_t shard,
             snprintf(err, errlen, "no member can host %s", view->type_name);
         return best ? best->uid : 0;
     }
-    struct sbuf b = {0};
+    struct ms_sbuf b = {0};
     if (view_json(r, view, &b) < 0) {
         snprintf(err, errlen, "out of memory");
         free(b.p);
@@ -1361,7 +1325,7 @@ static int rebalance(void *data, int type, const struct ms_coord_view *view,
     (void)type;
     if (!r->rebalancer)
         return 0;
-    struct sbuf b = {0};
+    struct ms_sbuf b = {0};
     int rc = view_json(r, view, &b);
     if (rc == 0)
         rc = r->rebalancer(r->allocator_data, view->type_name, b.p, out, max,
@@ -1541,7 +1505,8 @@ size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
                      "\"handoffs_in_progress\":%u,\"shards_stopping\":%u,"
                      "\"handoffs_seen\":%llu,\"handoff_buffered\":%llu,"
                      "\"handoff_overflows\":%llu,\"shards_handed_off\":%llu,"
-                     "\"moves\":{\"in_progress\":%zu,\"peak\":%zu,\"started\":%llu,"
+                     "\"moves\":{\"in_progress\":%zu,\"peak\":%zu,"
+                     "\"started\":%llu,"
                      "\"finished\":%llu,\"aborted\":%llu,\"rounds\":%llu,"
                      "\"strategy_errors\":%llu},\"handoffs\":[",
                      (unsigned long long)r->st.local_routes,
