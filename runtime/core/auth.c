@@ -635,7 +635,7 @@ int ms_auth_on_frame(struct ms_auth *a, const struct ms_frame *in,
                         "peer refused the handshake (no reason given)");
         return refuse(a, out, NULL, 0, MS_EINVAL,
                       "peer refused the handshake: %.*s",
-                    (int)r->slen, r->str);
+                      (int)r->slen, r->str);
     }
     if (in->kind != wants[a->state])
         return refuse(a, out, buf, cap, MS_EINVAL,
