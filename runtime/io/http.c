@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/log.h"
+
 /*
  * URL plus header names and values of one request, in bytes. A larger head
  * gets 431 and the connection is closed. The URL is the only part of the
@@ -601,16 +603,20 @@ static void get_index(struct conn *c)
         "'http://%s/v1/entities/Counter/c1/ask?timeout=5'\n"
         "Passivate an entity:\n"
         "  curl -X POST http://%s/v1/entities/Counter/c1/stop\n"
-        "Node counters and health:\n"
+        "Node counters and health (and Prometheus metrics):\n"
         "  curl http://%s/v1/stats\n"
         "  curl http://%s/v1/health\n"
+        "  curl http://%s/metrics\n"
+        "The cluster: members, and a type's shard owners:\n"
+        "  curl http://%s/v1/members\n"
+        "  curl http://%s/v1/allocations/Counter\n"
         "\n"
         "Bodies are JSON objects. Errors come back as\n"
         "{\"error\":{\"code\":...,\"message\":...}} with a 4xx or 5xx "
         "status.\n"
         "The same from a shell: moonshard tell|ask|stop|status "
         "[--node %s] ...\n",
-        ms_node_name(c->h->node), a, a, a, a, a, a);
+        ms_node_name(c->h->node), a, a, a, a, a, a, a, a, a);
     if (n < 0)
         n = 0;
     if ((size_t)n >= sizeof text)
@@ -618,33 +624,73 @@ static void get_index(struct conn *c)
     respond(c, 200, "text/plain; charset=utf-8", text, (size_t)n);
 }
 
-/* Answers 200 with the JSON a node writer produces, growing the buffer
- * once when the first attempt was too small. */
+/* The JSON a node writer produces, NUL-terminated: in `small` when it
+ * fits, else in a buffer the caller frees (grown once); NULL when out of
+ * memory. */
+static char *node_json(struct ms_node *n,
+                       size_t (*write)(struct ms_node *, char *, size_t),
+                       char *small, size_t cap, size_t *len)
+{
+    size_t need = write(n, small, cap);
+    if (need < cap) {
+        *len = need;
+        return small;
+    }
+    char *big = malloc(need + 1);
+    if (big == NULL)
+        return NULL;
+    if (write(n, big, need + 1) < need)
+        need = strlen(big);
+    *len = need;
+    return big;
+}
+
+/* Answers 200 with the JSON a node writer produces. */
 static void get_json(struct conn *c,
                      size_t (*write)(struct ms_node *, char *, size_t))
 {
-    char small[4096], *big;
-    size_t need;
-
-    need = write(c->h->node, small, sizeof small);
-    if (need < sizeof small) {
-        respond(c, 200, JSON, small, need);
-        return;
-    }
-    big = malloc(need + 1);
-    if (big == NULL) {
+    char small[4096];
+    size_t len;
+    char *json = node_json(c->h->node, write, small, sizeof small, &len);
+    if (json == NULL) {
         respond_node_error(c, MS_ENOMEM);
         return;
     }
-    if (write(c->h->node, big, need + 1) < need)
-        need = strlen(big);
-    respond(c, 200, JSON, big, need);
-    free(big);
+    respond(c, 200, JSON, json, len);
+    if (json != small)
+        free(json);
 }
 
 static void get_stats(struct conn *c)
 {
     get_json(c, ms_node_stats_json);
+}
+
+/* GET /metrics: the stats in the Prometheus text format, rendered by
+ * lua/moonshard/metrics.lua. */
+static void get_metrics(struct conn *c)
+{
+    char small[4096], err[256], *text = NULL;
+    size_t len;
+    char *json = node_json(c->h->node, ms_node_stats_json, small,
+                           sizeof small, &len);
+    if (json == NULL) {
+        respond_node_error(c, MS_ENOMEM);
+        return;
+    }
+    snprintf(err, sizeof err, "the metrics module returned nothing");
+    int rc = ms_node_call_lua(c->h->node, "moonshard.metrics", "render",
+                              json, &text, err, sizeof err);
+    if (json != small)
+        free(json);
+    if (rc < 0 || text == NULL || text[0] == 0) {
+        ms_log(MS_LOG_ERROR, NULL, "GET /metrics: %s", err);
+        respond_error(c, 500, "internal", "metrics: %s", err);
+    } else {
+        respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text,
+                strlen(text));
+    }
+    free(text);
 }
 
 static void get_allocations(struct conn *c, char *type, size_t tlen)
@@ -934,6 +980,11 @@ static void route(struct conn *c)
             post_move(c, path + 9, plen - 9);
         else
             not_allowed(c, "POST");
+    } else if (streq(path, plen, "/metrics")) {
+        if (get)
+            get_metrics(c);
+        else
+            not_allowed(c, "GET");
     } else if (streq(path, plen, "/v1/members")) {
         if (get)
             get_json(c, ms_node_members_json);

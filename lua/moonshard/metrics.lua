@@ -1,0 +1,178 @@
+-- moonshard.metrics: a node's counters (the JSON of GET /v1/stats) in the
+-- Prometheus text exposition format, version 0.0.4, for GET /metrics.
+--
+-- Every number of the stats becomes one series named moonshard_<field>
+-- (moonshard_<object>_<field> inside an object); counters end in _total.
+-- The node's name, cluster and version are the labels of
+-- moonshard_build_info; each shard move under way is one series of
+-- moonshard_handoff_waiting_messages and moonshard_handoff_seconds,
+-- labelled with its type, shard, state and old owner. A field with no
+-- entry in FIELDS is still exported (untyped), so nothing goes missing
+-- when the stats grow; the unit spec keeps FIELDS complete.
+
+local cjson = require "cjson.safe"
+
+local type, pairs, ipairs, tostring = type, pairs, ipairs, tostring
+local concat, sort = table.concat, table.sort
+local fmt = string.format
+
+local M = {}
+
+-- [stats field] = { kind, help }; kind is "counter" or "gauge".
+local FIELDS = {
+    routed = { "counter", "Tells and asks accepted into this node's "
+        .. "shard queues." },
+    delivered = { "counter", "Messages handed to an entity's handler." },
+    activations = { "counter", "Entities activated (init ran)." },
+    passivations = { "counter", "Entities passivated (stopped ran)." },
+    active_entities = { "gauge", "Entities active on this node." },
+    handler_errors = { "counter", "Handlers that raised." },
+    asks_started = { "counter", "Asks started on this node." },
+    asks_timed_out = { "counter", "Asks that ended by their deadline." },
+    overflows = { "counter", "Sends refused because a shard queue held "
+        .. "max_pending messages." },
+    slow_handlers = { "counter", "Handlers that ran past the slow "
+        .. "threshold." },
+    timers_fired = { "counter", "ctx:after timers that fired." },
+    shutdown_drops = { "counter", "Messages dropped because the node "
+        .. "stopped." },
+    handoff_drops = { "counter", "Messages that reached a shard after its "
+        .. "stop for a handoff (failed)." },
+    shards_stopped = { "counter", "Shard stops for a handoff finished." },
+    pending = { "gauge", "Messages accepted and not yet handled." },
+    local_routes = { "counter", "Messages routed to this node's own "
+        .. "shards." },
+    remote_routes = { "counter", "Messages sent to the owner on another "
+        .. "node." },
+    forwards = { "counter", "Messages received from other nodes and "
+        .. "delivered." },
+    not_owner_sent = { "counter", "NOT_OWNER answers sent to nodes with a "
+        .. "stale plan." },
+    not_owner_retries = { "counter", "Own messages routed again after "
+        .. "NOT_OWNER." },
+    route_buffered = { "counter", "Messages that waited for an owner." },
+    route_overflows = { "counter", "Messages refused because their shard's "
+        .. "wait buffer was full." },
+    route_expired = { "counter", "Messages that waited past their "
+        .. "deadline (failed or dropped)." },
+    owned_shards = { "gauge", "Shards this node owns." },
+    handoffs_in_progress = { "gauge", "Shards moving, as this node sees "
+        .. "them (buffered here)." },
+    shards_stopping = { "gauge", "Shards this node is stopping for a "
+        .. "handoff." },
+    handoffs_seen = { "counter", "Shard moves announced to this node." },
+    handoff_buffered = { "counter", "Messages that waited for a moving "
+        .. "shard." },
+    handoff_overflows = { "counter", "Messages refused because a moving "
+        .. "shard's buffer held 1024." },
+    shards_handed_off = { "counter", "Shards this node stopped and gave "
+        .. "away." },
+    moves_in_progress = { "gauge", "Moves under way (coordinator only)." },
+    moves_peak = { "gauge", "Most moves under way at once (coordinator "
+        .. "only)." },
+    moves_started = { "counter", "Moves started (coordinator only)." },
+    moves_finished = { "counter", "Moves finished (coordinator only)." },
+    moves_aborted = { "counter", "Moves rolled back (coordinator only)." },
+    moves_rounds = { "counter", "Rebalance rounds run (coordinator "
+        .. "only)." },
+    moves_strategy_errors = { "counter", "Strategy calls refused "
+        .. "(coordinator only)." },
+    frames_in = { "counter", "Frames received from authenticated peers." },
+    frames_out = { "counter", "Frames sent to peers." },
+    rejected_frames = { "counter", "Malformed or unexpected frames; their "
+        .. "connection was closed." },
+    auth_failures = { "counter", "Peers that failed the handshake." },
+    slow_peer_drops = { "counter", "Connections dropped because the peer "
+        .. "did not read." },
+}
+M.FIELDS = FIELDS
+
+-- The text of a label value: backslash, double quote and newline escaped.
+local function label(v)
+    return (tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\",
+                                          ["\""] = "\\\"",
+                                          ["\n"] = "\\n" }))
+end
+
+local function number(v)
+    if v ~= v then return "NaN" end
+    if v == math.huge then return "+Inf" end
+    if v == -math.huge then return "-Inf" end
+    if v == math.floor(v) and v > -2^53 and v < 2^53 then
+        return fmt("%.0f", v)
+    end
+    return fmt("%.17g", v)
+end
+
+-- Appends the HELP, TYPE and sample lines of one metric family.
+local function family(out, name, kind, help, samples)
+    out[#out + 1] = "# HELP " .. name .. " " .. help
+    out[#out + 1] = "# TYPE " .. name .. " " .. kind
+    for _, s in ipairs(samples) do
+        out[#out + 1] = name .. s
+    end
+end
+
+-- The stats' numbers, flattened: { {field, value}, ... } in name order.
+local function numbers(stats)
+    local flat = {}
+    for k, v in pairs(stats) do
+        if type(v) == "number" then
+            flat[#flat + 1] = { k, v }
+        elseif type(v) == "table" and k ~= "handoffs" then
+            for k2, v2 in pairs(v) do
+                if type(v2) == "number" then
+                    flat[#flat + 1] = { k .. "_" .. k2, v2 }
+                end
+            end
+        end
+    end
+    sort(flat, function(a, b) return a[1] < b[1] end)
+    return flat
+end
+
+-- render(stats_json) -> the exposition text, or nil and why.
+function M.render(stats_json)
+    local stats, err = cjson.decode(stats_json)
+    if type(stats) ~= "table" then
+        return nil, "bad stats: " .. tostring(err or "not an object")
+    end
+    local out = {}
+    family(out, "moonshard_build_info", "gauge",
+           "The node's name, cluster and version; always 1.",
+           { fmt('{cluster="%s",node="%s",version="%s"} 1',
+                 label(stats.cluster or ""), label(stats.node or ""),
+                 label(stats.version or "")) })
+    for _, kv in ipairs(numbers(stats)) do
+        local field, v = kv[1], kv[2]
+        local f = FIELDS[field]
+        local name = "moonshard_" .. field:gsub("[^%w_]", "_")
+        if not f then
+            family(out, name, "untyped", "See GET /v1/stats.",
+                   { " " .. number(v) })
+        elseif f[1] == "counter" then
+            family(out, name .. "_total", "counter", f[2],
+                   { " " .. number(v) })
+        else
+            family(out, name, "gauge", f[2], { " " .. number(v) })
+        end
+    end
+    local waiting, age = {}, {}
+    for _, h in ipairs(type(stats.handoffs) == "table" and stats.handoffs
+                       or {}) do
+        local l = fmt('{type="%s",shard="%s",state="%s",from="%s"}',
+                      label(h.type or ""), label(h.shard or ""),
+                      label(h.state or ""), label(h.from or ""))
+        waiting[#waiting + 1] = l .. " " .. number(h.buffered or 0)
+        age[#age + 1] = l .. " " .. number((h.for_ms or 0) / 1000)
+    end
+    family(out, "moonshard_handoff_waiting_messages", "gauge",
+           "Messages waiting here for a moving shard (first 64 moves).",
+           waiting)
+    family(out, "moonshard_handoff_seconds", "gauge",
+           "How long a moving shard has been moving, as seen here.", age)
+    out[#out + 1] = ""
+    return concat(out, "\n")
+end
+
+return M

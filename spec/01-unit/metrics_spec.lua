@@ -1,0 +1,135 @@
+-- moonshard.metrics: a node's stats JSON as Prometheus text (GET /metrics).
+
+local metrics = require "moonshard.metrics"
+local prom = require "helpers.prom"
+local cjson = require "cjson"
+
+-- Stats as a node writes them, every field distinct so a mix-up shows.
+local function stats()
+    local s = { node = "n1", cluster = "demo", version = "0.1.0",
+                moves = {}, handoffs = {} }
+    local i = 0
+    for field in pairs(metrics.FIELDS) do
+        i = i + 1
+        local obj, key = field:match("^(moves)_(.+)$")
+        if obj then
+            s.moves[key] = 1000 + i
+        else
+            s[field] = 1000 + i
+        end
+    end
+    return s
+end
+
+describe("moonshard.metrics", function()
+    it("exports every stats number once, counters with _total", function()
+        local s = stats()
+        local fams = prom.parse(assert(metrics.render(cjson.encode(s))))
+        for field, f in pairs(metrics.FIELDS) do
+            local key = field:match("^moves_(.+)$")
+            local want = key and s.moves[key] or s[field]
+            local name = "moonshard_" .. field
+                         .. (f[1] == "counter" and "_total" or "")
+            local fam = fams[name]
+            assert.is_table(fam, name)
+            assert.equal(f[1], fam.kind)
+            assert.equal(f[2], fam.help)
+            assert.equal(1, #fam.samples)
+            assert.equal(want, fam.samples[1].value, name)
+            assert.same({}, fam.samples[1].labels)
+        end
+        assert.same({ cluster = "demo", node = "n1", version = "0.1.0" },
+                    fams.moonshard_build_info.samples[1].labels)
+        assert.equal(1, fams.moonshard_build_info.samples[1].value)
+    end)
+
+    it("is the same text whatever the order of the JSON", function()
+        local s = stats()
+        local a = metrics.render(cjson.encode(s))
+        local keys = {}
+        for k in pairs(s) do keys[#keys + 1] = k end
+        table.sort(keys, function(x, y) return x > y end)
+        local parts = {}
+        for _, k in ipairs(keys) do
+            parts[#parts + 1] = cjson.encode(k) .. ":" .. cjson.encode(s[k])
+        end
+        assert.equal(a, metrics.render("{" .. table.concat(parts, ",") .. "}"))
+    end)
+
+    it("labels each move under way, escaping the label values", function()
+        local s = stats()
+        s.handoffs = {
+            { type = "Counter", shard = 3, state = "buffering",
+              from = "00000000000000a1", buffered = 12, for_ms = 1500 },
+            { type = "We\"ird\\Ty\npe", shard = 0, state = "stopping",
+              from = "00000000000000b2", buffered = 0, for_ms = 20 },
+        }
+        local text = metrics.render(cjson.encode(s))
+        assert.matches('type="We\\"ird\\\\Ty\\npe"', text, 1, true)
+        local fams = prom.parse(text)
+        local w = fams.moonshard_handoff_waiting_messages.samples
+        assert.equal(2, #w)
+        assert.same({ type = "Counter", shard = "3", state = "buffering",
+                      from = "00000000000000a1" }, w[1].labels)
+        assert.equal(12, w[1].value)
+        assert.equal("We\"ird\\Ty\npe", w[2].labels.type)
+        local age = fams.moonshard_handoff_seconds.samples
+        assert.equal(1.5, age[1].value)
+        assert.equal(0.02, age[2].value)
+    end)
+
+    it("declares the handoff families also when nothing moves", function()
+        local fams = prom.parse(metrics.render(cjson.encode(stats())))
+        assert.equal("gauge", fams.moonshard_handoff_waiting_messages.kind)
+        assert.equal(0, #fams.moonshard_handoff_waiting_messages.samples)
+    end)
+
+    it("exports a field it has no description of as untyped", function()
+        local s = stats()
+        s.brand_new = 7
+        s.moves.later = 8
+        local fams = prom.parse(metrics.render(cjson.encode(s)))
+        assert.equal("untyped", fams.moonshard_brand_new.kind)
+        assert.equal(7, fams.moonshard_brand_new.samples[1].value)
+        assert.equal(8, fams.moonshard_moves_later.samples[1].value)
+    end)
+
+    it("writes large counters as integers", function()
+        local s = stats()
+        s.delivered = 2 ^ 40 + 1
+        local fams = prom.parse(metrics.render(cjson.encode(s)))
+        assert.equal(2 ^ 40 + 1, fams.moonshard_delivered_total.samples[1].value)
+        assert.not_matches("e%+", metrics.render(cjson.encode(s)))
+    end)
+
+    it("refuses what is not a stats object", function()
+        local text, err = metrics.render("[1,2")
+        assert.is_nil(text)
+        assert.matches("^bad stats", err)
+        text, err = metrics.render("3")
+        assert.is_nil(text)
+        assert.matches("not an object", err)
+    end)
+end)
+
+describe("the spec's exposition reader", function()
+    it("refuses what a scraper would refuse", function()
+        local bad = {
+            "x 1",                                     -- no newline at end
+            "# TYPE a counter\nb 1\n",                 -- outside its family
+            "# TYPE a counter\n# TYPE a gauge\na 1\n", -- second TYPE
+            "# TYPE a counter\na 1\n# HELP a late\n",  -- HELP after samples
+            "# TYPE a counter\na{x=\"1} 2\n",          -- unterminated value
+            "# TYPE a counter\na{x=\"\\q\"} 2\n",      -- bad escape
+            "# TYPE a counter\na one\n",               -- not a number
+            "# TYPE 1a counter\n1a 1\n",               -- bad name
+            "# TYPE a sometimes\na 1\n",               -- bad type
+        }
+        for _, text in ipairs(bad) do
+            assert.has_error(function() prom.parse(text) end, nil, text)
+        end
+        assert.has_no.errors(function()
+            prom.parse("# HELP a b\n# TYPE a gauge\na{x=\"\\\"\"} 1\n")
+        end)
+    end)
+end)
