@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <http_parser.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "lua/bridge.h"
 #include "moonshard.h"
 
 #define DEFAULT_NODE "127.0.0.1:7201"
@@ -28,7 +30,7 @@ static const char *const usages[] = {
     "tell [--node HOST:PORT] TYPE ID JSON",
     "ask [--node HOST:PORT] [--timeout SECONDS] TYPE ID JSON",
     "stop [--node HOST:PORT] TYPE ID",
-    "status [--node HOST:PORT]",
+    "status [--node HOST:PORT] [--json]",
     "members [--node HOST:PORT]",
     "leave [--node HOST:PORT] [--token TOKEN]",
     "down [--node HOST:PORT] [--token TOKEN] ADDRESS",
@@ -209,12 +211,14 @@ static int on_message_complete(http_parser *p)
 }
 
 /*
- * Sends `req` to `node` and prints the outcome. Returns the exit code:
- * 0 for a 2xx answer (body on stdout), 1 for another status (on stderr),
- * 2 when the node cannot be reached or gives no valid response in time.
+ * Sends `req` to `node` and collects the response: its status in *status
+ * and its body in *body (NUL-terminated, caller frees) and *blen. Returns
+ * 0, or 2 (said on stderr) when the node cannot be reached or gives no
+ * valid response in time.
  */
-static int exchange(const char *node, const char *req, size_t reqlen,
-                    double recv_timeout_s)
+static int fetch(const char *node, const char *req, size_t reqlen,
+                 double recv_timeout_s, int *status, char **body,
+                 size_t *blen)
 {
     http_parser_settings settings;
     http_parser parser;
@@ -288,19 +292,109 @@ static int exchange(const char *node, const char *req, size_t reqlen,
         }
     }
 
-    if (parser.status_code >= 200 && parser.status_code < 300) {
-        if (r.len > 0)
-            fwrite(r.body, 1, r.len, stdout);
-        fputc('\n', stdout);
-        code = fflush(stdout) == 0 ? 0 : 2;
+    if (!on_body(&parser, "", 1)) { /* room for the NUL */
+        *status = (int)parser.status_code;
+        *body = r.body;
+        *blen = r.len - 1;
+        (*body)[*blen] = '\0';
+        r.body = NULL;
+        code = 0;
     } else {
-        fprintf(stderr, "error: %d %.*s\n", (int)parser.status_code,
-                (int)r.len, r.body ? r.body : "");
-        code = 1;
+        fprintf(stderr, "error: out of memory\n");
     }
 out:
     free(r.body);
     close(fd);
+    return code;
+}
+
+/*
+ * Sends `req` to `node` and prints the outcome. Returns the exit code:
+ * 0 for a 2xx answer (body on stdout), 1 for another status (on stderr),
+ * 2 when the node cannot be reached or gives no valid response in time.
+ */
+static int exchange(const char *node, const char *req, size_t reqlen,
+                    double recv_timeout_s)
+{
+    char *body = NULL;
+    size_t len = 0;
+    int status = 0, code;
+
+    code = fetch(node, req, reqlen, recv_timeout_s, &status, &body, &len);
+    if (code != 0)
+        return code;
+    if (status >= 200 && status < 300) {
+        fwrite(body, 1, len, stdout);
+        fputc('\n', stdout);
+        code = fflush(stdout) == 0 ? 0 : 2;
+    } else {
+        fprintf(stderr, "error: %d %s\n", status, body);
+        code = 1;
+    }
+    free(body);
+    return code;
+}
+
+/* GETs `path` of `node` into *body; an error status is said on stderr.
+ * Returns 0, 1 (error status) or 2 as exchange() does. */
+static int get(const char *node, const char *path, char **body)
+{
+    char *req = NULL;
+    size_t len = 0;
+    int status = 0;
+    int n = asprintf(&req,
+                     "GET %s HTTP/1.1\r\n"
+                     "Host: %s\r\n"
+                     "User-Agent: moonshard/" MS_VERSION "\r\n"
+                     "Accept: application/json\r\n"
+                     "Connection: close\r\n"
+                     "\r\n",
+                     path, node);
+    if (n < 0) {
+        fprintf(stderr, "error: out of memory\n");
+        return 2;
+    }
+    int code = fetch(node, req, (size_t)n, DEFAULT_TIMEOUT_S + GRACE_S,
+                     &status, body, &len);
+    free(req);
+    if (code == 0 && (status < 200 || status >= 300)) {
+        fprintf(stderr, "error: %d %s\n", status, *body);
+        free(*body);
+        *body = NULL;
+        code = 1;
+    }
+    return code;
+}
+
+/* `moonshard status` for people: the node's stats and its view of the
+ * members, laid out by lua/moonshard/status.lua. */
+static int status_text(const char *node)
+{
+    char *stats = NULL, *members = NULL, *arg = NULL, *out = NULL;
+    char home[PATH_MAX], err[1024];
+    int code = get(node, "/v1/stats", &stats);
+    if (code == 0)
+        code = get(node, "/v1/members", &members);
+    if (code == 0 && asprintf(&arg, "%s\n%s", stats, members) < 0) {
+        fprintf(stderr, "error: out of memory\n");
+        arg = NULL;
+        code = 2;
+    }
+    if (code == 0) {
+        ms_home(home, sizeof home);
+        if (ms_lua_run_isolated(home, "moonshard.status", "render", arg,
+                                &out, err, sizeof err) < 0) {
+            fprintf(stderr, "error: cannot lay out the status: %s\n", err);
+            code = 2;
+        } else {
+            fputs(out, stdout);
+            code = fflush(stdout) == 0 ? 0 : 2;
+        }
+    }
+    free(stats);
+    free(members);
+    free(arg);
+    free(out);
     return code;
 }
 
@@ -367,6 +461,7 @@ int ms_cli_main(int argc, char **argv)
     const char *pos[3], *action;
     double timeout_s = DEFAULT_TIMEOUT_S;
     int want, is_ask = 0, npos = 0, opts_done = 0, i, n, code;
+    int is_status = cmd != NULL && strcmp(cmd, "status") == 0, json = 0;
     char *type = NULL, *id = NULL, *req = NULL, query[48] = "";
     size_t bodylen;
 
@@ -398,6 +493,8 @@ int ms_cli_main(int argc, char **argv)
                        i + 1 == argc) {
                 fprintf(stderr, "error: option %s needs a value\n", a);
                 return usage(stderr, cmd, 2);
+            } else if (is_status && strcmp(a, "--json") == 0) {
+                json = 1;
             } else if (strcmp(a, "--help") == 0) {
                 return usage(stdout, cmd, 0);
             } else if (strcmp(a, "--node") == 0) {
@@ -429,6 +526,8 @@ int ms_cli_main(int argc, char **argv)
     if (npos != want)
         return usage(stderr, cmd, 2);
 
+    if (is_status && !json)
+        return status_text(node);
     if (want == 0) {
         n = asprintf(&req,
                      "GET /v1/%s HTTP/1.1\r\n"

@@ -31,7 +31,7 @@ static void usage(FILE *f)
         "  ask [--node H:P] [--timeout S] TYPE ID JSON\n"
         "                                 send a request, print the reply\n"
         "  stop [--node H:P] TYPE ID      passivate an entity\n"
-        "  status [--node H:P]            print a node's stats\n"
+        "  status [--node H:P] [--json]   the node, its members, counters\n"
         "  members [--node H:P]           print the membership as a node sees it\n"
         "  leave [--node H:P] [--token T] make a node leave the cluster\n"
         "  down [--node H:P] [--token T] ADDRESS\n"

@@ -1308,14 +1308,17 @@ size_t ms_mb_status_json(const struct ms_membership *m, char *buf,
 {
     struct ms_sbuf b = {0};
     const struct ms_mb_member *lead = ms_mb_leader(m);
-    char leader[24] = "null";
+    char leader[24] = "null", coord[24] = "null";
     if (lead)
         snprintf(leader, sizeof leader, UID, ULL(lead->uid));
+    if (m->coordinator)
+        snprintf(coord, sizeof coord, UID, ULL(m->coordinator));
     ms_sbuf_printf(&b,
            "{\"self\":" UID ",\"leader\":%s,\"converged\":%s,"
-           "\"digest\":" UID ",\"tombstones\":%u,\"members\":[",
+           "\"digest\":" UID ",\"tombstones\":%u,\"coordinator\":%s,"
+           "\"members\":[",
            ULL(m->self_uid), leader, ms_mb_converged(m) ? "true" : "false",
-           ULL(m->digest), m->st.ntombs);
+           ULL(m->digest), m->st.ntombs, coord);
     struct ms_mb_member *sorted = malloc((m->st.n + 1) * sizeof *sorted);
     if (!sorted)
         b.oom = 1;

@@ -1,4 +1,5 @@
--- `moonshard tell|ask|stop|status --node HOST:PORT` against a real node:
+-- `moonshard tell|ask|stop|status --node HOST:PORT` against a real node
+-- (status lays the stats out for people; status --json prints them):
 -- exit 0 with the body on stdout for a 2xx answer, 1 with
 -- "error: STATUS BODY" on stderr for an error status, 2 when the node
 -- cannot be reached or the command line is wrong.
@@ -106,8 +107,25 @@ describe("the moonshard CLI", function()
         assert.is_nil(n:call("Sticky", "cli-6", { type = "get" }).value)
     end)
 
-    it("prints the node's stats with status", function()
+    it("lays out the node, its members and counters with status",
+       function()
         local code, out, err = cli("status", "--node", n.address)
+        assert.equal(0, code, err)
+        local lines = {}
+        for l in out:gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+        assert.matches("^node n1 at 127%.0%.0%.1:%d+, cluster spec, "
+                       .. "moonshard [%d.]+ %(coordinator%)$", lines[1])
+        assert.equal("members: 1, converged", lines[2])
+        assert.matches("^  n1  127%.0%.0%.1:%d+  up  reachable  this node, "
+                       .. "coordinator$", lines[3])
+        assert.matches("\nentities: %d+ active, %d+ pending; %d+ "
+                       .. "delivered", out)
+        assert.matches("\nmoves %(coordinator%): 0 in progress", out)
+        assert.matches("\ntransport: ", out)
+    end)
+
+    it("prints the node's stats as JSON with status --json", function()
+        local code, out, err = cli("status", "--json", "--node", n.address)
         assert.equal(0, code, err)
         local stats = json.decode(out)
         assert.equal("n1", stats.node)
@@ -131,6 +149,7 @@ describe("the moonshard CLI", function()
         assert.equal(2, (cli("ask", "--node", n.address, "--timeout", "0",
                              "Counter", "x", "{}")))
         assert.equal(2, (cli("status", "--node", n.address, "extra")))
+        assert.equal(2, (cli("members", "--json", "--node", n.address)))
         assert.equal(2, (cli("tell", "--bogus", "Counter", "x", "{}")))
     end)
 end)

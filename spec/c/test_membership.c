@@ -500,6 +500,7 @@ static void test_single_node(void)
     CHECK(need == strlen(buf));
     CHECK(strstr(buf, "\"self\":\"000000000000002a\",\"leader\":"
                       "\"000000000000002a\",\"converged\":true") != NULL);
+    CHECK(strstr(buf, "\"coordinator\":\"000000000000002a\"") != NULL);
     CHECK(strstr(buf, "\"status\":\"up\",\"up_number\":1,\"roles\":"
                       "[\"backend\",\"api\"]") != NULL);
     char small[8];

@@ -1,0 +1,128 @@
+-- moonshard.status: `moonshard status` for people. render() takes a
+-- node's GET /v1/stats and GET /v1/members bodies, one per line, and lays
+-- them out as a few lines of text: the node, the members as it sees them,
+-- its entities, routing, shard moves and transport. `moonshard status
+-- --json` prints the raw stats instead, for scripts.
+
+local cjson = require "cjson.safe"
+
+local type, ipairs, tostring = type, ipairs, tostring
+local fmt, concat = string.format, table.concat
+
+local M = {}
+
+local function n(v)
+    return type(v) == "number" and fmt("%.0f", v) or "?"
+end
+
+-- "1 shard" / "2 shards"
+local function count(v, one, many)
+    return n(v) .. " " .. (v == 1 and one or many)
+end
+
+-- Rows of cells as columns, each left-aligned and padded to its widest.
+local function columns(rows, indent)
+    local width = {}
+    for _, row in ipairs(rows) do
+        for i, cell in ipairs(row) do
+            if #cell > (width[i] or 0) then width[i] = #cell end
+        end
+    end
+    local out = {}
+    for _, row in ipairs(rows) do
+        local cells = {}
+        for i, cell in ipairs(row) do
+            cells[i] = i < #row and cell .. (" "):rep(width[i] - #cell)
+                       or cell
+        end
+        out[#out + 1] = (indent .. concat(cells, "  "):gsub("%s+$", ""))
+    end
+    return out
+end
+
+-- render("STATS_JSON\nMEMBERS_JSON") -> text (ends with a newline);
+-- raises when the input is not that (the CLI says why).
+function M.render(arg)
+    local sj, mj = tostring(arg):match("^([^\n]*)\n(.*)$")
+    local s = cjson.decode(sj or "")
+    local m = cjson.decode(mj or "")
+    if type(s) ~= "table" or type(m) ~= "table"
+        or type(m.members) ~= "table" then
+        error("not a node's stats and members", 0)
+    end
+    local names, self_member = {}, nil
+    for _, mem in ipairs(m.members) do
+        names[mem.uid] = mem.name
+        if mem.uid == m.self then self_member = mem end
+    end
+    local coord = m.coordinator ~= cjson.null and m.coordinator or nil
+    local is_coord = coord ~= nil and coord == m.self
+    local out = {}
+    local function line(...) out[#out + 1] = fmt(...) end
+
+    line("node %s%s, cluster %s, moonshard %s%s", tostring(s.node),
+         self_member and " at " .. tostring(self_member.address) or "",
+         tostring(s.cluster), tostring(s.version),
+         is_coord and " (coordinator)" or "")
+
+    line("members: %d%s", #m.members,
+         m.converged and ", converged" or ", not converged")
+    local rows = {}
+    for _, mem in ipairs(m.members) do
+        local notes = {}
+        if mem.uid == m.self then notes[#notes + 1] = "this node" end
+        if mem.uid == coord then notes[#notes + 1] = "coordinator" end
+        if type(mem.roles) == "table" and #mem.roles > 0 then
+            notes[#notes + 1] = "roles " .. concat(mem.roles, ",")
+        end
+        rows[#rows + 1] = { tostring(mem.name), tostring(mem.address),
+                            tostring(mem.status),
+                            mem.reachable and "reachable" or "UNREACHABLE",
+                            concat(notes, ", ") }
+    end
+    for _, l in ipairs(columns(rows, "  ")) do out[#out + 1] = l end
+
+    line("entities: %s active, %s pending; %s delivered, %s activated, "
+         .. "%s passivated", n(s.active_entities), n(s.pending),
+         n(s.delivered), n(s.activations), n(s.passivations))
+    line("failures: %s handler errors, %s asks timed out, %s overflows, "
+         .. "%s slow handlers", n(s.handler_errors), n(s.asks_timed_out),
+         n(s.overflows), n(s.slow_handlers))
+    line("routing: %s local, %s remote, %s from other nodes; %s waited for "
+         .. "an owner, %s expired, %s refused (buffer full)",
+         n(s.local_routes), n(s.remote_routes), n(s.forwards),
+         n(s.route_buffered), n(s.route_expired), n(s.route_overflows))
+
+    local moving = type(s.handoffs) == "table" and s.handoffs or {}
+    line("shards: %s owned here; %s moving, %s stopping here; %s handed "
+         .. "off", n(s.owned_shards), n(s.handoffs_in_progress),
+         n(s.shards_stopping), n(s.shards_handed_off))
+    rows = {}
+    for _, h in ipairs(moving) do
+        rows[#rows + 1] = { tostring(h.type), "shard " .. n(h.shard),
+                            tostring(h.state),
+                            "from " .. (names[h.from] or tostring(h.from)),
+                            count(h.buffered, "message waiting",
+                                  "messages waiting"),
+                            fmt("for %.1f s", (h.for_ms or 0) / 1000) }
+    end
+    for _, l in ipairs(columns(rows, "  ")) do out[#out + 1] = l end
+    line("handoff: %s messages waited for a moving shard, %s refused "
+         .. "(overflow)", n(s.handoff_buffered), n(s.handoff_overflows))
+    if is_coord and type(s.moves) == "table" then
+        local mv = s.moves
+        line("moves (coordinator): %s in progress (peak %s); %s started, "
+             .. "%s finished, %s aborted; %s rebalance rounds, %s strategy "
+             .. "errors", n(mv.in_progress), n(mv.peak), n(mv.started),
+             n(mv.finished), n(mv.aborted), n(mv.rounds),
+             n(mv.strategy_errors))
+    end
+    line("transport: %s frames in, %s out; %s rejected, %s failed "
+         .. "handshakes, %s slow peers dropped", n(s.frames_in),
+         n(s.frames_out), n(s.rejected_frames), n(s.auth_failures),
+         n(s.slow_peer_drops))
+    out[#out + 1] = ""
+    return concat(out, "\n")
+end
+
+return M

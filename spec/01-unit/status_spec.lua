@@ -1,0 +1,108 @@
+-- moonshard.status: `moonshard status` laid out from a node's stats and
+-- members.
+
+local status = require "moonshard.status"
+local cjson = require "cjson"
+
+local function stats(over)
+    local s = { node = "n2", cluster = "shop", version = "1.2.0",
+                active_entities = 7, pending = 3, delivered = 40,
+                activations = 9, passivations = 2, handler_errors = 1,
+                asks_timed_out = 0, overflows = 0, slow_handlers = 0,
+                local_routes = 30, remote_routes = 10, forwards = 5,
+                route_buffered = 4, route_expired = 0, route_overflows = 0,
+                owned_shards = 12, handoffs_in_progress = 1,
+                shards_stopping = 0, shards_handed_off = 6,
+                handoff_buffered = 11, handoff_overflows = 0,
+                moves = { in_progress = 1, peak = 4, started = 9,
+                          finished = 8, aborted = 0, rounds = 3,
+                          strategy_errors = 0 },
+                handoffs = { { type = "Order", shard = 17,
+                               state = "buffering", from = "u1",
+                               buffered = 1, for_ms = 250 } },
+                frames_in = 100, frames_out = 90, rejected_frames = 0,
+                auth_failures = 0, slow_peer_drops = 0 }
+    for k, v in pairs(over or {}) do s[k] = v end
+    return s
+end
+
+local function members(coordinator)
+    return { self = "u2", leader = "u1", converged = true,
+             coordinator = coordinator,
+             members = {
+                 { uid = "u1", name = "n1", address = "10.0.0.1:7101",
+                   status = "leaving", reachable = false, roles = {} },
+                 { uid = "u2", name = "n2", address = "10.0.0.2:7101",
+                   status = "up", reachable = true,
+                   roles = { "backend", "api" } },
+             } }
+end
+
+local function render(s, m)
+    return status.render(cjson.encode(s) .. "\n" .. cjson.encode(m))
+end
+
+local function lines(text)
+    local t = {}
+    for l in text:gmatch("([^\n]*)\n") do t[#t + 1] = l end
+    return t
+end
+
+describe("moonshard.status", function()
+    it("names the node, and the members in aligned columns", function()
+        local l = lines(render(stats(), members("u1")))
+        assert.equal("node n2 at 10.0.0.2:7101, cluster shop, moonshard "
+                     .. "1.2.0", l[1])
+        assert.equal("members: 2, converged", l[2])
+        assert.equal("  n1  10.0.0.1:7101  leaving  UNREACHABLE  "
+                     .. "coordinator", l[3])
+        assert.equal("  n2  10.0.0.2:7101  up       reachable    "
+                     .. "this node, roles backend,api", l[4])
+    end)
+
+    it("shows each moving shard with its old owner's name", function()
+        local text = render(stats(), members("u1"))
+        assert.matches("\n  Order  shard 17  buffering  from n1  1 message "
+                       .. "waiting  for 0.3 s\n", text, 1, true)
+        assert.matches("\nentities: 7 active, 3 pending; 40 delivered, 9 "
+                       .. "activated, 2 passivated\n", text, 1, true)
+        assert.matches("\nshards: 12 owned here; 1 moving, 0 stopping "
+                       .. "here; 6 handed off\n", text, 1, true)
+    end)
+
+    it("shows the coordinator's moves only on the coordinator", function()
+        assert.not_matches("moves %(coordinator%)",
+                           render(stats(), members("u1")))
+        local text = render(stats(), members("u2"))
+        assert.matches("^node n2 at 10%.0%.0%.2:7101, cluster shop, "
+                       .. "moonshard 1%.2%.0 %(coordinator%)\n", text)
+        assert.matches("\nmoves (coordinator): 1 in progress (peak 4); 9 "
+                       .. "started, 8 finished, 0 aborted; 3 rebalance "
+                       .. "rounds, 0 strategy errors\n", text, 1, true)
+    end)
+
+    it("has no trailing blanks and ends with a newline", function()
+        local text = render(stats({ handoffs = {} }), members(cjson.null))
+        assert.equal("\n", text:sub(-1))
+        assert.not_matches(" \n", text)
+        assert.matches("not converged", render(stats(), (function()
+            local m = members("u1")
+            m.converged = false
+            return m
+        end)()), 1, true)
+    end)
+
+    it("shows ? for a counter the node did not send", function()
+        local s = stats()
+        s.frames_in = nil
+        assert.matches("\ntransport: ? frames in, 90 out", render(s,
+                       members("u1")), 1, true)
+    end)
+
+    it("raises on what is not a node's stats and members", function()
+        assert.has_error(function() status.render("{}") end,
+                         "not a node's stats and members")
+        assert.has_error(function() status.render("{}\n[]") end,
+                         "not a node's stats and members")
+    end)
+end)
