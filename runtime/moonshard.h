@@ -202,8 +202,11 @@ int ms_node_activate(struct ms_node *n, int type, const char *id,
                      void *data);
 
 /* 0 when `token` matches the configured admin_token, MS_EINVAL when none
- * is configured, UV_EACCES when it does not match. */
-int ms_node_check_admin(struct ms_node *n, const char *token, size_t len);
+ * is configured, UV_EACCES when it does not match, UV_EPERM when the
+ * client is not on this host (`loopback` 0) and the config does not set
+ * admin_remote = true. */
+int ms_node_check_admin(struct ms_node *n, const char *token, size_t len,
+                        int loopback);
 
 /* This node leaves the cluster gracefully (it stops once removed). */
 int ms_node_leave(struct ms_node *n);

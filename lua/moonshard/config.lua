@@ -627,7 +627,7 @@ local MODULE_PATTERN = "^[%w_%-]+[%w_%-%.]*$"
 local TOP_FIELDS = {
     cluster = true, secret = true, seeds = true, nodes = true,
     entities = true, limits = true, gc_step_kb = true, admin_token = true,
-    handoff_timeout = true, rebalance_interval = true,
+    admin_remote = true, handoff_timeout = true, rebalance_interval = true,
 }
 local NODE_FIELDS = { name = true, listen = true, http = true, roles = true }
 local ENTITY_FIELDS = {
@@ -836,6 +836,12 @@ local function check(t)
     })
     cfg.secret = string_field(t, "secret", root, {})
     cfg.admin_token = string_field(t, "admin_token", root, {})
+    -- the admin endpoints answer clients on other hosts only when asked
+    if t.admin_remote ~= nil and type(t.admin_remote) ~= "boolean" then
+        fail(child(root, "admin_remote"), "must be true or false",
+             t.admin_remote)
+    end
+    cfg.admin_remote = t.admin_remote == true
     local seeds = check_seeds(t.seeds, { "seeds" })
     cfg.nodes = check_nodes(t.nodes, { "nodes" })
     -- Without seeds the first node forms the cluster and the others join it.

@@ -3,6 +3,8 @@
  */
 #include "auth.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -655,4 +657,24 @@ int ms_auth_on_frame(struct ms_auth *a, const struct ms_frame *in,
         a->state = ST_DONE;
         return MS_AUTH_DONE;
     }
+}
+
+int ms_auth_is_loopback(const struct sockaddr *sa)
+{
+    if (sa == NULL)
+        return 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        const uint8_t *b = in6->sin6_addr.s6_addr;
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0,
+                                           0, 0, 0, 0, 0xff, 0xff};
+        if (memcmp(b, mapped, 12) == 0)
+            return b[12] == 127;
+        return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    }
+    return 0;
 }

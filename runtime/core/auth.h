@@ -38,6 +38,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "frame.h"
 
@@ -144,5 +145,10 @@ int ms_auth_done(const struct ms_auth *a);
 const char *ms_auth_peer_name(const struct ms_auth *a);
 const char *ms_auth_peer_address(const struct ms_auth *a);
 uint64_t ms_auth_peer_uid(const struct ms_auth *a);
+
+/* 1 when `sa` is a loopback address (127.0.0.0/8, ::1, or 127.x mapped
+ * into IPv6): a client on this host. The HTTP gateway answers its admin
+ * endpoints only to such clients unless configured otherwise (G8). */
+int ms_auth_is_loopback(const struct sockaddr *sa);
 
 #endif

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/auth.h"
 #include "../core/log.h"
 
 /*
@@ -59,6 +60,7 @@ struct conn {
     unsigned busy : 1;          /* a request is being answered */
     unsigned reading : 1;
     unsigned keep_alive : 1;    /* of the current request */
+    unsigned loopback : 1;      /* the client is on this host */
     unsigned in_token : 1;      /* the header being read is the token */
     char field[24];             /* start of the current header name */
     size_t field_len;
@@ -720,12 +722,17 @@ static void get_allocations(struct conn *c, char *type, size_t tlen)
 /* 1 when the request carries the admin token; else answers 403, 0. */
 static int admin_ok(struct conn *c)
 {
-    int rc = ms_node_check_admin(c->h->node, c->token, c->token_len);
+    int rc = ms_node_check_admin(c->h->node, c->token, c->token_len,
+                                 c->loopback);
     if (rc < 0)
         respond_error(c, 403, "forbidden", "%s",
                       rc == MS_EINVAL ? "this node has no admin_token "
                                         "configured"
-                                      : "missing or wrong X-Moonshard-Token");
+                      : rc == UV_EPERM
+                          ? "admin endpoints answer only clients on this "
+                            "host (set admin_remote = true in the config "
+                            "to allow others, with the token)"
+                          : "missing or wrong X-Moonshard-Token");
     return rc == 0;
 }
 
@@ -1249,6 +1256,11 @@ static void on_connection(uv_stream_t *server, int status)
     }
     uv_tcp_nodelay(&c->tcp, 1);
     uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_PROBE_S);
+    struct sockaddr_storage peer;
+    int plen = sizeof peer;
+    c->loopback = uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer,
+                                     &plen) == 0 &&
+                  ms_auth_is_loopback((struct sockaddr *)&peer);
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     read_start(c);

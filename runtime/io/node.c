@@ -544,11 +544,14 @@ int ms_node_activate(struct ms_node *n, int type, const char *id,
     return kick(n, rc < 0 ? (int)rc : 0);
 }
 
-int ms_node_check_admin(struct ms_node *n, const char *token, size_t len)
+int ms_node_check_admin(struct ms_node *n, const char *token, size_t len,
+                        int loopback)
 {
     size_t want = strlen(n->cfg.admin_token);
     if (!want)
         return MS_EINVAL;
+    if (!loopback && !n->cfg.admin_remote)
+        return UV_EPERM;
     unsigned diff = (unsigned)(want ^ len);
     for (size_t i = 0; i < want; i++)
         diff |= (unsigned)(n->cfg.admin_token[i] ^ (i < len ? token[i] : 0));

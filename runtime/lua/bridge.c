@@ -719,6 +719,9 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     copy_field(L, c, "secret", cfg->secret, sizeof cfg->secret);
     copy_field(L, c, "admin_token", cfg->admin_token,
                sizeof cfg->admin_token);
+    lua_getfield(L, c, "admin_remote");
+    cfg->admin_remote = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     lua_getfield(L, c, "seeds");
     for (int i = 1; lua_istable(L, -1) && i <= (int)lua_objlen(L, -1) &&
                     cfg->nseeds < 16;

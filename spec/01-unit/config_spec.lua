@@ -97,6 +97,13 @@ describe("moonshard.config", function()
             assert.same({ max_message_bytes = 1048576, json_max_depth = 16 },
                         cfg.limits)
             assert.equal(64, cfg.gc_step_kb)
+            assert.is_false(cfg.admin_remote)
+        end)
+
+        it("takes admin_remote = true", function()
+            local src = replace(BASE, [[cluster = "demo",]],
+                                [[cluster = "demo", admin_remote = true,]])
+            assert.is_true(assert(config.load(write_temp(src))).admin_remote)
         end)
 
         it("lists entity types sorted by name with defaults filled", function()
@@ -319,6 +326,9 @@ seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
               { { "limits = {\n        json_max_depth = 16,\n    },",
                   "limits = 5, --@" } },
               "limits: must be a table (got 5)" },
+            { "an admin_remote that is not a boolean",
+              { { [[cluster = "demo",]], [[cluster = "demo", admin_remote = "yes", --@]] } },
+              [[admin_remote: must be true or false (got "yes")]] },
             { "gc_step_kb 0",
               { { [[cluster = "demo",]], [[cluster = "demo", gc_step_kb = 0, --@]] } },
               "gc_step_kb: must be an integer >= 1 (got 0)" },

@@ -1,4 +1,6 @@
 /* The handshake: success, every refusal, replays and order. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -535,11 +537,54 @@ static void test_options_and_resources(void)
     ms_auth_free(c.a);
 }
 
+/* Loopback clients, which the gateway's admin endpoints answer. */
+static void test_loopback(void)
+{
+    struct sockaddr_in a4;
+    struct sockaddr_in6 a6;
+    const char *yes4[] = {"127.0.0.1", "127.1.2.3", "127.255.255.254"};
+    const char *no4[] = {"10.0.0.1", "128.0.0.1", "0.0.0.0", "192.168.1.7",
+                         "126.255.255.255"};
+    const char *yes6[] = {"::1", "::ffff:127.0.0.1", "::ffff:127.9.9.9"};
+    const char *no6[] = {"::", "::2", "fe80::1", "::ffff:10.0.0.1",
+                         "2001:db8::1", "::127.0.0.1"};
+    for (size_t i = 0; i < sizeof yes4 / sizeof *yes4; i++) {
+        memset(&a4, 0, sizeof a4);
+        a4.sin_family = AF_INET;
+        CHECK(inet_pton(AF_INET, yes4[i], &a4.sin_addr) == 1);
+        CHECK(ms_auth_is_loopback((struct sockaddr *)&a4) == 1);
+    }
+    for (size_t i = 0; i < sizeof no4 / sizeof *no4; i++) {
+        memset(&a4, 0, sizeof a4);
+        a4.sin_family = AF_INET;
+        CHECK(inet_pton(AF_INET, no4[i], &a4.sin_addr) == 1);
+        CHECK(ms_auth_is_loopback((struct sockaddr *)&a4) == 0);
+    }
+    for (size_t i = 0; i < sizeof yes6 / sizeof *yes6; i++) {
+        memset(&a6, 0, sizeof a6);
+        a6.sin6_family = AF_INET6;
+        CHECK(inet_pton(AF_INET6, yes6[i], &a6.sin6_addr) == 1);
+        CHECK(ms_auth_is_loopback((struct sockaddr *)&a6) == 1);
+    }
+    for (size_t i = 0; i < sizeof no6 / sizeof *no6; i++) {
+        memset(&a6, 0, sizeof a6);
+        a6.sin6_family = AF_INET6;
+        CHECK(inet_pton(AF_INET6, no6[i], &a6.sin6_addr) == 1);
+        CHECK(ms_auth_is_loopback((struct sockaddr *)&a6) == 0);
+    }
+    struct sockaddr other;
+    memset(&other, 0, sizeof other);
+    other.sa_family = AF_UNIX;
+    CHECK(ms_auth_is_loopback(&other) == 0);
+    CHECK(ms_auth_is_loopback(NULL) == 0);
+}
+
 int main(void)
 {
     replay = ms_auth_replay_new();
     CHECK(replay != NULL);
     test_handshake();
+    test_loopback();
     test_default_random();
     test_wrong_secret();
     test_version_mismatch();
