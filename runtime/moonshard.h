@@ -34,6 +34,7 @@
 #define MS_EUNAVAIL (-4106)         /* behavior module failed to load */
 #define MS_ESELF (-4107)            /* an entity asked itself (deadlock) */
 #define MS_ECONFIG (-4108)          /* configuration error */
+#define MS_EPARTITION (-4109)       /* the type's partitioner failed */
 
 #define MS_MAX_ID 512 /* bytes of an entity id */
 

@@ -28,6 +28,7 @@ struct msg {
     uint32_t idlen;
     uint32_t len;
     uint32_t size;      /* bytes allocated */
+    uint32_t shard;     /* of its type */
     uint8_t kind;
     uint8_t counted;    /* accepted by enqueue: counts in its shard's pending */
     uint8_t created;    /* ACTIVATE: its delivery activated the entity */
@@ -124,6 +125,8 @@ struct idmap {
 struct ms_dispatch {
     struct type *types;
     int ntypes;
+    ms_partition_fn partition; /* types with custom_partition */
+    void *partition_data;
     size_t max_message;
 
     struct entity **ebuckets;
@@ -292,7 +295,7 @@ static void uncount(struct ms_dispatch *d, struct msg *m)
     m->counted = 0;
     m->created = 0;
     struct type *t = &d->types[m->type];
-    t->shards[m->hash % t->cfg.shard_count].pending--;
+    t->shards[m->shard].pending--;
     d->pending--;
 }
 
@@ -439,7 +442,8 @@ static void egrow(struct ms_dispatch *d)
 }
 
 static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
-                              uint64_t hash, const char *id, size_t idlen)
+                              uint64_t hash, uint32_t shard, const char *id,
+                              size_t idlen)
 {
     uint32_t h;
     if (d->nfree) {
@@ -476,7 +480,7 @@ static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
     e->h = h;
     e->type = type;
     e->hash = hash;
-    e->shard = (uint32_t)(hash % d->types[type].cfg.shard_count);
+    e->shard = shard;
     e->idlen = (uint32_t)idlen;
     memcpy(e->id, id, idlen);
     d->slots[h] = e;
@@ -597,9 +601,11 @@ static uint64_t deadline(uint64_t now_ms, uint64_t in_ms)
     return in_ms > UINT64_MAX - now_ms ? UINT64_MAX : now_ms + in_ms;
 }
 
+/* A message of entity `id` of `type`; `hash` (ms_fnv1a64 of the id) and
+ * `shard` as ms_dispatch_shard_of gives them, or the entity's own. */
 static struct msg *msg_new(struct ms_dispatch *d, int kind, uint32_t type,
-                           const char *id, size_t idlen, const char *json,
-                           size_t len)
+                           uint64_t hash, uint32_t shard, const char *id,
+                           size_t idlen, const char *json, size_t len)
 {
     size_t size = sizeof(struct msg) + idlen + len + 2;
     struct msg *m;
@@ -621,7 +627,8 @@ static struct msg *msg_new(struct ms_dispatch *d, int kind, uint32_t type,
     m->kind = (uint8_t)kind;
     m->counted = 0;
     m->created = 0;
-    m->hash = ms_fnv1a64(id, idlen);
+    m->hash = hash;
+    m->shard = shard;
     memcpy(m->data, id, idlen);
     m->data[idlen] = 0;
     if (len)
@@ -643,13 +650,47 @@ static int check(struct ms_dispatch *d, int type, size_t idlen, size_t len)
     return 0;
 }
 
+void ms_dispatch_set_partitioner(struct ms_dispatch *d, ms_partition_fn fn,
+                                 void *data)
+{
+    d->partition = fn;
+    d->partition_data = data;
+}
+
+/* The hash and shard of an id of a checked type. */
+static int shard_for(struct ms_dispatch *d, int type, const char *id,
+                     size_t idlen, uint64_t *hash, uint32_t *shard)
+{
+    const struct ms_dispatch_type *c = &d->types[type].cfg;
+    *hash = ms_fnv1a64(id, idlen);
+    if (!c->custom_partition) {
+        *shard = (uint32_t)(*hash % c->shard_count);
+        return 0;
+    }
+    if (!d->partition)
+        return MS_EPARTITION;
+    int rc = d->partition(d->partition_data, type, id, idlen, c->shard_count,
+                          shard);
+    if (rc == 0 && *shard >= c->shard_count)
+        rc = MS_EPARTITION; /* the callback checks; this guards the FIFOs */
+    return rc;
+}
+
+int ms_dispatch_shard_of(struct ms_dispatch *d, int type, const char *id,
+                         size_t idlen, uint32_t *shard)
+{
+    uint64_t hash;
+    if (type < 0 || type >= d->ntypes)
+        return MS_ENOTYPE;
+    return shard_for(d, type, id, idlen, &hash, shard);
+}
+
 /* Appends m to its shard's FIFO, enforcing the shard's bound unless
  * `force` (stop requests and self-timers are never refused). */
 static int enqueue(struct ms_dispatch *d, struct msg *m, int force)
 {
     struct type *t = &d->types[m->type];
-    uint32_t s = (uint32_t)(m->hash % t->cfg.shard_count);
-    struct shard *sh = &t->shards[s];
+    struct shard *sh = &t->shards[m->shard];
     if (!force && sh->pending >= t->cfg.max_pending) {
         d->st.overflows++;
         msg_free(d, m);
@@ -683,8 +724,12 @@ int ms_dispatch_tell(struct ms_dispatch *d, int type, const char *id,
     int rc = check(d, type, idlen, len);
     if (rc < 0)
         return rc;
-    struct msg *m = msg_new(d, MS_KIND_TELL, (uint32_t)type, id, idlen, json,
-                            len);
+    uint64_t hash;
+    uint32_t shard;
+    if ((rc = shard_for(d, type, id, idlen, &hash, &shard)) < 0)
+        return rc;
+    struct msg *m = msg_new(d, MS_KIND_TELL, (uint32_t)type, hash, shard, id,
+                            idlen, json, len);
     if (!m)
         return MS_ENOMEM;
     return enqueue(d, m, 0);
@@ -765,7 +810,12 @@ static int64_t ask_kind(struct ms_dispatch *d, int kind, int type,
         return MS_EINVAL;
     if ((rc = check_waiter(d, w, type, id, idlen)) < 0)
         return rc;
-    struct msg *m = msg_new(d, kind, (uint32_t)type, id, idlen, json, len);
+    uint64_t hash;
+    uint32_t shard;
+    if ((rc = shard_for(d, type, id, idlen, &hash, &shard)) < 0)
+        return rc;
+    struct msg *m = msg_new(d, kind, (uint32_t)type, hash, shard, id, idlen,
+                            json, len);
     if (!m)
         return MS_ENOMEM;
     struct ask *a = open_ask(d, w, timeout_ms, now_ms);
@@ -808,9 +858,12 @@ int ms_dispatch_ask_enqueue(struct ms_dispatch *d, int64_t corr, int kind,
     if (!a)
         return 0; /* it ended meanwhile (timeout): nothing to deliver */
     int rc = check(d, type, idlen, len);
-    if (rc == 0 && (rc = check_waiter(d, &a->w, type, id, idlen)) == 0) {
-        struct msg *m = msg_new(d, kind, (uint32_t)type, id, idlen, json,
-                                len);
+    uint64_t hash = 0;
+    uint32_t shard = 0;
+    if (rc == 0 && (rc = check_waiter(d, &a->w, type, id, idlen)) == 0 &&
+        (rc = shard_for(d, type, id, idlen, &hash, &shard)) == 0) {
+        struct msg *m = msg_new(d, kind, (uint32_t)type, hash, shard, id,
+                                idlen, json, len);
         if (!m)
             rc = MS_ENOMEM;
         else {
@@ -850,7 +903,12 @@ int ms_dispatch_stop(struct ms_dispatch *d, int type, const char *id,
     int rc = check(d, type, idlen, 0);
     if (rc < 0)
         return rc;
-    struct msg *m = msg_new(d, MS_KIND_STOP, (uint32_t)type, id, idlen, "", 0);
+    uint64_t hash;
+    uint32_t shard;
+    if ((rc = shard_for(d, type, id, idlen, &hash, &shard)) < 0)
+        return rc;
+    struct msg *m = msg_new(d, MS_KIND_STOP, (uint32_t)type, hash, shard, id,
+                            idlen, "", 0);
     if (!m)
         return MS_ENOMEM;
     return enqueue(d, m, 0);
@@ -1061,7 +1119,7 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
         if (skip_stop(d, e, m))
             continue;
         if (!e) {
-            e = ecreate(d, m->type, m->hash, m->data, m->idlen);
+            e = ecreate(d, m->type, m->hash, m->shard, m->data, m->idlen);
             if (!e) {
                 if (m->kind == MS_KIND_ASK || m->kind == MS_KIND_ACTIVATE)
                     fail_ask(d, m->corr, MS_ENOMEM, "out of memory");
@@ -1127,7 +1185,8 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
     if (e->stop_req) {
         e->stop_req = 0;
         if (e->active) {
-            struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->id, e->idlen,
+            struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->hash, e->shard, e->id,
+                                    e->idlen,
                                     "", 0);
             if (s)
                 mb_push_front(e, s);
@@ -1280,7 +1339,8 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
                 list_add(d, e, now_ms);
                 continue;
             }
-            struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->id, e->idlen,
+            struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->hash, e->shard, e->id,
+                                    e->idlen,
                                     "", 0);
             if (!s) {
                 list_add(d, e, now_ms);
@@ -1307,7 +1367,7 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
             struct entity *e = eget(d, t->h);
             unlink_timer(d, t);
             if (e) {
-                struct msg *m = msg_new(d, MS_KIND_TELL, e->type, e->id,
+                struct msg *m = msg_new(d, MS_KIND_TELL, e->type, e->hash, e->shard, e->id,
                                         e->idlen, t->payload, t->len);
                 if (m && enqueue(d, m, 1) == 0)
                     d->st.timers_fired++;
@@ -1365,7 +1425,8 @@ static void entity_stopping(struct ms_dispatch *d, struct entity *e)
     struct shard *sh = &d->types[e->type].shards[e->shard];
     if (sh->stopping != 2 || !e->active || e->busy || e->mb_head)
         return;
-    struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->id, e->idlen, "", 0);
+    struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->hash, e->shard, e->id,
+                                    e->idlen, "", 0);
     if (!s)
         return;
     mb_push(e, s);
@@ -1407,10 +1468,10 @@ int ms_dispatch_shard_stop(struct ms_dispatch *d, int type, uint32_t shard)
     struct shard *sh = &d->types[type].shards[shard];
     if (sh->stopping)
         return 0;
-    struct msg *m = msg_new(d, KIND_SHARD_STOP, (uint32_t)type, "", 0, "", 0);
+    struct msg *m = msg_new(d, KIND_SHARD_STOP, (uint32_t)type, 0, shard, "", 0,
+                            "", 0);
     if (!m)
         return MS_ENOMEM;
-    m->hash = shard; /* its shard, as enqueue and uncount compute it */
     m->corr = ++sh->stop_epoch;
     sh->stopping = 1;
     return enqueue(d, m, 1);
@@ -1469,7 +1530,8 @@ uint64_t ms_dispatch_shutdown(struct ms_dispatch *d)
         struct entity *e;
         while ((e = t->list_head)) {
             list_del(d, e);
-            struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->id, e->idlen,
+            struct msg *s = msg_new(d, MS_KIND_STOP, e->type, e->hash, e->shard, e->id,
+                                    e->idlen,
                                     "", 0);
             if (!s)
                 break;

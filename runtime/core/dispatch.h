@@ -33,7 +33,15 @@ struct ms_dispatch_type {
     int on_error_stop;        /* 1: passivate the entity after an error */
     uint32_t max_pending;     /* accepted, unhandled messages per shard,
                                  in its FIFO and its entities' mailboxes */
+    int custom_partition;     /* 1: shards come from the partitioner set
+                                 with ms_dispatch_set_partitioner */
 };
+
+/* A type's own partitioner: sets *shard (< shard_count) for the id, or
+ * returns a negative code (the message is refused with it). */
+typedef int (*ms_partition_fn)(void *data, int type, const char *id,
+                               size_t idlen, uint32_t shard_count,
+                               uint32_t *shard);
 
 struct ms_dispatch;
 
@@ -213,6 +221,17 @@ int ms_dispatch_shard_stopping(struct ms_dispatch *d, int type,
  * 0 when there is none. */
 int ms_dispatch_next_stopped(struct ms_dispatch *d, int *type,
                              uint32_t *shard);
+
+/* Sets the partitioner of the types with custom_partition (the others
+ * use FNV-1a of the id % shard_count). Until it is set, their messages
+ * are refused (MS_EPARTITION). */
+void ms_dispatch_set_partitioner(struct ms_dispatch *d, ms_partition_fn fn,
+                                 void *data);
+
+/* The shard of an id of `type`, as the dispatcher places it. Returns 0
+ * and sets *shard, or a negative code. */
+int ms_dispatch_shard_of(struct ms_dispatch *d, int type, const char *id,
+                         size_t idlen, uint32_t *shard);
 
 /* Identity of handle h, for logs; returns 0 when h is not live. */
 int ms_dispatch_entity(struct ms_dispatch *d, uint32_t h, int *type,

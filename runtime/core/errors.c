@@ -26,6 +26,7 @@ static const struct row rows[] = {
      "the entity type's behavior module failed to load"},
     {MS_ESELF, "ask_self", "an entity cannot ask itself (deadlock)"},
     {MS_ECONFIG, "config", "configuration error"},
+    {MS_EPARTITION, "partitioner", "the entity type's partitioner failed"},
 };
 
 static const struct row *find(int err)

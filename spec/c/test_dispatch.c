@@ -20,7 +20,7 @@ static void on_ask(void *data, int err, const char *payload, size_t len)
 static struct ms_dispatch *make(uint32_t shards, uint32_t max_pending,
                                 uint64_t idle_ms)
 {
-    struct ms_dispatch_type t = {"T", shards, idle_ms, 0, max_pending};
+    struct ms_dispatch_type t = {"T", shards, idle_ms, 0, max_pending, 0};
     return ms_dispatch_new(&t, 1, 1024);
 }
 
@@ -389,6 +389,77 @@ static void shard_stop_drains_then_passivates(void)
     ms_dispatch_free(d);
 }
 
+/* A type's own partitioner: "N:rest" goes to shard N. */
+static int part_calls;
+static int by_prefix(void *data, int type, const char *id, size_t idlen,
+                     uint32_t shard_count, uint32_t *shard)
+{
+    (void)data;
+    (void)type;
+    (void)shard_count;
+    part_calls++;
+    if (idlen == 0 || id[0] < '0' || id[0] > '9')
+        return MS_EPARTITION;
+    *shard = (uint32_t)(id[0] - '0'); /* unchecked: 8 and 9 are too big */
+    return 0;
+}
+
+static void custom_partitioner_places_messages(void)
+{
+    struct ms_dispatch_type t[2] = {{"P", 8, 0, 0, 100, 1},
+                                    {"D", 8, 0, 0, 100, 0}};
+    struct ms_dispatch *d = ms_dispatch_new(t, 2, 1024);
+    struct ms_waiter w = {on_ask, NULL, 0};
+    /* refused until the partitioner is set, and nothing was accepted */
+    CHECK(ms_dispatch_tell(d, 0, "3:a", 3, "{}", 2) == MS_EPARTITION);
+    CHECK(ms_dispatch_pending(d) == 0);
+    ms_dispatch_set_partitioner(d, by_prefix, NULL);
+    uint32_t shard = 99;
+    CHECK(ms_dispatch_shard_of(d, 0, "5:x", 3, &shard) == 0 && shard == 5);
+    CHECK(ms_dispatch_tell(d, 0, "3:a", 3, "{}", 2) == 0);
+    CHECK(ms_dispatch_tell(d, 0, "3:b", 3, "{}", 2) == 0);
+    CHECK(ms_dispatch_ask(d, 0, "6:c", 3, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(ms_dispatch_stop(d, 0, "3:a", 3) == 0);
+    /* its errors, and shards out of range, refuse the message */
+    CHECK(ms_dispatch_tell(d, 0, "x", 1, "{}", 2) == MS_EPARTITION);
+    CHECK(ms_dispatch_tell(d, 0, "9:z", 3, "{}", 2) == MS_EPARTITION);
+    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) ==
+          MS_EPARTITION);
+    CHECK(ms_dispatch_stop(d, 0, "x", 1) == MS_EPARTITION);
+    CHECK(ms_dispatch_shard_of(d, 5, "3:a", 3, &shard) == MS_ENOTYPE);
+    /* the default type does not call it */
+    int calls = part_calls;
+    CHECK(ms_dispatch_tell(d, 1, "3:a", 3, "{}", 2) == 0);
+    CHECK(part_calls == calls);
+    struct ms_delivery dl;
+    int seen[8] = {0};
+    while (ms_dispatch_next(d, &dl) == 1) {
+        if (dl.type == 0) {
+            CHECK(dl.shard == (uint32_t)(dl.id[0] - '0'));
+            seen[dl.shard]++;
+        } else {
+            CHECK(dl.shard == ms_shard_of("3:a", 3, 8));
+        }
+        ms_dispatch_done(d, dl.h, 0);
+    }
+    CHECK(seen[3] == 3 && seen[6] == 1); /* two tells and the stop; ask */
+    CHECK(ms_dispatch_pending(d) == 0);
+    /* a shard stop finds the entities the partitioner placed there */
+    CHECK(ms_dispatch_tell(d, 0, "3:b", 3, "{}", 2) == 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    ms_dispatch_done(d, dl.h, 0);
+    CHECK(ms_dispatch_shard_stop(d, 0, 3) == 0);
+    while (ms_dispatch_next(d, &dl) == 1)
+        ms_dispatch_done(d, dl.h, 0);
+    int type;
+    CHECK(ms_dispatch_next_stopped(d, &type, &shard) == 1);
+    CHECK(type == 0 && shard == 3);
+    struct ms_stats st;
+    ms_dispatch_stats(d, &st);
+    CHECK(st.active_entities == 2); /* 6:c, and D's 3:a */
+    ms_dispatch_free(d);
+}
+
 int main(void)
 {
     mailboxes_count_against_the_shard_bound();
@@ -402,5 +473,6 @@ int main(void)
     entity_waiters_resume();
     bounds_and_passivation();
     timers_fire_and_cancel();
+    custom_partitioner_places_messages();
     CHECK_DONE();
 }
