@@ -189,6 +189,11 @@ size_t ms_node_members_json(struct ms_node *n, char *buf, size_t buflen);
 
 /* Writes {"type":..,"id":..,"shard":N,"owner":"name"|null,"uid":..} for
  * the entity: the owner in this node's copy of the plan. */
+/* The shard of an id of `type` (FNV-1a, or the type's partitioner): 0 and
+ * *shard, or a negative code (MS_EPARTITION: the partitioner failed). */
+int ms_node_shard_of(struct ms_node *n, int type, const char *id,
+                     size_t idlen, uint32_t *shard);
+
 size_t ms_node_owner_json(struct ms_node *n, int type, const char *id,
                           size_t idlen, char *buf, size_t buflen);
 

@@ -46,6 +46,7 @@ local G = _G
 local package = package
 
 local strategy = require "moonshard.strategy"
+local partition = require "moonshard.partition"
 
 local M = {}
 
@@ -633,7 +634,7 @@ local NODE_FIELDS = { name = true, listen = true, http = true, roles = true }
 local ENTITY_FIELDS = {
     module = true, shard_count = true, idle_timeout = true, on_error = true,
     max_pending = true, slow_handler_ms = true, allocation = true,
-    rebalance = true,
+    rebalance = true, partitioner = true,
 }
 local LIMIT_FIELDS = { max_message_bytes = true, json_max_depth = true }
 
@@ -747,6 +748,25 @@ local function check_strategies(raw, path, e)
     e.rebalance, e.rebalance_id = bound, bound.id
 end
 
+-- An entity type's own partitioner: function(id, shard_count) -> shard,
+-- an integer in 0..shard_count-1, pure and the same on every node. Its
+-- id names its code (stripped bytecode), so the cluster's compatibility
+-- check refuses a node whose partitioner differs; upvalues are not part
+-- of it, so a partitioner should not depend on any.
+local function check_partitioner(raw, path, e)
+    local f = raw.partitioner
+    if f == nil then
+        e.partition_id = "fnv1a"
+        return
+    end
+    if type(f) ~= "function" then
+        fail(child(path, "partitioner"), "must be a function(id, "
+             .. "shard_count) returning a shard in 0..shard_count-1", f)
+    end
+    e.partitioner = f
+    e.partition_id = "custom:" .. partition.hex(string.dump(f, true))
+end
+
 local function check_entity(name, raw, path)
     check_table(raw, path)
     check_known(raw, path, ENTITY_FIELDS)
@@ -788,6 +808,7 @@ local function check_entity(name, raw, path)
     e.slow_handler_ms = integer_field(raw, "slow_handler_ms", path, 1,
                                       INT_MAX, 100, true)
     check_strategies(raw, path, e)
+    check_partitioner(raw, path, e)
     return e
 end
 

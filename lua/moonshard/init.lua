@@ -34,6 +34,7 @@ function M.owner_for(tname, id)
     end
     local o = cjson.decode(core.owner(type_of(tname), id))
     if type(o) ~= "table" then return nil end
+    if o.code then error(o.message, 2) end -- the partitioner failed
     if o.owner == nil or o.owner == cjson.null then
         return nil, o.shard
     end

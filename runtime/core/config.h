@@ -17,6 +17,8 @@ struct ms_type_config {
     uint32_t max_pending;
     uint32_t slow_handler_ms;
     char allocation_id[256];   /* the allocation strategy's id */
+    int custom_partition;      /* the config gives a partitioner function */
+    char partition_id[64];     /* "fnv1a", or "custom:" and its code's hash */
 };
 
 struct ms_config {

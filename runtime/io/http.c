@@ -869,6 +869,12 @@ static void post_entity(struct conn *c, char *seg, size_t len,
 
     if (owner_q) {
         char buf[512];
+        uint32_t shard;
+        rc = ms_node_shard_of(node, t, id, idlen, &shard);
+        if (rc < 0) {
+            respond_node_error(c, rc);
+            return;
+        }
         size_t n = ms_node_owner_json(node, t, id, idlen, buf, sizeof buf);
         respond(c, 200, JSON, buf, n < sizeof buf ? n : sizeof buf - 1);
         return;

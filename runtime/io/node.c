@@ -271,6 +271,7 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
         types[i].idle_timeout_ms = t->idle_timeout_ms;
         types[i].on_error_stop = t->on_error_stop;
         types[i].max_pending = t->max_pending;
+        types[i].custom_partition = t->custom_partition;
     }
     n->d = ms_dispatch_new(types, n->cfg.ntypes, n->cfg.max_message);
     free(types);
@@ -279,6 +280,7 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    ms_dispatch_set_partitioner(n->d, ms_bridge_partition, n->b);
     rc = ms_bridge_start(n->b, n->d, &n->cfg, err, errlen);
     if (rc < 0)
         goto fail;
@@ -490,13 +492,20 @@ void ms_node_stats(struct ms_node *n, struct ms_stats *out)
     ms_dispatch_stats(n->d, out);
 }
 
+int ms_node_shard_of(struct ms_node *n, int type, const char *id,
+                     size_t idlen, uint32_t *shard)
+{
+    return ms_dispatch_shard_of(n->d, type, id, idlen, shard);
+}
+
 size_t ms_node_owner_json(struct ms_node *n, int type, const char *id,
                           size_t idlen, char *buf, size_t buflen)
 {
-    uint32_t shard = ms_shard_of(id, idlen, n->cfg.types[type].shard_count);
-    uint64_t owner = n->router ? ms_router_owner(n->router, type, id, idlen,
-                                                 &shard)
-                               : 1;
+    uint32_t shard;
+    int rc = ms_dispatch_shard_of(n->d, type, id, idlen, &shard);
+    if (rc < 0) /* {"code":..,"message":..} */
+        return ms_error_json(buf, buflen, rc, ms_strerror(rc));
+    uint64_t owner = n->router ? ms_router_owner(n->router, type, shard) : 1;
     const char *name = !n->router ? n->cfg.node_name
                        : owner    ? ms_cluster_member_name(n->cluster, owner)
                                   : NULL;

@@ -70,7 +70,7 @@ struct rshard {
 struct rtype {
     struct ms_plan *plan;
     struct rshard *shards;   /* allocated on first use */
-    char fingerprint[512];
+    char fingerprint[640];
     int refused;             /* the coordinator refused our settings */
 };
 
@@ -427,10 +427,12 @@ static int check_send(struct ms_router *r, int type, size_t idlen,
     return 0;
 }
 
-static uint32_t shard_of(struct ms_router *r, int type, const char *id,
-                         size_t idlen)
+/* The shard of an id: FNV-1a, or the type's partitioner. 0 or a negative
+ * code (MS_EPARTITION: the partitioner failed, and said so in the log). */
+static int shard_of(struct ms_router *r, int type, const char *id,
+                    size_t idlen, uint32_t *shard)
 {
-    return ms_shard_of(id, idlen, r->cfg->types[type].shard_count);
+    return ms_dispatch_shard_of(r->d, type, id, idlen, shard);
 }
 
 /*
@@ -481,12 +483,12 @@ static int route(struct ms_router *r, int kind, int op, int64_t corr,
 int ms_router_tell(struct ms_router *r, int type, const char *id,
                    size_t idlen, const char *json, size_t len)
 {
+    uint32_t shard;
     int rc = check_send(r, type, idlen, len);
-    if (rc < 0)
+    if (rc < 0 || (rc = shard_of(r, type, id, idlen, &shard)) < 0)
         return rc;
-    return route(r, MS_FRAME_TELL, OP_PLAIN, 0, type,
-                 shard_of(r, type, id, idlen), id, idlen, json, len,
-                 now(r) + MS_ROUTE_TELL_DEADLINE_MS, 0);
+    return route(r, MS_FRAME_TELL, OP_PLAIN, 0, type, shard, id, idlen,
+                 json, len, now(r) + MS_ROUTE_TELL_DEADLINE_MS, 0);
 }
 
 static int64_t router_ask(struct ms_router *r, int op, int type,
@@ -504,12 +506,12 @@ int64_t ms_router_ask(struct ms_router *r, int type, const char *id,
 int ms_router_stop(struct ms_router *r, int type, const char *id,
                    size_t idlen)
 {
+    uint32_t shard;
     int rc = check_send(r, type, idlen, 0);
-    if (rc < 0)
+    if (rc < 0 || (rc = shard_of(r, type, id, idlen, &shard)) < 0)
         return rc;
     /* a stop for an unowned shard with nothing waiting has nothing to
      * stop; with messages waiting it waits behind them */
-    uint32_t shard = shard_of(r, type, id, idlen);
     if (!ms_plan_owner(r->types[type].plan, shard, NULL) &&
         !has_waiting(r, type, shard))
         return 0;
@@ -529,10 +531,10 @@ static int64_t router_ask(struct ms_router *r, int op, int type,
                           size_t len, uint64_t timeout_ms,
                           const struct ms_waiter *w)
 {
+    uint32_t shard;
     int rc = check_send(r, type, idlen, len);
-    if (rc < 0)
+    if (rc < 0 || (rc = shard_of(r, type, id, idlen, &shard)) < 0)
         return rc;
-    uint32_t shard = shard_of(r, type, id, idlen);
     if (ms_plan_owner(r->types[type].plan, shard, NULL) == r->self &&
         !has_waiting(r, type, shard)) {
         r->st.local_routes++;
@@ -820,7 +822,16 @@ static void on_request(struct ms_router *r, uint64_t uid,
                         "unknown entity type on the owner");
         return;
     }
-    uint32_t shard = shard_of(r, type, f->id, f->id_len);
+    uint32_t shard;
+    int rc = shard_of(r, type, f->id, f->id_len, &shard);
+    if (rc < 0) {
+        /* the partitioner failed here (and logged it): answer, never
+         * deliver to a shard we cannot name */
+        r->st.expired++;
+        if (f->kind == MS_FRAME_ASK)
+            frame_error(r, uid, f->corr, rc, ms_strerror(rc));
+        return;
+    }
     uint64_t gen;
     ms_plan_owner(r->types[type].plan, shard, &gen);
     struct rshard *s = r->types[type].shards
@@ -829,7 +840,7 @@ static void on_request(struct ms_router *r, uint64_t uid,
      * that other nodes sent before their fence: those are still ours */
     if (shard == f->shard &&
         (f->generation > gen || (s && (s->nheld || (s->head && !s->hgen))))) {
-        int rc = buffer(r, type, shard, f->kind, op, 0,
+        rc = buffer(r, type, shard, f->kind, op, 0,
                         now(r) + MS_ROUTE_TELL_DEADLINE_MS, f->id, f->id_len,
                         f->payload, f->payload_len,
                         (f->flags & RETRY_MASK) >> RETRY_SHIFT, uid, f->corr);
@@ -866,9 +877,8 @@ static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
     int64_t corr = (int64_t)f->corr;
     int retries = ((f->flags & RETRY_MASK) >> RETRY_SHIFT) + 1;
     uint32_t shard = 0;
-    if (type >= 0)
-        shard = shard_of(r, type, f->id, f->id_len);
-    if (type < 0 || shard != f->shard) {
+    if (type < 0 || shard_of(r, type, f->id, f->id_len, &shard) < 0 ||
+        shard != f->shard) {
         /* not what we sent (another shard count): nothing to route */
         r->st.expired++;
         ms_log(MS_LOG_WARN, NULL, "a NOT_OWNER answer does not match our "
@@ -1193,10 +1203,11 @@ void ms_router_on_frame(struct ms_router *r, uint64_t uid,
 static void fingerprint(const struct ms_type_config *t, char *buf, size_t len)
 {
     snprintf(buf, len, "%s|module=%s|shards=%u|idle_ms=%llu|on_error=%s|"
-             "allocation=%s",
+             "allocation=%s|partition=%s",
              t->name, t->module, t->shard_count,
              (unsigned long long)t->idle_timeout_ms,
-             t->on_error_stop ? "stop" : "resume", t->allocation_id);
+             t->on_error_stop ? "stop" : "resume", t->allocation_id,
+             t->partition_id);
 }
 
 static int age_cmp_ptr(const void *a, const void *b)
@@ -1448,13 +1459,9 @@ void ms_router_set_kick(struct ms_router *r, void (*kick)(void *),
     r->kick_data = data;
 }
 
-uint64_t ms_router_owner(struct ms_router *r, int type, const char *id,
-                         size_t idlen, uint32_t *shard)
+uint64_t ms_router_owner(struct ms_router *r, int type, uint32_t shard)
 {
-    uint32_t s = shard_of(r, type, id, idlen);
-    if (shard)
-        *shard = s;
-    return ms_plan_owner(r->types[type].plan, s, NULL);
+    return ms_plan_owner(r->types[type].plan, shard, NULL);
 }
 
 size_t ms_router_allocations_json(struct ms_router *r, int type, char *buf,

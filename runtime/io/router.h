@@ -114,9 +114,8 @@ int ms_router_move(struct ms_router *r, int type, uint32_t shard);
 void ms_router_set_kick(struct ms_router *r, void (*kick)(void *),
                         void *data);
 
-/* The owner of `type`'s shard for `id`, 0 when unassigned. */
-uint64_t ms_router_owner(struct ms_router *r, int type, const char *id,
-                         size_t idlen, uint32_t *shard);
+/* The owner of `type`'s shard, 0 when unassigned. */
+uint64_t ms_router_owner(struct ms_router *r, int type, uint32_t shard);
 
 /* The plan of `type` as JSON {"type":..,"generation":..,"shards":[..]} with
  * owner names (defensive copy for the caller). */

@@ -51,6 +51,17 @@ struct ms_bridge {
     uint64_t min_slow_ms; /* smallest slow_handler_ms of all types */
     struct ms_route_ops route;
     int routed;           /* route is set */
+
+    /* partitioners of the types that have one (see ms_bridge_partition) */
+    int *part_ref;        /* [type] registry ref, or LUA_NOREF */
+    uint64_t *part_fails; /* [type] failures, for the log */
+    int npart;
+    lua_State *cur_L;     /* the coroutine inside a core.* call, or NULL */
+    int in_next;          /* inside ms_lua_next (an FFI call) */
+    int pc_type;          /* last answer: type, id, shard */
+    size_t pc_len;
+    uint32_t pc_shard;
+    char pc_id[MS_MAX_ID];
 };
 
 /* An entity suspended in an ask: its coroutine, the kind of the message
@@ -177,8 +188,18 @@ struct ms_lua_delivery {
  * the next delivery and returns its handle, or returns 0 when the round's
  * budget is spent or nothing is ready. Never calls into Lua. */
 uint32_t ms_lua_next(uint32_t prev, struct ms_lua_delivery *out);
+static uint32_t lua_next_delivery(uint32_t prev,
+                                  struct ms_lua_delivery *out);
 
 uint32_t ms_lua_next(uint32_t prev, struct ms_lua_delivery *out)
+{
+    B->in_next = 1;
+    uint32_t h = lua_next_delivery(prev, out);
+    B->in_next = 0;
+    return h;
+}
+
+static uint32_t lua_next_delivery(uint32_t prev, struct ms_lua_delivery *out)
 {
     if (prev)
         finish(prev);
@@ -269,9 +290,11 @@ static int l_tell(lua_State *L)
     int type = (int)luaL_checkinteger(L, 1);
     const char *id = luaL_checklstring(L, 2, &idlen);
     const char *json = luaL_checklstring(L, 3, &len);
+    B->cur_L = L; /* a partitioner runs on this coroutine */
     int rc = B->routed
                  ? B->route.tell(B->route.data, type, id, idlen, json, len)
                  : ms_dispatch_tell(B->d, type, id, idlen, json, len);
+    B->cur_L = NULL;
     if (rc < 0)
         return push_err(L, rc);
     lua_pushboolean(L, 1);
@@ -291,10 +314,12 @@ static int l_ask(lua_State *L)
         return luaL_error(L, "ask is only possible inside a handler");
     struct ms_waiter w = {NULL, NULL, B->cur_h};
     uint64_t t = timeout_ms ? timeout_ms : 1;
+    B->cur_L = L;
     int64_t corr = B->routed ? B->route.ask(B->route.data, type, id, idlen,
                                             json, len, t, &w)
                              : ms_dispatch_ask(B->d, type, id, idlen, json,
                                                len, t, now_ms(), &w);
+    B->cur_L = NULL;
     if (corr < 0)
         return push_err(L, (int)corr);
     B->ask_corr = (uint64_t)corr;
@@ -315,8 +340,10 @@ static int l_activate(lua_State *L)
     if (!B->routed)
         return luaL_error(L, "activate needs a node");
     struct ms_waiter w = {NULL, NULL, B->cur_h};
+    B->cur_L = L;
     int64_t corr = B->route.activate(B->route.data, type, id, idlen,
                                      timeout_ms ? timeout_ms : 1, &w);
+    B->cur_L = NULL;
     if (corr < 0)
         return push_err(L, (int)corr);
     B->ask_corr = (uint64_t)corr;
@@ -368,8 +395,10 @@ static int l_owner(lua_State *L)
     if (!B->routed)
         return luaL_error(L, "owner_for needs a node");
     char buf[1024];
+    B->cur_L = L;
     size_t n = B->route.owner(B->route.data, type, id, idlen, buf,
                               sizeof buf);
+    B->cur_L = NULL;
     lua_pushlstring(L, buf, n < sizeof buf ? n : sizeof buf - 1);
     return 1;
 }
@@ -574,6 +603,7 @@ int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home)
     }
     b->loop = loop;
     b->cur_driver = LUA_NOREF;
+    b->pc_type = -1;
     snprintf(b->home, sizeof b->home, "%s", home);
     lua_State *L = b->L;
     luaL_openlibs(L);
@@ -599,6 +629,8 @@ void ms_bridge_free(struct ms_bridge *b)
         return;
     lua_close(b->L);
     free(b->co_of);
+    free(b->part_ref);
+    free(b->part_fails);
     free(b);
     if (B == b)
         B = NULL;
@@ -660,6 +692,92 @@ static int push_config(lua_State *L, const char *path, char *err,
         return MS_ECONFIG;
     }
     lua_pop(L, 1);
+    return 0;
+}
+
+/* Room for the partitioner refs of n types (the refs of an earlier load
+ * are released). */
+static int part_alloc(struct ms_bridge *b, int n)
+{
+    for (int i = 0; i < b->npart; i++)
+        luaL_unref(b->L, LUA_REGISTRYINDEX, b->part_ref[i]);
+    free(b->part_ref);
+    free(b->part_fails);
+    b->npart = 0;
+    b->pc_type = -1;
+    b->part_ref = malloc(((size_t)n + 1) * sizeof *b->part_ref);
+    b->part_fails = calloc((size_t)n + 1, sizeof *b->part_fails);
+    if (!b->part_ref || !b->part_fails)
+        return MS_ENOMEM;
+    for (int i = 0; i < n; i++)
+        b->part_ref[i] = LUA_NOREF;
+    b->npart = n;
+    return 0;
+}
+
+/* Logs a partitioner failure: the first ones, then every power of two. */
+static int part_fail(struct ms_bridge *b, int type, const char *id,
+                     size_t idlen, const char *fmt, const char *what)
+{
+    uint64_t n = ++b->part_fails[type];
+    if ((n & (n - 1)) == 0) {
+        char why[300];
+        snprintf(why, sizeof why, fmt, what);
+        ms_log(MS_LOG_ERROR, NULL, "the partitioner of %s failed for id "
+               "'%.*s' (%llu time%s so far): %s; the message is refused",
+               b->cfg && b->cfg->types ? b->cfg->types[type].name : "?",
+               (int)(idlen > 64 ? 64 : idlen), id, (unsigned long long)n,
+               n == 1 ? "" : "s", why);
+    }
+    return MS_EPARTITION;
+}
+
+int ms_bridge_partition(void *data, int type, const char *id, size_t idlen,
+                        uint32_t shard_count, uint32_t *shard)
+{
+    struct ms_bridge *b = data;
+    if (type < 0 || type >= b->npart || b->part_ref[type] == LUA_NOREF)
+        return MS_EPARTITION;
+    if (b->pc_type == type && b->pc_len == idlen &&
+        memcmp(b->pc_id, id, idlen) == 0) {
+        *shard = b->pc_shard;
+        return 0;
+    }
+    if (b->in_next) /* no Lua from inside an FFI call */
+        return part_fail(b, type, id, idlen, "%s",
+                         "called while a delivery was being taken");
+    lua_State *L = b->cur_L ? b->cur_L : b->L;
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, b->part_ref[type]);
+    lua_pushlstring(L, id, idlen);
+    lua_pushinteger(L, (lua_Integer)shard_count);
+    if (lua_pcall(L, 2, 1, 0) != 0) {
+        int rc = part_fail(b, type, id, idlen, "it raised: %s",
+                           lua_tostring(L, -1) ? lua_tostring(L, -1)
+                                               : "(no message)");
+        lua_settop(L, top);
+        return rc;
+    }
+    lua_Number v = lua_tonumber(L, -1);
+    int ok = lua_type(L, -1) == LUA_TNUMBER && v >= 0 &&
+             v < (lua_Number)shard_count && v == (lua_Number)(uint32_t)v;
+    if (!ok) {
+        char got[64];
+        snprintf(got, sizeof got, "%s", lua_type(L, -1) == LUA_TNUMBER
+                                            ? lua_tostring(L, -1)
+                                            : luaL_typename(L, -1));
+        char fmt[128];
+        snprintf(fmt, sizeof fmt, "it returned %%s, not an integer in "
+                 "0..%u", shard_count - 1);
+        lua_settop(L, top);
+        return part_fail(b, type, id, idlen, fmt, got);
+    }
+    lua_settop(L, top);
+    *shard = (uint32_t)v;
+    b->pc_type = type;
+    b->pc_len = idlen;
+    memcpy(b->pc_id, id, idlen);
+    b->pc_shard = *shard;
     return 0;
 }
 
@@ -754,7 +872,7 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     int el = lua_gettop(L);
     cfg->ntypes = (int)lua_objlen(L, el);
     cfg->types = calloc((size_t)cfg->ntypes + 1, sizeof *cfg->types);
-    if (!cfg->types) {
+    if (!cfg->types || part_alloc(b, cfg->ntypes) < 0) {
         lua_settop(L, top);
         return MS_ENOMEM;
     }
@@ -772,6 +890,16 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
         t->on_error_stop = strcmp(on_error, "stop") == 0;
         copy_field(L, -1, "allocation_id", t->allocation_id,
                    sizeof t->allocation_id);
+        copy_field(L, -1, "partition_id", t->partition_id,
+                   sizeof t->partition_id);
+        lua_getfield(L, -1, "partitioner");
+        if (lua_isfunction(L, -1) && b->part_ref[i] == LUA_NOREF) {
+            t->custom_partition = 1;
+            b->part_ref[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+        } else {
+            t->custom_partition = lua_isfunction(L, -1);
+            lua_pop(L, 1);
+        }
         lua_pop(L, 1);
     }
     /* the coordinator's strategies come from this config */

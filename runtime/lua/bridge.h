@@ -83,6 +83,16 @@ int ms_bridge_gc_step(struct ms_bridge *b, int kb);
 /* Full collection; returns the Lua heap in bytes. */
 size_t ms_bridge_gc_full(struct ms_bridge *b);
 
+/* The ms_partition_fn of the dispatcher (data: the bridge): runs the
+ * type's partitioner function from the config, partitioner(id,
+ * shard_count), on the coroutine of the core.* call under way (an
+ * entity's send) or the main state, and checks that it returns an integer
+ * in 0..shard_count-1. A failure is logged (the first ones, then every
+ * power of two) and returns MS_EPARTITION. The last answer is kept, since
+ * the router and the dispatcher ask for the same id in a row. */
+int ms_bridge_partition(void *data, int type, const char *id, size_t idlen,
+                        uint32_t shard_count, uint32_t *shard);
+
 /* See ms_node_check_message. */
 int ms_bridge_check(struct ms_bridge *b, const char *json, size_t len,
                     char *err, size_t errlen);

@@ -100,6 +100,26 @@ describe("moonshard.config", function()
             assert.is_false(cfg.admin_remote)
         end)
 
+        it("takes a partitioner function and names its code", function()
+            local src = replace(BASE, "shard_count = 32,", [[shard_count = 32,
+            partitioner = function(id, n) return #id % n end,]])
+            local cfg = assert(config.load(write_temp(src)))
+            local order = cfg.entities.Order
+            assert.is_function(order.partitioner)
+            assert.equal(5, order.partitioner("abcde", 32))
+            assert.matches("^custom:%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$",
+                           order.partition_id)
+            assert.equal("fnv1a", cfg.entities.Counter.partition_id)
+            -- the same code gives the same id; other code another one
+            local again = assert(config.load(write_temp(src)))
+            assert.equal(order.partition_id,
+                         again.entities.Order.partition_id)
+            local other = replace(BASE, "shard_count = 32,", [[shard_count = 32,
+            partitioner = function(id, n) return (#id + 1) % n end,]])
+            assert.are_not.equal(order.partition_id, assert(config.load(
+                write_temp(other))).entities.Order.partition_id)
+        end)
+
         it("takes admin_remote = true", function()
             local src = replace(BASE, [[cluster = "demo",]],
                                 [[cluster = "demo", admin_remote = true,]])
@@ -122,7 +142,7 @@ describe("moonshard.config", function()
                 name = "Counter", module = "counter", shard_count = 16,
                 idle_timeout = 120, idle_timeout_ms = 120000,
                 on_error = "stop", max_pending = 10000, slow_handler_ms = 100,
-                allocation_id = ll, rebalance_id = ll,
+                allocation_id = ll, rebalance_id = ll, partition_id = "fnv1a",
             }, fields)
             assert.equal("Order", order.name)
             assert.equal(2500, order.idle_timeout_ms)
@@ -326,6 +346,9 @@ seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
               { { "limits = {\n        json_max_depth = 16,\n    },",
                   "limits = 5, --@" } },
               "limits: must be a table (got 5)" },
+            { "a partitioner that is not a function",
+              { { "shard_count = 32,", [[shard_count = 32, partitioner = "fnv", --@]] } },
+              [[entities.Order.partitioner: must be a function(id, shard_count) returning a shard in 0..shard_count-1 (got "fnv")]] },
             { "an admin_remote that is not a boolean",
               { { [[cluster = "demo",]], [[cluster = "demo", admin_remote = "yes", --@]] } },
               [[admin_remote: must be true or false (got "yes")]] },
