@@ -145,6 +145,11 @@ int ms_node_index(struct ms_node *n);
 /* Largest accepted payload in bytes (limits.max_message_bytes). */
 size_t ms_node_max_message(struct ms_node *n);
 
+/* The HTTP gateway's limits (limits.http_timeout in ms and
+ * limits.http_connections of the config). */
+void ms_node_http_limits(struct ms_node *n, uint64_t *timeout_ms,
+                         int *connections);
+
 /*
  * Checks that `json` is a JSON object within the decoder's limits, without
  * delivering it. Returns 0, MS_EBADJSON or MS_ENOTTABLE; on failure writes

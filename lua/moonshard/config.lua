@@ -568,6 +568,10 @@ local function string_field(t, key, path, opts)
     if opts.pattern and not find(v, opts.pattern) then
         fail(p, opts.pattern_reason, v)
     end
+    if opts.max_len and #v > opts.max_len then
+        fail(p, format("must be at most %d bytes", opts.max_len),
+             format("%d bytes", #v))
+    end
     return v
 end
 
@@ -636,7 +640,10 @@ local ENTITY_FIELDS = {
     max_pending = true, slow_handler_ms = true, allocation = true,
     rebalance = true, partitioner = true,
 }
-local LIMIT_FIELDS = { max_message_bytes = true, json_max_depth = true }
+local LIMIT_FIELDS = {
+    max_message_bytes = true, json_max_depth = true, http_timeout = true,
+    http_connections = true,
+}
 
 local function check_seeds(v, path)
     if v == nil then
@@ -845,6 +852,12 @@ local function check_limits(v, path)
                                           64, 67108864, 1048576),
         json_max_depth = integer_field(t, "json_max_depth", path,
                                        1, 1000, 64),
+        -- how long an HTTP client may take to send a request, stay idle,
+        -- or take a response (asks have their own timeout)
+        http_timeout_ms = seconds_field(t, "http_timeout", path, 0.1, 3600,
+                                        30),
+        http_connections = integer_field(t, "http_connections", path,
+                                         1, 65536, 1024),
     }
 end
 
@@ -855,8 +868,9 @@ local function check(t)
     cfg.cluster = string_field(t, "cluster", root, {
         required = true, pattern = NAME_PATTERN, pattern_reason = NAME_REASON,
     })
-    cfg.secret = string_field(t, "secret", root, {})
-    cfg.admin_token = string_field(t, "admin_token", root, {})
+    -- the host keeps them in fixed buffers (runtime/core/config.h)
+    cfg.secret = string_field(t, "secret", root, { max_len = 255 })
+    cfg.admin_token = string_field(t, "admin_token", root, { max_len = 127 })
     -- the admin endpoints answer clients on other hosts only when asked
     if t.admin_remote ~= nil and type(t.admin_remote) ~= "boolean" then
         fail(child(root, "admin_remote"), "must be true or false",

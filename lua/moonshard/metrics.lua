@@ -40,6 +40,11 @@ local FIELDS = {
         .. "stop for a handoff (failed)." },
     shards_stopped = { "counter", "Shard stops for a handoff finished." },
     pending = { "gauge", "Messages accepted and not yet handled." },
+    http_connections = { "gauge", "Open HTTP connections." },
+    http_timeouts = { "counter", "HTTP connections closed by a deadline "
+        .. "(slow request, idle, slow reader)." },
+    http_refused = { "counter", "HTTP connections answered 503: too many "
+        .. "open, none idle." },
     local_routes = { "counter", "Messages routed to this node's own "
         .. "shards." },
     remote_routes = { "counter", "Messages sent to the owner on another "

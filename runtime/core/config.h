@@ -40,6 +40,8 @@ struct ms_config {
     struct ms_type_config *types; /* owned; free with ms_config_free */
     size_t max_message;
     int json_max_depth;
+    uint64_t http_timeout_ms;  /* limits.http_timeout */
+    int http_connections;      /* limits.http_connections */
     int gc_step_kb;
     uint64_t handoff_timeout_ms;    /* deadline of one shard move */
     uint64_t rebalance_interval_ms; /* between rebalance rounds */

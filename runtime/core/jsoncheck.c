@@ -4,6 +4,9 @@
  */
 #include "jsoncheck.h"
 
+#include <stdio.h>
+#include <string.h>
+
 struct scan {
     const unsigned char *p, *end;
     int depth, max_depth;
@@ -178,4 +181,74 @@ int ms_json_is_object(const char *json, size_t len, int max_depth)
         return 0;
     ws(&s);
     return s.p == s.end;
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 if there is none. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    size_t k, i;
+
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xC2 && s[0] <= 0xDF)
+        k = 2;
+    else if (s[0] >= 0xE0 && s[0] <= 0xEF)
+        k = 3;
+    else if (s[0] >= 0xF0 && s[0] <= 0xF4)
+        k = 4;
+    else
+        return 0;
+    if (n < k)
+        return 0;
+    for (i = 1; i < k; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    /* overlong forms, surrogates, code points above U+10FFFF */
+    if ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] > 0x9F) ||
+        (s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return k;
+}
+
+/*
+ * Appends s[0..len) to out[*n..cap) as the inside of a JSON string. Bytes
+ * that are not valid UTF-8 become U+FFFD, so the result is always valid
+ * JSON. Stops early, at a character boundary, rather than overflow.
+ */
+void ms_json_put_escaped(char *out, size_t cap, size_t *n, const char *s,
+                         size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+
+    while (i < len) {
+        char tmp[8];
+        const char *src = tmp;
+        size_t k, adv = 1;
+
+        if (u[i] == '"' || u[i] == '\\') {
+            tmp[0] = '\\';
+            tmp[1] = (char)u[i];
+            k = 2;
+        } else if (u[i] == '\n' || u[i] == '\r' || u[i] == '\t') {
+            tmp[0] = '\\';
+            tmp[1] = u[i] == '\n' ? 'n' : u[i] == '\r' ? 'r' : 't';
+            k = 2;
+        } else if (u[i] < 0x20) {
+            snprintf(tmp, sizeof tmp, "\\u%04x", u[i]);
+            k = 6;
+        } else if ((adv = utf8_len(u + i, len - i)) == 0) {
+            src = "\\ufffd";
+            k = 6;
+            adv = 1;
+        } else {
+            src = s + i;
+            k = adv;
+        }
+        if (k > cap - *n)
+            break;
+        memcpy(out + *n, src, k);
+        *n += k;
+        i += adv;
+    }
 }

@@ -21,4 +21,11 @@
  * top object counting 1; else 0. */
 int ms_json_is_object(const char *json, size_t len, int max_depth);
 
+/* Appends s[0..len) to out[*n..cap) as the inside of a JSON string. Bytes
+ * that are not valid UTF-8 become U+FFFD, so the result is always valid
+ * JSON; each byte takes at most 6 bytes. Stops early, at a character
+ * boundary, rather than overflow. */
+void ms_json_put_escaped(char *out, size_t cap, size_t *n, const char *s,
+                         size_t len);
+
 #endif

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../core/auth.h"
+#include "../core/jsoncheck.h"
 #include "../core/log.h"
 
 /*
@@ -44,8 +45,18 @@
 #define TIMEOUT_DEFAULT_MS 5000
 #define TIMEOUT_MAX_S 300.0
 #define KEEPALIVE_PROBE_S 60        /* TCP keepalive finds vanished peers */
-#define CONN_MAX 1024               /* open client connections; more are
-                                       accepted and closed at once */
+/* Open client connections are at most limits.http_connections (1,024 by
+ * default): at the limit a new one takes the place of the longest idle
+ * one, else it is answered 503 and closed; CONN_OVER more may be taking
+ * that 503. */
+#define CONN_OVER 64
+/* A connection has limits.http_timeout (30 s by default), checked every
+ * SWEEP_MS, to send a whole request from its first byte (not from its
+ * last: a byte now and then does not keep it), to stay idle between
+ * requests, and to take a response; LINGER_MS at most to close after its
+ * last one. An ask waiting for its entity has its own timeout instead. */
+#define LINGER_MS 5000
+#define SWEEP_MS 250
 
 #define JSON "application/json"
 #define OK_BODY "{\"ok\":true}"
@@ -62,11 +73,16 @@ struct conn {
     unsigned keep_alive : 1;    /* of the current request */
     unsigned loopback : 1;      /* the client is on this host */
     unsigned in_token : 1;      /* the header being read is the token */
+    unsigned in_expect : 1;     /* the header being read is Expect */
+    char expect[16];            /* its value, lower case, cut */
+    size_t expect_len;
     char field[24];             /* start of the current header name */
     size_t field_len;
     char token[128];            /* X-Moonshard-Token value */
     size_t token_len;
     unsigned lingering : 1;     /* response out, waiting for the peer's EOF */
+    unsigned in_request : 1;    /* a request's first bytes were parsed */
+    uint64_t deadline_ms;       /* closed then (loop time); 0: none */
     unsigned closing : 1;       /* uv_close called */
     size_t head_bytes;          /* URL + header bytes of this request */
     char *url;                  /* request target, not NUL-terminated */
@@ -81,10 +97,17 @@ struct conn {
 
 struct ms_http {
     uv_tcp_t listener;
+    uv_timer_t sweep;           /* closes connections past their deadline */
     uv_loop_t *loop;
     struct ms_node *node;
     struct conn *conns;
-    int handles;                /* open handles: listener + connections */
+    int handles;                /* open handles: listener, sweep timer,
+                                   connections */
+    int nconns;                 /* connections, not closing */
+    uint64_t timeout_ms;        /* limits.http_timeout */
+    int max_conns;              /* limits.http_connections */
+    uint64_t timeouts;          /* connections closed by their deadline */
+    uint64_t refused;           /* connections answered 503 (too many) */
     int closing;
     char address[64];           /* "host:port" bound, for the help page */
     char rbuf[READ_BUF];
@@ -140,76 +163,6 @@ set_err(char *err, size_t errlen, const char *fmt, ...)
 static int streq(const char *s, size_t n, const char *lit)
 {
     return strlen(lit) == n && memcmp(s, lit, n) == 0;
-}
-
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 if there is none. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    size_t k, i;
-
-    if (s[0] < 0x80)
-        return 1;
-    if (s[0] >= 0xC2 && s[0] <= 0xDF)
-        k = 2;
-    else if (s[0] >= 0xE0 && s[0] <= 0xEF)
-        k = 3;
-    else if (s[0] >= 0xF0 && s[0] <= 0xF4)
-        k = 4;
-    else
-        return 0;
-    if (n < k)
-        return 0;
-    for (i = 1; i < k; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    /* overlong forms, surrogates, code points above U+10FFFF */
-    if ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] > 0x9F) ||
-        (s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] > 0x8F))
-        return 0;
-    return k;
-}
-
-/*
- * Appends s[0..len) to out[*n..cap) as the inside of a JSON string. Bytes
- * that are not valid UTF-8 become U+FFFD, so the result is always valid
- * JSON. Stops early, at a character boundary, rather than overflow.
- */
-static void put_escaped(char *out, size_t cap, size_t *n, const char *s,
-                        size_t len)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-
-    while (i < len) {
-        char tmp[8];
-        const char *src = tmp;
-        size_t k, adv = 1;
-
-        if (u[i] == '"' || u[i] == '\\') {
-            tmp[0] = '\\';
-            tmp[1] = (char)u[i];
-            k = 2;
-        } else if (u[i] == '\n' || u[i] == '\r' || u[i] == '\t') {
-            tmp[0] = '\\';
-            tmp[1] = u[i] == '\n' ? 'n' : u[i] == '\r' ? 'r' : 't';
-            k = 2;
-        } else if (u[i] < 0x20) {
-            snprintf(tmp, sizeof tmp, "\\u%04x", u[i]);
-            k = 6;
-        } else if ((adv = utf8_len(u + i, len - i)) == 0) {
-            src = "\\ufffd";
-            k = 6;
-            adv = 1;
-        } else {
-            src = s + i;
-            k = adv;
-        }
-        if (k > cap - *n)
-            break;
-        memcpy(out + *n, src, k);
-        *n += k;
-        i += adv;
-    }
 }
 
 static int hexval(int ch)
@@ -334,6 +287,13 @@ static void drop_body(struct conn *c)
     c->body_len = c->body_cap = 0;
 }
 
+/* Closes the connection `ms` from now unless something moves the
+ * deadline first; 0: no deadline. */
+static void set_deadline(struct conn *c, uint64_t ms)
+{
+    c->deadline_ms = ms ? uv_now(c->h->loop) + ms : 0;
+}
+
 static void conn_unref(struct conn *c)
 {
     if (--c->refs > 0)
@@ -359,6 +319,7 @@ static void conn_close(struct conn *c)
     if (c->closing)
         return;
     c->closing = 1;
+    c->h->nconns--;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -408,6 +369,8 @@ static void linger(struct conn *c)
     c->rest = NULL;
     c->rest_len = 0;
     c->lingering = 1;
+    set_deadline(c, c->h->timeout_ms < LINGER_MS ? c->h->timeout_ms
+                                                 : LINGER_MS);
     c->shutdown.data = c;
     if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) != 0)
         conn_close(c);
@@ -450,6 +413,7 @@ static void on_write(uv_write_t *req, int status)
         return;
     }
     c->busy = 0;
+    set_deadline(c, c->h->timeout_ms);
     resume(c);
 }
 
@@ -471,6 +435,7 @@ static void respond_v(struct conn *c, int status, const char *ctype,
     drop_body(c);
     if (c->closing)
         return;
+    set_deadline(c, c->h->timeout_ms);
     for (i = 0; i < n; i++)
         len += parts[i].n;
     hn = snprintf(head, sizeof head,
@@ -494,6 +459,8 @@ static void respond_v(struct conn *c, int status, const char *ctype,
     }
     memcpy(w->data, head, (size_t)hn);
     off = (size_t)hn;
+    if (c->parser.method == HTTP_HEAD)
+        n = 0; /* the head says how long the body of a GET would be */
     for (i = 0; i < n; i++) {
         memcpy(w->data + off, parts[i].p, parts[i].n);
         off += parts[i].n;
@@ -526,10 +493,10 @@ static void respond_error_x(struct conn *c, int status, const char *extra,
 
     n = strlen("{\"error\":{\"code\":\"");
     memcpy(body, "{\"error\":{\"code\":\"", n);
-    put_escaped(body, 128, &n, code, strlen(code));
+    ms_json_put_escaped(body, 128, &n, code, strlen(code));
     memcpy(body + n, "\",\"message\":\"", 13);
     n += 13;
-    put_escaped(body, cap, &n, msg, strlen(msg));
+    ms_json_put_escaped(body, cap, &n, msg, strlen(msg));
     memcpy(body + n, "\"}}", 3);
     n += 3;
     p.p = body;
@@ -809,7 +776,7 @@ static void get_health(struct conn *c)
 
     n = strlen("{\"ok\":true,\"node\":\"");
     memcpy(body, "{\"ok\":true,\"node\":\"", n);
-    put_escaped(body, cap, &n, name, strlen(name));
+    ms_json_put_escaped(body, cap, &n, name, strlen(name));
     memcpy(body + n, "\"}", 2);
     respond(c, 200, JSON, body, n + 2);
 }
@@ -868,7 +835,7 @@ static void post_entity(struct conn *c, char *seg, size_t len,
     }
 
     if (owner_q) {
-        char buf[512];
+        char buf[512], *big = NULL;
         uint32_t shard;
         rc = ms_node_shard_of(node, t, id, idlen, &shard);
         if (rc < 0) {
@@ -876,7 +843,15 @@ static void post_entity(struct conn *c, char *seg, size_t len,
             return;
         }
         size_t n = ms_node_owner_json(node, t, id, idlen, buf, sizeof buf);
-        respond(c, 200, JSON, buf, n < sizeof buf ? n : sizeof buf - 1);
+        if (n >= sizeof buf && (big = malloc(n + 1)) != NULL)
+            n = ms_node_owner_json(node, t, id, idlen, big, n + 1);
+        else if (n >= sizeof buf)
+            n = 0;
+        if (n == 0)
+            respond_node_error(c, MS_ENOMEM);
+        else
+            respond(c, 200, JSON, big ? big : buf, n);
+        free(big);
         return;
     }
     if (action[0] == 'a' && action[1] == 'c') {
@@ -950,7 +925,8 @@ static void route(struct conn *c)
     char *path;
     const char *query = "";
     size_t plen, qlen = 0;
-    int get = c->parser.method == HTTP_GET;
+    /* HEAD: as GET, and respond_v leaves the body out */
+    int get = c->parser.method == HTTP_GET || c->parser.method == HTTP_HEAD;
 
     http_parser_url_init(&u);
     if (c->url_len == 0 ||
@@ -977,7 +953,7 @@ static void route(struct conn *c)
             get_stats(c);
         else
             not_allowed(c, "GET");
-    } else if (plen > 17 && memcmp(path, "/v1/allocations/", 16) == 0) {
+    } else if (plen > 16 && memcmp(path, "/v1/allocations/", 16) == 0) {
         if (get)
             get_allocations(c, path + 16, plen - 16);
         else
@@ -1039,9 +1015,13 @@ static int on_message_begin(http_parser *p)
     c->field_len = 0;
     c->in_token = 0;
     c->token_len = 0;
+    c->in_expect = 0;
+    c->expect_len = 0;
     c->url_len = 0;
     c->body_expect = 0;
     c->keep_alive = 0;
+    c->in_request = 1;
+    set_deadline(c, c->h->timeout_ms);
     drop_body(c);
     return 0;
 }
@@ -1078,9 +1058,10 @@ static int on_url(http_parser *p, const char *at, size_t len)
 static int on_header(http_parser *p, const char *at, size_t len)
 {
     struct conn *c = p->data;
-    if (c->in_token || c->field_len == SIZE_MAX) {
+    if (c->in_token || c->in_expect || c->field_len == SIZE_MAX) {
         c->field_len = 0;
         c->in_token = 0;
+        c->in_expect = 0;
     }
     for (size_t i = 0; i < len && c->field_len < sizeof c->field; i++)
         c->field[c->field_len++] = (char)(at[i] | 0x20);
@@ -1092,17 +1073,50 @@ static int on_header(http_parser *p, const char *at, size_t len)
 static int on_header_value(http_parser *p, const char *at, size_t len)
 {
     struct conn *c = p->data;
-    if (!c->in_token && c->field_len != SIZE_MAX) {
+    if (c->field_len != SIZE_MAX) { /* a value's first piece */
         c->in_token = c->field_len == 17 &&
                       memcmp(c->field, "x-moonshard-token", 17) == 0;
         if (c->in_token)
             c->token_len = 0;
+        c->in_expect = c->field_len == 6 &&
+                       memcmp(c->field, "expect", 6) == 0;
+        if (c->in_expect)
+            c->expect_len = 0;
         c->field_len = SIZE_MAX; /* the next name starts afresh */
     }
     if (c->in_token)
         for (size_t i = 0; i < len && c->token_len < sizeof c->token; i++)
             c->token[c->token_len++] = at[i];
+    if (c->in_expect)
+        for (size_t i = 0; i < len && c->expect_len < sizeof c->expect; i++)
+            c->expect[c->expect_len++] = (char)(at[i] | 0x20);
     return head_add(c, len);
+}
+
+static void on_continue_written(uv_write_t *req, int status)
+{
+    struct conn *c = req->data;
+    free(req);
+    if (status < 0 && !c->closing)
+        conn_close(c);
+}
+
+/* Answers Expect: 100-continue before the body comes, so a client that
+ * waits for it (curl does, for large bodies) need not time out first. */
+static void send_continue(struct conn *c)
+{
+    static char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    uv_write_t *req = malloc(sizeof *req);
+    uv_buf_t b = uv_buf_init(line, sizeof line - 1);
+    if (req == NULL) {
+        conn_close(c);
+        return;
+    }
+    req->data = c;
+    if (uv_write(req, (uv_stream_t *)&c->tcp, &b, 1, on_continue_written)) {
+        free(req);
+        conn_close(c);
+    }
 }
 
 static int on_headers_complete(http_parser *p)
@@ -1119,6 +1133,17 @@ static int on_headers_complete(http_parser *p)
     }
     if (p->flags & F_CONTENTLENGTH)
         c->body_expect = (size_t)p->content_length;
+    if (c->expect_len) {
+        if (c->expect_len != 12 || memcmp(c->expect, "100-continue", 12)) {
+            c->keep_alive = 0;
+            respond_error(c, 417, "expectation_failed",
+                          "the only expectation served is 100-continue");
+            return -1;
+        }
+        if ((p->flags & F_CHUNKED) ||
+            ((p->flags & F_CONTENTLENGTH) && p->content_length > 0))
+            send_continue(c);
+    }
     return 0;
 }
 
@@ -1138,12 +1163,13 @@ static int on_body(http_parser *p, const char *at, size_t len)
         size_t need = c->body_len + len, cap;
         char *b;
 
-        if (c->body_expect >= need)
-            cap = c->body_expect; /* checked against max above */
-        else
-            cap = c->body_cap > 2048 ? c->body_cap * 2 : 4096;
+        /* grow with what arrived, not with what Content-Length promises:
+         * a client that announces 1 MiB and sends a byte holds 4 KiB */
+        cap = c->body_cap > 2048 ? c->body_cap * 2 : 4096;
         if (cap < need)
             cap = need;
+        if (c->body_expect >= need && cap > c->body_expect)
+            cap = c->body_expect;
         if (cap > max)
             cap = max;
         b = realloc(c->body, cap);
@@ -1167,6 +1193,8 @@ static int on_message_complete(http_parser *p)
      * and feed() keeps the rest for later. */
     http_parser_pause(p, 1);
     c->busy = 1;
+    c->in_request = 0;
+    set_deadline(c, 0); /* the answer's own timeouts govern */
     route(c);
     return 0;
 }
@@ -1232,6 +1260,18 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         feed(c, buf->base, (size_t)nread);
 }
 
+/* The idle connection (no request under way) that waited longest, or
+ * NULL. */
+static struct conn *longest_idle(struct ms_http *h)
+{
+    struct conn *best = NULL;
+    for (struct conn *c = h->conns; c; c = c->next)
+        if (!c->busy && !c->in_request && !c->lingering &&
+            (!best || c->deadline_ms < best->deadline_ms))
+            best = c;
+    return best;
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct ms_http *h = server->data;
@@ -1251,12 +1291,13 @@ static void on_connection(uv_stream_t *server, int status)
     c->h = h;
     c->refs = 1;
     h->handles++;
+    h->nconns++;
     c->next = h->conns;
     if (h->conns)
         h->conns->prev = c;
     h->conns = c;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
-        h->handles - 1 > CONN_MAX) {
+        h->nconns > h->max_conns + CONN_OVER) {
         conn_close(c);
         return;
     }
@@ -1269,7 +1310,40 @@ static void on_connection(uv_stream_t *server, int status)
                   ms_auth_is_loopback((struct sockaddr *)&peer);
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
+    set_deadline(c, c->h->timeout_ms);
+    if (h->nconns > h->max_conns) {
+        struct conn *idle = longest_idle(h);
+        if (idle && idle != c) {
+            conn_close(idle); /* it may connect again */
+        } else {
+            h->refused++;
+            c->keep_alive = 0;
+            respond_error(c, 503, "too_many_connections",
+                          "this node serves %d connections at most; try "
+                          "again later", h->max_conns);
+            return;
+        }
+    }
     read_start(c);
+}
+
+static void on_sweep(uv_timer_t *t)
+{
+    struct ms_http *h = t->data;
+    uint64_t now = uv_now(h->loop);
+    struct conn *c = h->conns, *next;
+    for (; c; c = next) {
+        next = c->next;
+        if (c->deadline_ms && now >= c->deadline_ms) {
+            h->timeouts++;
+            conn_close(c);
+        }
+    }
+}
+
+static void on_sweep_closed(uv_handle_t *hd)
+{
+    handle_closed(hd->data);
 }
 
 /* ---- public ------------------------------------------------------------- */
@@ -1312,6 +1386,7 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
     }
     h->loop = loop;
     h->node = node;
+    ms_node_http_limits(node, &h->timeout_ms, &h->max_conns);
     rc = uv_tcp_init(loop, &h->listener);
     if (rc != 0) {
         set_err(err, errlen, "HTTP listener: %s", uv_strerror(rc));
@@ -1341,8 +1416,21 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
         snprintf(h->address, sizeof h->address, "%s:%d", ip,
                  ntohs(((struct sockaddr_in *)&ss)->sin_port));
     }
+    uv_timer_init(loop, &h->sweep);
+    h->sweep.data = h;
+    h->handles++;
+    uv_timer_start(&h->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+    uv_unref((uv_handle_t *)&h->sweep); /* it keeps no loop alive */
     *out = h;
     return 0;
+}
+
+void ms_http_stats(struct ms_http *h, uint64_t *conns, uint64_t *timeouts,
+                   uint64_t *refused)
+{
+    *conns = h ? (uint64_t)h->nconns : 0;
+    *timeouts = h ? h->timeouts : 0;
+    *refused = h ? h->refused : 0;
 }
 
 /*
@@ -1358,5 +1446,6 @@ void ms_http_close(struct ms_http *h)
     h->closing = 1;
     while (h->conns != NULL)
         conn_close(h->conns);
+    uv_close((uv_handle_t *)&h->sweep, on_sweep_closed);
     uv_close((uv_handle_t *)&h->listener, on_listener_closed);
 }

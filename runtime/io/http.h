@@ -26,4 +26,12 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
  * the reply). Frees the gateway from the close callbacks. */
 void ms_http_close(struct ms_http *h);
 
+/* Open connections, those closed by a deadline (limits.http_timeout: a
+ * request not sent whole that long after its first byte, idle that long,
+ * a response not taken that long; 5 s to close after the last), and those
+ * answered 503 because limits.http_connections were open and none idle.
+ * h may be NULL (zeros). */
+void ms_http_stats(struct ms_http *h, uint64_t *conns, uint64_t *timeouts,
+                   uint64_t *refused);
+
 #endif

@@ -435,6 +435,14 @@ const char *ms_node_home(struct ms_node *n)
     return n->home;
 }
 
+void ms_node_http_limits(struct ms_node *n, uint64_t *timeout_ms,
+                         int *connections)
+{
+    *timeout_ms = n->cfg.http_timeout_ms ? n->cfg.http_timeout_ms : 30000;
+    *connections = n->cfg.http_connections > 0 ? n->cfg.http_connections
+                                               : 1024;
+}
+
 size_t ms_node_max_message(struct ms_node *n)
 {
     return n->cfg.max_message;
@@ -509,14 +517,10 @@ size_t ms_node_owner_json(struct ms_node *n, int type, const char *id,
     const char *name = !n->router ? n->cfg.node_name
                        : owner    ? ms_cluster_member_name(n->cluster, owner)
                                   : NULL;
-    char esc[2 * MS_MAX_ID + 1];
+    char esc[6 * MS_MAX_ID + 1]; /* each byte escapes to 6 at most */
     size_t o = 0;
-    for (size_t i = 0; i < idlen && o + 2 < sizeof esc; i++) {
-        unsigned char ch = (unsigned char)id[i];
-        if (ch == '"' || ch == '\\')
-            esc[o++] = '\\';
-        esc[o++] = ch < 0x20 ? '?' : (char)ch;
-    }
+    ms_json_put_escaped(esc, sizeof esc - 1, &o, id,
+                        idlen > MS_MAX_ID ? MS_MAX_ID : idlen);
     esc[o] = 0;
     int w;
     if (owner && name)
@@ -623,7 +627,9 @@ void ms_node_on_stopped(struct ms_node *n, void (*cb)(void *), void *data)
 size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
 {
     struct ms_stats s;
+    uint64_t hconns, htimeouts, hrefused;
     ms_dispatch_stats(n->d, &s);
+    ms_http_stats(n->http, &hconns, &htimeouts, &hrefused);
     int len = snprintf(
         buf, buflen,
         "{\"node\":\"%s\",\"cluster\":\"%s\",\"version\":\"%s\","
@@ -633,7 +639,9 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         "\"asks_timed_out\":%llu,\"overflows\":%llu,"
         "\"slow_handlers\":%llu,\"timers_fired\":%llu,"
         "\"shutdown_drops\":%llu,\"handoff_drops\":%llu,"
-        "\"shards_stopped\":%llu,\"pending\":%llu",
+        "\"shards_stopped\":%llu,\"pending\":%llu,"
+        "\"http_connections\":%llu,\"http_timeouts\":%llu,"
+        "\"http_refused\":%llu",
         n->cfg.node_name, n->cfg.cluster, MS_VERSION,
         (unsigned long long)s.routed, (unsigned long long)s.delivered,
         (unsigned long long)s.activations, (unsigned long long)s.passivations,
@@ -646,7 +654,9 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         (unsigned long long)s.shutdown_drops,
         (unsigned long long)s.handoff_drops,
         (unsigned long long)s.shards_stopped,
-        (unsigned long long)ms_dispatch_pending(n->d));
+        (unsigned long long)ms_dispatch_pending(n->d),
+        (unsigned long long)hconns, (unsigned long long)htimeouts,
+        (unsigned long long)hrefused);
     if (len < 0)
         return 0;
     size_t o = (size_t)len;

@@ -394,12 +394,16 @@ static int l_owner(lua_State *L)
     const char *id = luaL_checklstring(L, 2, &idlen);
     if (!B->routed)
         return luaL_error(L, "owner_for needs a node");
-    char buf[1024];
+    char buf[1024], *big = NULL;
     B->cur_L = L;
     size_t n = B->route.owner(B->route.data, type, id, idlen, buf,
                               sizeof buf);
+    if (n >= sizeof buf && (big = malloc(n + 1)) != NULL)
+        n = B->route.owner(B->route.data, type, id, idlen, big, n + 1);
     B->cur_L = NULL;
-    lua_pushlstring(L, buf, n < sizeof buf ? n : sizeof buf - 1);
+    lua_pushlstring(L, big ? big : buf, n < sizeof buf || big ? n
+                                                              : sizeof buf - 1);
+    free(big);
     return 1;
 }
 
@@ -863,6 +867,8 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     lua_getfield(L, c, "limits");
     cfg->max_message = (size_t)num_field(L, -1, "max_message_bytes");
     cfg->json_max_depth = (int)num_field(L, -1, "json_max_depth");
+    cfg->http_timeout_ms = (uint64_t)num_field(L, -1, "http_timeout_ms");
+    cfg->http_connections = (int)num_field(L, -1, "http_connections");
     lua_pop(L, 1);
     cfg->gc_step_kb = (int)num_field(L, c, "gc_step_kb");
     cfg->handoff_timeout_ms = (uint64_t)num_field(L, c, "handoff_timeout_ms");

@@ -94,7 +94,8 @@ describe("moonshard.config", function()
             assert.same({ name = "n2", listen = "127.0.0.1:7102",
                           http = "127.0.0.1:7202", roles = {} }, cfg.nodes[2])
             assert.same({ "backend" }, cfg.nodes[1].roles)
-            assert.same({ max_message_bytes = 1048576, json_max_depth = 16 },
+            assert.same({ max_message_bytes = 1048576, json_max_depth = 16,
+                          http_timeout_ms = 30000, http_connections = 1024 },
                         cfg.limits)
             assert.equal(64, cfg.gc_step_kb)
             assert.is_false(cfg.admin_remote)
@@ -346,6 +347,9 @@ seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
               { { "limits = {\n        json_max_depth = 16,\n    },",
                   "limits = 5, --@" } },
               "limits: must be a table (got 5)" },
+            { "an admin_token longer than the host keeps",
+              { { [[cluster = "demo",]], [[cluster = "demo", admin_token = ("t"):rep(128), --@]] } },
+              [[admin_token: must be at most 127 bytes (got "128 bytes")]] },
             { "a partitioner that is not a function",
               { { "shard_count = 32,", [[shard_count = 32, partitioner = "fnv", --@]] } },
               "entities.Order.partitioner: must be a function(id, shard_count) "
@@ -353,6 +357,12 @@ seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
             { "an admin_remote that is not a boolean",
               { { [[cluster = "demo",]], [[cluster = "demo", admin_remote = "yes", --@]] } },
               [[admin_remote: must be true or false (got "yes")]] },
+            { "an http_timeout of 0",
+              { { "json_max_depth = 16,", "json_max_depth = 16, http_timeout = 0, --@" } },
+              "limits.http_timeout: must be a number of seconds from 0.1 to 3600 (got 0)" },
+            { "http_connections 0",
+              { { "json_max_depth = 16,", "json_max_depth = 16, http_connections = 0, --@" } },
+              "limits.http_connections: must be an integer in 1..65536 (got 0)" },
             { "gc_step_kb 0",
               { { [[cluster = "demo",]], [[cluster = "demo", gc_step_kb = 0, --@]] } },
               "gc_step_kb: must be an integer >= 1 (got 0)" },

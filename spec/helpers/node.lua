@@ -687,6 +687,84 @@ function M.tcp_exchange(port, bytes, max_time)
     return concat(chunks), why, closed
 end
 
+-- An open TCP connection to 127.0.0.1:port that a spec drives step by
+-- step: c:send(bytes), c:read(max_time, want) -> bytes, closed (reads
+-- what arrives within max_time seconds, until the peer closes or, with
+-- `want`, until the bytes read contain that plain text), c:close().
+-- Returns nil and why when it cannot connect.
+local Conn = {}
+Conn.__index = Conn
+
+function M.tcp_open(port)
+    local fd = C.socket(AF_INET, SOCK_STREAM, 0)
+    if fd < 0 then
+        return nil, "socket: " .. errtext()
+    end
+    local sa = ffi.new("struct ms_spec_sockaddr_in")
+    sa.family = AF_INET
+    sa.port[0], sa.port[1] = floor(port / 256), port % 256
+    sa.addr[0], sa.addr[1], sa.addr[2], sa.addr[3] = 127, 0, 0, 1
+    if C.connect(fd, sa, ffi.sizeof(sa)) ~= 0 then
+        local why = "connect: " .. errtext()
+        C.close(fd)
+        return nil, why
+    end
+    return setmetatable({ fd = fd, buf = ffi.new("char[65536]") }, Conn)
+end
+
+function Conn:send(bytes)
+    local sent = 0
+    while sent < #bytes do
+        local k = C.send(self.fd, ffi.cast("const char *", bytes) + sent,
+                         #bytes - sent, MSG_NOSIGNAL)
+        if k < 0 then
+            if ffi.errno() ~= EINTR then
+                return nil, "send: " .. errtext()
+            end
+        else
+            sent = sent + tonumber(k)
+        end
+    end
+    return true
+end
+
+function Conn:read(max_time, want)
+    local chunks, deadline = {}, M.now() + max_time
+    while true do
+        if want and find(concat(chunks), want, 1, true) then
+            return concat(chunks), false
+        end
+        local left = deadline - M.now()
+        if left <= 0 then
+            return concat(chunks), false
+        end
+        local tv = ffi.new("struct ms_spec_timeval")
+        tv.tv_sec = floor(left)
+        tv.tv_usec = math.max(floor((left - floor(left)) * 1e6), 1000)
+        C.setsockopt(self.fd, SOL_SOCKET, SO_RCVTIMEO, tv, ffi.sizeof(tv))
+        local k = C.recv(self.fd, self.buf, 65536, 0)
+        if k > 0 then
+            chunks[#chunks + 1] = ffi.string(self.buf, k)
+        elseif k == 0 then
+            return concat(chunks), true
+        else
+            local e = ffi.errno()
+            if e == ECONNRESET then
+                return concat(chunks), true
+            elseif e ~= EINTR and e ~= 11 then -- EAGAIN: the timeout
+                return concat(chunks), false
+            end
+        end
+    end
+end
+
+function Conn:close()
+    if self.fd then
+        C.close(self.fd)
+        self.fd = nil
+    end
+end
+
 -- A blocking HTTP/1.1 exchange with 127.0.0.1:port over a fresh connection
 -- (the request should say `Connection: close`: this reads until EOF).
 -- Returns the status of the first response (0 when there was no valid
