@@ -89,6 +89,8 @@ local FIELDS = {
     auth_failures = { "counter", "Peers that failed the handshake." },
     slow_peer_drops = { "counter", "Connections dropped because the peer "
         .. "did not read." },
+    handshake_overflows = { "counter", "Incoming connections closed at "
+        .. "once because 64 others were still in the handshake." },
 }
 M.FIELDS = FIELDS
 

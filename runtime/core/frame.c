@@ -157,6 +157,13 @@ void ms_frame_decoder_init(struct ms_frame_decoder *d, size_t max_payload,
     d->max_frame = max_frame;
 }
 
+void ms_frame_decoder_set_limits(struct ms_frame_decoder *d,
+                                 size_t max_payload, size_t max_frame)
+{
+    d->max_payload = max_payload;
+    d->max_frame = max_frame;
+}
+
 void ms_frame_decoder_free(struct ms_frame_decoder *d)
 {
     free(d->buf);

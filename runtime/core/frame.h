@@ -147,6 +147,16 @@ struct ms_frame_decoder {
 void ms_frame_decoder_init(struct ms_frame_decoder *d, size_t max_payload,
                            size_t max_frame);
 
+/*
+ * Changes the limits of `d` for the frames that follow: the next header
+ * is checked against them. Call it between frames (before the first feed,
+ * or right after a feed returned 1), never while a frame is half read.
+ * The transport uses it to raise the small limit of a connection still in
+ * its handshake to the normal one once the peer is authenticated.
+ */
+void ms_frame_decoder_set_limits(struct ms_frame_decoder *d,
+                                 size_t max_payload, size_t max_frame);
+
 /* Frees the decoder's buffer; `d` itself stays the caller's. A frame
  * obtained from it is invalid afterwards. */
 void ms_frame_decoder_free(struct ms_frame_decoder *d);

@@ -21,6 +21,9 @@
 #include "../moonshard.h"
 
 #define READ_BUF (64 * 1024)
+/* While incoming connections are refused for MS_TRANSPORT_MAX_HANDSHAKES,
+ * a line is logged at most this often: a flood must not flood the log. */
+#define BUSY_LOG_EVERY_MS 10000
 
 struct obuf {
     char *p;
@@ -42,6 +45,8 @@ struct conn {
     char peer_name[128];
     int outbound;
     int authed;                /* handshake done */
+    int in_handshake;          /* inbound, counted in t->handshaking */
+    int refused;               /* handshake refused: reads nothing more */
     int registered;            /* the peer's live connection */
     int writing;
     int closing;
@@ -59,6 +64,9 @@ struct ms_transport {
     struct ms_auth_replay *replay;
     struct conn *conns;
     struct ms_transport_stats st;
+    int handshaking;           /* inbound connections in the handshake */
+    int busy_logged;           /* busy_logged_at_ms is set */
+    uint64_t busy_logged_at_ms;
     int closing;
     int open;                  /* listener + connections not yet freed */
     char rbuf[READ_BUF];
@@ -203,6 +211,15 @@ static void unlink_conn(struct conn *c)
     c->prev = c->next = NULL;
 }
 
+/* The connection no longer counts against MS_TRANSPORT_MAX_HANDSHAKES. */
+static void leave_handshake(struct conn *c)
+{
+    if (!c->in_handshake)
+        return;
+    c->in_handshake = 0;
+    c->t->handshaking--;
+}
+
 static void conn_close(struct conn *c, const char *reason)
 {
     if (c->closing)
@@ -217,6 +234,7 @@ static void conn_close(struct conn *c, const char *reason)
         ms_log(MS_LOG_WARN, f, "connection closed: %s", reason);
     }
     unlink_conn(c);
+    leave_handshake(c);
     if (c->registered && !t->closing && t->cb.on_peer)
         t->cb.on_peer(t->cb.data, c->peer_uid, c->peer_name, c->address, 0);
     c->registered = 0;
@@ -235,25 +253,36 @@ static struct conn *find_peer(struct ms_transport *t, uint64_t uid)
 static void on_handshake_timeout(uv_timer_t *timer)
 {
     struct conn *c = timer->data;
+    if (c->refused) {
+        /* counted and logged when it was refused; its AUTH_FAIL is still
+         * not written: stop waiting for a peer that does not read */
+        conn_close(c, NULL);
+        return;
+    }
     c->t->st.auth_failures++;
     conn_close(c, "handshake timed out");
 }
 
-static struct conn *conn_new(struct ms_transport *t, int outbound)
+/* Sets the decoder's limits: until the peer is authenticated it may only
+ * send handshake messages, so a larger frame is refused from its header
+ * and never buffered. */
+static void set_frame_limits(struct conn *c)
+{
+    size_t max_payload = c->t->cfg.max_payload;
+    if (!c->authed && max_payload > MS_AUTH_MAX_PAYLOAD)
+        max_payload = MS_AUTH_MAX_PAYLOAD;
+    ms_frame_decoder_set_limits(&c->dec, max_payload,
+                                max_payload + MS_FRAME_HEADER +
+                                    MS_FRAME_MAX_TYPE + MS_MAX_ID);
+}
+
+/* Creates a connection with its handshake state. Returns 0 and *out, or a
+ * negative code (nothing was created; the reason is logged). */
+static int conn_new(struct ms_transport *t, int outbound, struct conn **out)
 {
     struct conn *c = calloc(1, sizeof *c);
     if (!c)
-        return NULL;
-    c->t = t;
-    c->outbound = outbound;
-    uv_tcp_init(t->loop, &c->tcp);
-    uv_timer_init(t->loop, &c->timer);
-    c->tcp.data = c->timer.data = c;
-    c->open_handles = 2;
-    t->open++;
-    ms_frame_decoder_init(&c->dec, t->cfg.max_payload,
-                          t->cfg.max_payload + MS_FRAME_HEADER +
-                              MS_FRAME_MAX_TYPE + MS_MAX_ID);
+        return MS_ENOMEM;
     struct ms_auth_options o;
     memset(&o, 0, sizeof o);
     o.role = outbound ? MS_AUTH_CLIENT : MS_AUTH_SERVER;
@@ -265,15 +294,35 @@ static struct conn *conn_new(struct ms_transport *t, int outbound)
     o.secret_len = t->cfg.secret_len;
     o.replay = t->replay;
     char err[200];
-    if (ms_auth_new(&c->auth, &o, err, sizeof err) < 0)
+    int rc = ms_auth_new(&c->auth, &o, err, sizeof err);
+    if (rc < 0) {
+        /* without its handshake state a connection could never be
+         * authenticated, and its first frame would reach a NULL state */
         ms_log(MS_LOG_ERROR, NULL, "handshake setup failed: %s", err);
+        free(c);
+        return rc;
+    }
+    c->t = t;
+    c->outbound = outbound;
+    uv_tcp_init(t->loop, &c->tcp);
+    uv_timer_init(t->loop, &c->timer);
+    c->tcp.data = c->timer.data = c;
+    c->open_handles = 2;
+    t->open++;
+    ms_frame_decoder_init(&c->dec, 0, 0);
+    set_frame_limits(c);
+    if (!outbound) {
+        c->in_handshake = 1;
+        t->handshaking++;
+    }
     c->next = t->conns;
     if (t->conns)
         t->conns->prev = c;
     t->conns = c;
     uv_timer_start(&c->timer, on_handshake_timeout,
                    t->cfg.handshake_timeout_ms, 0);
-    return c;
+    *out = c;
+    return 0;
 }
 
 /* The handshake finished: register the peer, resolving duplicates. */
@@ -281,6 +330,8 @@ static void authenticated(struct conn *c)
 {
     struct ms_transport *t = c->t;
     c->authed = 1;
+    leave_handshake(c);
+    set_frame_limits(c); /* the frames after this one may be large */
     uv_timer_stop(&c->timer);
     c->peer_uid = ms_auth_peer_uid(c->auth);
     snprintf(c->peer_name, sizeof c->peer_name, "%s",
@@ -323,6 +374,11 @@ static void handshake(struct conn *c, const struct ms_frame *in)
     if (out.kind)
         put_frame(c, &out);
     if (rc < 0) {
+        /* read nothing more: frames the peer sent after the refused one
+         * (already buffered, or still coming) must not each be refused,
+         * counted and logged again */
+        c->refused = 1;
+        uv_read_stop((uv_stream_t *)&c->tcp);
         c->t->st.auth_failures++;
         char f[200];
         snprintf(f, sizeof f, "peer=%s", c->address[0] ? c->address : "?");
@@ -359,7 +415,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     size_t off = 0;
-    while (off < (size_t)nread && !c->closing) {
+    while (off < (size_t)nread && !c->closing && !c->refused) {
         size_t used = 0;
         struct ms_frame f;
         int rc = ms_frame_feed(&c->dec, (const uint8_t *)buf->base + off,
@@ -396,14 +452,58 @@ static void start_reading(struct conn *c)
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
+static void on_rejected_closed(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* Accepts the pending connection only to close it: libuv stops listening
+ * while an accepted socket waits, so one that cannot be served must still
+ * be taken off the queue. */
+static void reject(uv_stream_t *server)
+{
+    struct ms_transport *t = server->data;
+    uv_tcp_t *tcp = malloc(sizeof *tcp);
+    if (!tcp) {
+        ms_log(MS_LOG_ERROR, NULL, "out of memory refusing a connection");
+        return;
+    }
+    uv_tcp_init(t->loop, tcp);
+    uv_accept(server, (uv_stream_t *)tcp);
+    uv_close((uv_handle_t *)tcp, on_rejected_closed);
+}
+
+/* Counts a connection refused for MS_TRANSPORT_MAX_HANDSHAKES and logs
+ * it, at most once every BUSY_LOG_EVERY_MS. */
+static void count_busy(struct ms_transport *t)
+{
+    t->st.handshake_overflows++;
+    uint64_t now = uv_now(t->loop);
+    if (t->busy_logged && now - t->busy_logged_at_ms < BUSY_LOG_EVERY_MS)
+        return;
+    t->busy_logged = 1;
+    t->busy_logged_at_ms = now;
+    ms_log(MS_LOG_WARN, NULL,
+           "connection refused: %d others are in the handshake (%llu "
+           "refused so far)", MS_TRANSPORT_MAX_HANDSHAKES,
+           (unsigned long long)t->st.handshake_overflows);
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct ms_transport *t = server->data;
     if (status < 0 || t->closing)
         return;
-    struct conn *c = conn_new(t, 0);
-    if (!c)
+    if (t->handshaking >= MS_TRANSPORT_MAX_HANDSHAKES) {
+        count_busy(t);
+        reject(server);
         return;
+    }
+    struct conn *c;
+    if (conn_new(t, 0, &c) < 0) {
+        reject(server);
+        return;
+    }
     if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
         conn_close(c, "accept failed");
         return;
@@ -456,6 +556,11 @@ int ms_transport_start(struct ms_transport **out, uv_loop_t *loop,
     t->cfg.secret = t->secret;
     t->cfg.listen_host = t->host;
     t->replay = ms_auth_replay_new();
+    if (!t->replay) {
+        snprintf(err, errlen, "out of memory");
+        free(t);
+        return MS_ENOMEM;
+    }
     struct sockaddr_storage ss;
     char addr[200];
     snprintf(addr, sizeof addr, "%s:%d", cfg->listen_host, cfg->listen_port);
@@ -496,9 +601,10 @@ int ms_transport_connect(struct ms_transport *t, const char *address)
     int rc = parse_addr(address, &ss);
     if (rc < 0)
         return rc;
-    struct conn *c = conn_new(t, 1);
-    if (!c)
-        return MS_ENOMEM;
+    struct conn *c;
+    rc = conn_new(t, 1, &c);
+    if (rc < 0)
+        return rc;
     snprintf(c->address, sizeof c->address, "%s", address);
     c->connect.data = c;
     rc = uv_tcp_connect(&c->connect, &c->tcp, (struct sockaddr *)&ss,

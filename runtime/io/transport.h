@@ -9,6 +9,12 @@
  * checked before allocation; a malformed frame closes its connection with a
  * logged reason. A peer that stops reading is dropped once its queued bytes
  * pass max_out_bytes.
+ *
+ * Until a connection is authenticated, it costs the node little: its
+ * decoder accepts only handshake-sized frames (MS_AUTH_MAX_PAYLOAD), a
+ * refused handshake stops reading at once, and at most
+ * MS_TRANSPORT_MAX_HANDSHAKES incoming connections may be in the handshake
+ * together; others are closed as soon as they are accepted.
  */
 #ifndef MS_IO_TRANSPORT_H
 #define MS_IO_TRANSPORT_H
@@ -18,6 +24,13 @@
 #include <uv.h>
 
 #include "../core/frame.h"
+
+/* Incoming connections accepted but not yet authenticated, at most. Each
+ * holds a socket, a handshake state and a frame buffer of up to about
+ * 5 KiB until its handshake ends or times out; real peers need one each
+ * for a moment, so 64 is plenty for a cluster and bounds what anyone who
+ * can reach the port can make the node hold. */
+#define MS_TRANSPORT_MAX_HANDSHAKES 64
 
 struct ms_transport;
 
@@ -51,6 +64,9 @@ struct ms_transport_stats {
     uint64_t auth_failures;     /* refused handshakes, both directions */
     uint64_t slow_peer_drops;   /* peers dropped for not reading */
     uint64_t connections;       /* authenticated connections made */
+    uint64_t handshake_overflows; /* incoming connections closed at once:
+                                     MS_TRANSPORT_MAX_HANDSHAKES others
+                                     were in the handshake */
 };
 
 /* Binds the listener. Returns 0 and *out, or a negative code with a

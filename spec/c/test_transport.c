@@ -1,10 +1,14 @@
 /* The transport on 127.0.0.1: handshake, frames both ways, refusals, a
- * malformed frame, a peer that stops reading. Real sockets, one loop. */
+ * malformed frame, a peer that stops reading, what an unauthenticated
+ * client can make a node hold. Real sockets, one loop. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../../runtime/core/auth.h"
 #include "../../runtime/core/log.h"
 #include "../../runtime/io/transport.h"
 #include "../../runtime/moonshard.h"
@@ -234,6 +238,184 @@ static void a_peer_that_stops_reading_is_dropped(uv_loop_t *loop)
     CHECK(uv_loop_close(&other) == 0);
 }
 
+/* A raw TCP client of 127.0.0.1:port, non-blocking, or -1. */
+static int raw_open(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    uv_ip4_addr("127.0.0.1", port, &a);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    return fd;
+}
+
+/* Writes all `n` bytes, running the loop while the socket is full. Stops
+ * early when the node closed the connection. */
+static void raw_write_all(uv_loop_t *loop, int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    for (int spins = 0; n && spins < 2000; spins++) {
+        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            b += w;
+            n -= (size_t)w;
+        } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+            return;
+        }
+        uv_run(loop, UV_RUN_NOWAIT);
+        usleep(200);
+    }
+}
+
+/* 1 when the node closed the connection (EOF or reset), else 0. */
+static int raw_closed(int fd)
+{
+    char b[256];
+    for (;;) {
+        ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
+        if (r == 0)
+            return 1;
+        if (r < 0)
+            return errno != EAGAIN && errno != EWOULDBLOCK;
+    }
+}
+
+/* A header announcing a payload above the handshake's limit, though under
+ * max_payload, is refused at once: the node does not wait for (and
+ * buffer) the payload of someone who has not authenticated. */
+static void large_frame_before_authentication_is_refused(uv_loop_t *loop)
+{
+    struct side a;
+    int pa = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    int fd = raw_open(pa);
+    CHECK(fd >= 0);
+    struct ms_frame f;
+    memset(&f, 0, sizeof f);
+    f.kind = MS_FRAME_HELLO;
+    f.payload = "";
+    f.payload_len = MS_AUTH_MAX_PAYLOAD + 1;
+    CHECK(f.payload_len < (1 << 16)); /* the node's max_payload */
+    uint8_t hdr[MS_FRAME_HEADER];
+    CHECK(ms_frame_encode_header(hdr, &f) == MS_FRAME_HEADER);
+    raw_write_all(loop, fd, hdr, sizeof hdr); /* and no payload */
+    spin(loop, 100);
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.rejected_frames == 1);
+    CHECK(raw_closed(fd));
+    close(fd);
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
+/* A refused HELLO followed by many more frames in the same write is one
+ * refusal: the node reads nothing after it. */
+static void frames_after_a_refused_hello_are_ignored(uv_loop_t *loop)
+{
+    struct side a;
+    int pa = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    enum { FOLLOWING = 2000 };
+    static uint8_t bytes[(FOLLOWING + 1) * MS_FRAME_HEADER + 2];
+    struct ms_frame f;
+    memset(&f, 0, sizeof f);
+    f.kind = MS_FRAME_HELLO;
+    f.payload = "{}"; /* no fields: refused */
+    f.payload_len = 2;
+    size_t len = 0, n;
+    CHECK(ms_frame_encode(&f, bytes, sizeof bytes, &n) == 0);
+    len += n;
+    f.payload_len = 0;
+    for (int i = 0; i < FOLLOWING; i++) {
+        CHECK(ms_frame_encode(&f, bytes + len, sizeof bytes - len, &n) == 0);
+        len += n;
+    }
+    int fd = raw_open(pa);
+    CHECK(fd >= 0);
+    raw_write_all(loop, fd, bytes, len);
+    spin(loop, 200);
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.auth_failures == 1);
+    CHECK(st.rejected_frames == 0);
+    CHECK(raw_closed(fd));
+    close(fd);
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
+/* Past MS_TRANSPORT_MAX_HANDSHAKES idle clients, a new connection is
+ * closed at once and counted, a real peer's too; once the idle ones are
+ * gone, a peer connects again. */
+static void handshakes_in_progress_are_capped(uv_loop_t *loop)
+{
+    enum { EXTRA = 8, ALL = MS_TRANSPORT_MAX_HANDSHAKES + EXTRA };
+    struct side a, b;
+    int pa = free_port(), pb = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    CHECK(start(&b, loop, "b", 2, pb, "s") == 0);
+    int fds[ALL];
+    for (int i = 0; i < ALL; i++) {
+        fds[i] = raw_open(pa);
+        CHECK(fds[i] >= 0);
+        uv_run(loop, UV_RUN_NOWAIT);
+    }
+    spin(loop, 200); /* far below the 2 s handshake timeout */
+    int closed = 0;
+    for (int i = 0; i < ALL; i++)
+        closed += fds[i] >= 0 && raw_closed(fds[i]);
+    CHECK(closed == EXTRA);
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.handshake_overflows == EXTRA);
+    CHECK(st.auth_failures == 0);
+
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pa);
+    CHECK(ms_transport_connect(b.t, addr) == 0);
+    spin(loop, 200);
+    CHECK(a.ups == 0 && b.ups == 0);
+    ms_transport_stats(a.t, &st);
+    CHECK(st.handshake_overflows == EXTRA + 1);
+
+    for (int i = 0; i < ALL; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    spin(loop, 200);
+    CHECK(ms_transport_connect(b.t, addr) == 0);
+    spin(loop, 300);
+    CHECK(a.ups == 1 && b.ups == 1);
+    ms_transport_close(a.t);
+    ms_transport_close(b.t);
+    spin(loop, 50);
+}
+
+/* A node whose handshake state cannot be made (here: a name the handshake
+ * refuses) makes no connection, rather than one without that state. */
+static void no_connection_without_handshake_state(uv_loop_t *loop)
+{
+    struct side a, b;
+    int pa = free_port(), pb = free_port();
+    CHECK(start(&a, loop, "bad\"name", 1, pa, "s") == 0);
+    CHECK(start(&b, loop, "b", 2, pb, "s") == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
+    CHECK(ms_transport_connect(a.t, addr) == MS_EINVAL);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pa);
+    CHECK(ms_transport_connect(b.t, addr) == 0);
+    spin(loop, 300); /* a refuses b at once; b's HELLO reaches nothing */
+    CHECK(a.ups == 0 && b.ups == 0);
+    CHECK(!ms_transport_connected(b.t, 1));
+    ms_transport_close(a.t);
+    ms_transport_close(b.t);
+    spin(loop, 50);
+}
+
 int main(void)
 {
     ms_log_setup("test", getenv("VERBOSE") ? 0 : MS_LOG_ERROR + 1);
@@ -242,6 +424,10 @@ int main(void)
     wrong_secret_is_refused(loop);
     garbage_and_oversize_frames_close_the_connection(loop);
     a_peer_that_stops_reading_is_dropped(loop);
+    large_frame_before_authentication_is_refused(loop);
+    frames_after_a_refused_hello_are_ignored(loop);
+    handshakes_in_progress_are_capped(loop);
+    no_connection_without_handshake_state(loop);
     uv_run(loop, UV_RUN_DEFAULT);
     CHECK(uv_loop_close(loop) == 0);
     CHECK_DONE();
