@@ -537,41 +537,35 @@ static void test_options_and_resources(void)
     ms_auth_free(c.a);
 }
 
+/* Each address of `list` (of `family`) is loopback or not, as `want`. */
+static void check_loopback(int family, const char *const *list, size_t n,
+                           int want)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct sockaddr_storage ss;
+        memset(&ss, 0, sizeof ss);
+        ss.ss_family = (sa_family_t)family;
+        void *addr = family == AF_INET
+                         ? (void *)&((struct sockaddr_in *)&ss)->sin_addr
+                         : (void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+        CHECK(inet_pton(family, list[i], addr) == 1);
+        CHECK(ms_auth_is_loopback((struct sockaddr *)&ss) == want);
+    }
+}
+
 /* Loopback clients, which the gateway's admin endpoints answer. */
 static void test_loopback(void)
 {
-    struct sockaddr_in a4;
-    struct sockaddr_in6 a6;
     const char *yes4[] = {"127.0.0.1", "127.1.2.3", "127.255.255.254"};
     const char *no4[] = {"10.0.0.1", "128.0.0.1", "0.0.0.0", "192.168.1.7",
                          "126.255.255.255"};
     const char *yes6[] = {"::1", "::ffff:127.0.0.1", "::ffff:127.9.9.9"};
     const char *no6[] = {"::", "::2", "fe80::1", "::ffff:10.0.0.1",
                          "2001:db8::1", "::127.0.0.1"};
-    for (size_t i = 0; i < sizeof yes4 / sizeof *yes4; i++) {
-        memset(&a4, 0, sizeof a4);
-        a4.sin_family = AF_INET;
-        CHECK(inet_pton(AF_INET, yes4[i], &a4.sin_addr) == 1);
-        CHECK(ms_auth_is_loopback((struct sockaddr *)&a4) == 1);
-    }
-    for (size_t i = 0; i < sizeof no4 / sizeof *no4; i++) {
-        memset(&a4, 0, sizeof a4);
-        a4.sin_family = AF_INET;
-        CHECK(inet_pton(AF_INET, no4[i], &a4.sin_addr) == 1);
-        CHECK(ms_auth_is_loopback((struct sockaddr *)&a4) == 0);
-    }
-    for (size_t i = 0; i < sizeof yes6 / sizeof *yes6; i++) {
-        memset(&a6, 0, sizeof a6);
-        a6.sin6_family = AF_INET6;
-        CHECK(inet_pton(AF_INET6, yes6[i], &a6.sin6_addr) == 1);
-        CHECK(ms_auth_is_loopback((struct sockaddr *)&a6) == 1);
-    }
-    for (size_t i = 0; i < sizeof no6 / sizeof *no6; i++) {
-        memset(&a6, 0, sizeof a6);
-        a6.sin6_family = AF_INET6;
-        CHECK(inet_pton(AF_INET6, no6[i], &a6.sin6_addr) == 1);
-        CHECK(ms_auth_is_loopback((struct sockaddr *)&a6) == 0);
-    }
+    check_loopback(AF_INET, yes4, sizeof yes4 / sizeof *yes4, 1);
+    check_loopback(AF_INET, no4, sizeof no4 / sizeof *no4, 0);
+    check_loopback(AF_INET6, yes6, sizeof yes6 / sizeof *yes6, 1);
+    check_loopback(AF_INET6, no6, sizeof no6 / sizeof *no6, 0);
     struct sockaddr other;
     memset(&other, 0, sizeof other);
     other.sa_family = AF_UNIX;

@@ -632,17 +632,20 @@ M.pct_encode = pct_encode
 -- an error text (nil when all went well) and `closed`: true when the
 -- peer closed the connection (EOF or reset), false when the read timed
 -- out with the connection still open.
-function M.tcp_exchange(port, bytes, max_time)
-    max_time = max_time or 30
+-- A TCP socket connected to 127.0.0.1:port with send and receive
+-- timeouts of max_time seconds (none when nil), or nil and why.
+local function dial(port, max_time)
     local fd = C.socket(AF_INET, SOCK_STREAM, 0)
     if fd < 0 then
-        return "", "socket: " .. errtext(), false
+        return nil, "socket: " .. errtext()
     end
-    local tv = ffi.new("struct ms_spec_timeval")
-    tv.tv_sec = floor(max_time)
-    tv.tv_usec = floor((max_time - floor(max_time)) * 1e6)
-    C.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, tv, ffi.sizeof(tv))
-    C.setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, tv, ffi.sizeof(tv))
+    if max_time then
+        local tv = ffi.new("struct ms_spec_timeval")
+        tv.tv_sec = floor(max_time)
+        tv.tv_usec = floor((max_time - floor(max_time)) * 1e6)
+        C.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, tv, ffi.sizeof(tv))
+        C.setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, tv, ffi.sizeof(tv))
+    end
     local sa = ffi.new("struct ms_spec_sockaddr_in")
     sa.family = AF_INET
     sa.port[0], sa.port[1] = floor(port / 256), port % 256
@@ -650,7 +653,16 @@ function M.tcp_exchange(port, bytes, max_time)
     if C.connect(fd, sa, ffi.sizeof(sa)) ~= 0 then
         local why = "connect: " .. errtext()
         C.close(fd)
-        return "", why, false
+        return nil, why
+    end
+    return fd
+end
+
+function M.tcp_exchange(port, bytes, max_time)
+    max_time = max_time or 30
+    local fd, err = dial(port, max_time)
+    if not fd then
+        return "", err, false
     end
     local sent, len = 0, #bytes
     local why
@@ -696,18 +708,9 @@ local Conn = {}
 Conn.__index = Conn
 
 function M.tcp_open(port)
-    local fd = C.socket(AF_INET, SOCK_STREAM, 0)
-    if fd < 0 then
-        return nil, "socket: " .. errtext()
-    end
-    local sa = ffi.new("struct ms_spec_sockaddr_in")
-    sa.family = AF_INET
-    sa.port[0], sa.port[1] = floor(port / 256), port % 256
-    sa.addr[0], sa.addr[1], sa.addr[2], sa.addr[3] = 127, 0, 0, 1
-    if C.connect(fd, sa, ffi.sizeof(sa)) ~= 0 then
-        local why = "connect: " .. errtext()
-        C.close(fd)
-        return nil, why
+    local fd, err = dial(port)
+    if not fd then
+        return nil, err
     end
     return setmetatable({ fd = fd, buf = ffi.new("char[65536]") }, Conn)
 end
