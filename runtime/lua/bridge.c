@@ -58,6 +58,7 @@ struct ms_bridge {
     int npart;
     lua_State *cur_L;     /* the coroutine inside a core.* call, or NULL */
     int in_next;          /* inside ms_lua_next (an FFI call) */
+    int in_partition;     /* a partitioner runs */
     int pc_type;          /* last answer: type, id, shard */
     size_t pc_len;
     uint32_t pc_shard;
@@ -290,11 +291,14 @@ static int l_tell(lua_State *L)
     int type = (int)luaL_checkinteger(L, 1);
     const char *id = luaL_checklstring(L, 2, &idlen);
     const char *json = luaL_checklstring(L, 3, &len);
-    B->cur_L = L; /* a partitioner runs on this coroutine */
+    /* a partitioner runs on this coroutine (saved: a partitioner may
+     * itself call core.*) */
+    lua_State *outer = B->cur_L;
+    B->cur_L = L;
     int rc = B->routed
                  ? B->route.tell(B->route.data, type, id, idlen, json, len)
                  : ms_dispatch_tell(B->d, type, id, idlen, json, len);
-    B->cur_L = NULL;
+    B->cur_L = outer;
     if (rc < 0)
         return push_err(L, rc);
     lua_pushboolean(L, 1);
@@ -314,12 +318,13 @@ static int l_ask(lua_State *L)
         return luaL_error(L, "ask is only possible inside a handler");
     struct ms_waiter w = {NULL, NULL, B->cur_h};
     uint64_t t = timeout_ms ? timeout_ms : 1;
+    lua_State *outer = B->cur_L;
     B->cur_L = L;
     int64_t corr = B->routed ? B->route.ask(B->route.data, type, id, idlen,
                                             json, len, t, &w)
                              : ms_dispatch_ask(B->d, type, id, idlen, json,
                                                len, t, now_ms(), &w);
-    B->cur_L = NULL;
+    B->cur_L = outer;
     if (corr < 0)
         return push_err(L, (int)corr);
     B->ask_corr = (uint64_t)corr;
@@ -340,10 +345,11 @@ static int l_activate(lua_State *L)
     if (!B->routed)
         return luaL_error(L, "activate needs a node");
     struct ms_waiter w = {NULL, NULL, B->cur_h};
+    lua_State *outer = B->cur_L;
     B->cur_L = L;
     int64_t corr = B->route.activate(B->route.data, type, id, idlen,
                                      timeout_ms ? timeout_ms : 1, &w);
-    B->cur_L = NULL;
+    B->cur_L = outer;
     if (corr < 0)
         return push_err(L, (int)corr);
     B->ask_corr = (uint64_t)corr;
@@ -395,12 +401,13 @@ static int l_owner(lua_State *L)
     if (!B->routed)
         return luaL_error(L, "owner_for needs a node");
     char buf[1024], *big = NULL;
+    lua_State *outer = B->cur_L;
     B->cur_L = L;
     size_t n = B->route.owner(B->route.data, type, id, idlen, buf,
                               sizeof buf);
     if (n >= sizeof buf && (big = malloc(n + 1)) != NULL)
         n = B->route.owner(B->route.data, type, id, idlen, big, n + 1);
-    B->cur_L = NULL;
+    B->cur_L = outer;
     lua_pushlstring(L, big ? big : buf, n < sizeof buf || big ? n
                                                               : sizeof buf - 1);
     free(big);
@@ -750,12 +757,19 @@ int ms_bridge_partition(void *data, int type, const char *id, size_t idlen,
     if (b->in_next) /* no Lua from inside an FFI call */
         return part_fail(b, type, id, idlen, "%s",
                          "called while a delivery was being taken");
+    if (b->in_partition) /* it routed (owner_for, a send): no recursion */
+        return part_fail(b, type, id, idlen, "%s",
+                         "a partitioner cannot route messages or ask "
+                         "for owners");
     lua_State *L = b->cur_L ? b->cur_L : b->L;
     int top = lua_gettop(L);
     lua_rawgeti(L, LUA_REGISTRYINDEX, b->part_ref[type]);
     lua_pushlstring(L, id, idlen);
     lua_pushinteger(L, (lua_Integer)shard_count);
-    if (lua_pcall(L, 2, 1, 0) != 0) {
+    b->in_partition = 1;
+    int called = lua_pcall(L, 2, 1, 0);
+    b->in_partition = 0;
+    if (called != 0) {
         int rc = part_fail(b, type, id, idlen, "it raised: %s",
                            lua_tostring(L, -1) ? lua_tostring(L, -1)
                                                : "(no message)");

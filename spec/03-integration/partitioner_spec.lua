@@ -28,6 +28,12 @@ describe("a type's own partitioner", function()
                            partitioner = { __lua = PARTITIONER } },
                 Asker = { module = "asker", shard_count = 4 },
                 Control = { module = "control", shard_count = 4 },
+                -- a partitioner that asks where an id lives: it may not
+                Loopy = { module = "counter", shard_count = 4,
+                          partitioner = { __lua = [[function(id, n)
+                              require("moonshard").owner_for("Loopy", id)
+                              return 0
+                          end]] } },
             },
         })
         n1, n2 = c:node("n1"), c:node("n2")
@@ -126,6 +132,22 @@ describe("a type's own partitioner", function()
         assert.equal(200, (n1:ask("Asker", "a4", { type = "tell",
                                target = { type = "Tagged", id = "2:q" },
                                msg = { type = "incr" } })))
+    end)
+
+    it("refuses a partitioner that routes (no recursion)", function()
+        local status, body = n1:tell("Loopy", "l1", { type = "incr" })
+        assert.equal(500, status)
+        assert.equal("partitioner", body.error.code)
+        -- from an entity (its send fails; the asker fixture raises then)
+        status, body = n2:ask("Asker", "a5", { type = "tell",
+                              target = { type = "Loopy", id = "l2" },
+                              msg = { type = "incr" } })
+        assert.equal(500, status)
+        assert.matches("partitioner", body.error.message, 1, true)
+        assert.matches("a partitioner cannot route", n1:log() .. n2:log(),
+                       1, true)
+        assert.same({ value = 0 }, n1:call("Tagged", "1:after",
+                                           { type = "get" }))
     end)
 
     it("refuses the type to a node whose partitioner differs", function()
