@@ -17,6 +17,8 @@ local type, tostring, setmetatable, select = type, tostring, setmetatable, selec
 local pcall, require = pcall, require
 local concat = table.concat
 local find = string.find
+local floor, huge = math.floor, math.huge
+local band = require("bit").band
 local yield, running = coroutine.yield, coroutine.running
 
 local done, reply_c = core.done, core.reply
@@ -72,6 +74,9 @@ local current                          -- the coroutine running a handler now
 
 local decoder = cjson.new()
 local encoder = cjson.new()
+-- strict JSON: NaN, Infinity and hex numbers are not JSON (lua-cjson takes
+-- them by default), and an entity holding one could never reply again
+decoder.decode_invalid_numbers(false)
 local decode, encode = decoder.decode, encoder.encode
 
 local function safe_decode(s)
@@ -84,6 +89,48 @@ local function errtable(code, message)
     return errors.new(code, message)
 end
 
+-- partitioners --------------------------------------------------------------
+
+-- [type index] = { partitioner function, shard_count, type name }, for the
+-- types that place their ids themselves. The shard of an entity's send is
+-- computed here and handed to core.*, which never call back into Lua.
+local partitioners = {}
+local partition_logged = {} -- [type index] = failures logged
+-- [coroutine or "main"] = true while a partitioner runs there: it may not
+-- route (a send would place an id while placing one)
+local placing = setmetatable({}, { __mode = "k" })
+
+-- The shard of `id` for type t: nil for a type without its own
+-- partitioner, else the shard, or nil and an error table (logged: the
+-- first failures, then every power of two).
+local function shard_for(t, id)
+    local here = running() or "main"
+    if placing[here] then
+        error("a partitioner cannot send, ask or look up owners", 3)
+    end
+    local p = partitioners[t]
+    if not p then return nil end
+    placing[here] = true
+    local ok, s = pcall(p[1], id, p[2])
+    placing[here] = nil
+    if ok and type(s) == "number" and s >= 0 and s < p[2] and s == floor(s) then
+        return s
+    end
+    local why = ok and ("it returned " .. tostring(s) .. ", not an integer "
+                        .. "in 0.." .. (p[2] - 1))
+                or ("it raised: " .. tostring(s))
+    local n = (partition_logged[t] or 0) + 1
+    partition_logged[t] = n
+    if band(n, n - 1) == 0 then
+        log_c(0, "error", "the partitioner of " .. p[3] .. " failed for "
+              .. "id '" .. id:sub(1, 64) .. "' (" .. n .. " times so far): "
+              .. why .. "; the message is refused")
+    end
+    return nil, errtable("partitioner", "the partitioner of " .. p[3]
+                         .. " failed: " .. why)
+end
+M.shard_for = shard_for
+
 -- ref ---------------------------------------------------------------------
 
 local Ref = {}
@@ -93,7 +140,9 @@ function Ref:tell(msg)
     if type(msg) ~= "table" then
         error("bad 'msg' argument: a table is required", 2)
     end
-    local ok, code, message = tell_c(self._t, self.id, encode(msg))
+    local shard, perr = shard_for(self._t, self.id)
+    if perr then return nil, perr end
+    local ok, code, message = tell_c(self._t, self.id, encode(msg), shard)
     if ok then return true end
     return nil, errtable(code, message)
 end
@@ -102,7 +151,13 @@ end
 -- (issued by ask_c or activate_c), then returns the reply or nil, err.
 local function await(co)
     detached[co] = true
-    local reply, err = yield(ASK)
+    -- a yield can fail (across a C call: inside table.sort's comparator,
+    -- say); if someone catches that, the entity must not look suspended
+    local ok, reply, err = pcall(yield, ASK)
+    if not ok then
+        detached[co] = nil
+        error(reply, 0)
+    end
     current = co
     if reply then
         local v, derr = safe_decode(reply)
@@ -144,8 +199,10 @@ function Ref:ask(msg, seconds)
     end
     seconds = check_seconds(seconds)
     local co = handler_coroutine("ask")
+    local shard, perr = shard_for(self._t, self.id)
+    if perr then return nil, perr end
     local corr, code, message = ask_c(self._t, self.id, encode(msg),
-                                      seconds * 1000)
+                                      seconds * 1000, shard)
     if not corr then return nil, errtable(code, message) end
     return await(co)
 end
@@ -161,7 +218,9 @@ function M.activate(tname, id, seconds)
     end
     seconds = check_seconds(seconds)
     local co = handler_coroutine("activate")
-    local corr, code, message = core.activate(t, id, seconds * 1000)
+    local shard, perr = shard_for(t, id)
+    if perr then return nil, perr end
+    local corr, code, message = core.activate(t, id, seconds * 1000, shard)
     if not corr then return nil, errtable(code, message) end
     local r, err = await(co)
     if not r then return nil, err end
@@ -290,6 +349,7 @@ function M.driver()
             local b = behaviors[t]
             if dl.init ~= 0 then
                 activate(h, b, t, ffi_string(dl.id, dl.idlen), dl.shard)
+                b = behaviors[t] -- init may have waited across a reload
             end
             local kind = dl.kind
             if migrate_from[h] ~= nil and kind ~= KIND_ACTIVATE then
@@ -325,16 +385,20 @@ end
 -- coroutine is dead). Returns the error text and whether the entity failed
 -- to activate (init raised). `kind` is the delivery's kind, 0 if unknown.
 function M.on_error(h, e, kind)
-    local msg = tostring(e)
-    if kind == KIND_STOP then
+    -- decide first: the error object's own __tostring may raise
+    local init_failed = kind ~= KIND_STOP and states[h] == nil
+    if kind == KIND_STOP or init_failed then
         forget(h)
-        return msg, false
     end
-    if states[h] == nil then
-        forget(h)
-        return msg, true
+    local ok, msg = pcall(tostring, e)
+    if not ok then
+        msg = "(an error object whose __tostring raised: "
+              .. (type(msg) == "string" and msg or type(msg)) .. ")"
+    elseif type(e) == "table" and type(e.message) == "string"
+        and msg:find("^table: ") then
+        msg = e.message -- error({code =, message =}) says what it means
     end
-    return msg, false
+    return msg, init_failed
 end
 
 -- setup -------------------------------------------------------------------
@@ -369,6 +433,9 @@ function M.start(opts)
         for k, f in pairs(Ctx) do proto[k] = f end
         ctx_mts[idx] = { __index = proto }
         modules[idx] = t.module
+        if t.partitioner then
+            partitioners[idx] = { t.partitioner, t.shard_count, t.name }
+        end
         local ok, mod = pcall(require, t.module)
         local err
         if ok then
@@ -435,12 +502,28 @@ end
 
 -- Checks an incoming payload: nil when it is a JSON object, else a code
 -- ("bad_json" | "not_object") and the reason.
+-- true when table t holds a number a double cannot be (1e999 decodes to
+-- infinity): no reply could carry it again
+local function non_finite(t)
+    for _, x in pairs(t) do
+        if type(x) == "number" and (x ~= x or x == huge or x == -huge) then
+            return true
+        elseif type(x) == "table" and non_finite(x) then
+            return true
+        end
+    end
+    return false
+end
+
 function M.check(payload)
     local ok, v = pcall(decode, payload)
     if not ok then return "bad_json", tostring(v) end
     if type(v) ~= "table" or not find(payload, "^%s*{") then
         return "not_object", "the message must be a JSON object, got "
             .. (type(v) == "table" and "an array" or type(v))
+    end
+    if non_finite(v) then
+        return "bad_json", "a number is too large for a double"
     end
     return nil
 end

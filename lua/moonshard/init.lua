@@ -32,7 +32,10 @@ function M.owner_for(tname, id)
     if type(id) ~= "string" or id == "" then
         error("bad 'id' argument: a non-empty string is required", 2)
     end
-    local o = cjson.decode(core.owner(type_of(tname), id))
+    local t = type_of(tname)
+    local shard, perr = host.shard_for(t, id)
+    if perr then error(perr.message, 2) end
+    local o = cjson.decode(core.owner(t, id, shard))
     if type(o) ~= "table" then return nil end
     if o.code then error(o.message, 2) end -- the partitioner failed
     if o.owner == nil or o.owner == cjson.null then

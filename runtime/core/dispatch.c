@@ -682,6 +682,8 @@ int ms_dispatch_shard_of(struct ms_dispatch *d, int type, const char *id,
     uint64_t hash;
     if (type < 0 || type >= d->ntypes)
         return MS_ENOTYPE;
+    if (idlen == 0 || idlen > MS_MAX_ID)
+        return MS_E2BIG; /* the partitioner sees only ids a send accepts */
     return shard_for(d, type, id, idlen, &hash, shard);
 }
 

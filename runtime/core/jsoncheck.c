@@ -4,7 +4,9 @@
  */
 #include "jsoncheck.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct scan {
@@ -35,8 +37,26 @@ static int digits(struct scan *s)
     return s->p > start;
 }
 
+/* A number that a double cannot hold (1e999) decodes to infinity, which
+ * no reply could carry again: refused. Only numbers with an exponent or
+ * many digits can overflow, so only those are converted. */
+static int fits_double(const unsigned char *start, const unsigned char *end,
+                       int has_exp)
+{
+    char buf[400];
+    size_t n = (size_t)(end - start);
+    if (!has_exp && n < 300)
+        return 1;
+    if (n >= sizeof buf)
+        return 0;
+    memcpy(buf, start, n);
+    buf[n] = 0;
+    return isfinite(strtod(buf, NULL));
+}
+
 static int number(struct scan *s)
 {
+    const unsigned char *start = s->p;
     if (s->p < s->end && *s->p == '-')
         s->p++;
     if (s->p < s->end && *s->p == '0')
@@ -48,14 +68,15 @@ static int number(struct scan *s)
         if (!digits(s))
             return 0;
     }
-    if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
+    int has_exp = s->p < s->end && (*s->p == 'e' || *s->p == 'E');
+    if (has_exp) {
         s->p++;
         if (s->p < s->end && (*s->p == '+' || *s->p == '-'))
             s->p++;
         if (!digits(s))
             return 0;
     }
-    return 1;
+    return fits_double(start, s->p, has_exp);
 }
 
 /* The 4 hex digits after "\u": their value, or -1. */

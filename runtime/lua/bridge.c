@@ -56,7 +56,7 @@ struct ms_bridge {
     int *part_ref;        /* [type] registry ref, or LUA_NOREF */
     uint64_t *part_fails; /* [type] failures, for the log */
     int npart;
-    lua_State *cur_L;     /* the coroutine inside a core.* call, or NULL */
+    int in_leaf;          /* inside a core.* send or owner lookup */
     int in_next;          /* inside ms_lua_next (an FFI call) */
     int in_partition;     /* a partitioner runs */
     int pc_type;          /* last answer: type, id, shard */
@@ -284,29 +284,50 @@ static int l_reply(lua_State *L)
     return 1;
 }
 
-/* core.tell(type, id, json) -> true | nil, code, message */
+/* The shard a Lua sender computed with the type's partitioner (argument
+ * `arg`, nil for types without one) is remembered for the id, so that the
+ * router and the dispatcher, which ask for it next, get it without a call
+ * back into Lua (STYLE: core.* functions are leaves). Returns 0, or
+ * MS_EPARTITION for a shard out of range. */
+static int given_shard(lua_State *L, int arg, int type, const char *id,
+                       size_t idlen)
+{
+    if (lua_isnoneornil(L, arg) || idlen == 0 || idlen > MS_MAX_ID)
+        return 0; /* a bad id is refused by the send itself */
+    lua_Number v = luaL_checknumber(L, arg);
+    if (!B->cfg || type < 0 || type >= B->cfg->ntypes || v < 0 ||
+        v >= (lua_Number)B->cfg->types[type].shard_count ||
+        v != (lua_Number)(uint32_t)v)
+        return MS_EPARTITION;
+    B->pc_type = type;
+    B->pc_len = idlen;
+    memcpy(B->pc_id, id, idlen);
+    B->pc_shard = (uint32_t)v;
+    return 0;
+}
+
+/* core.tell(type, id, json[, shard]) -> true | nil, code, message */
 static int l_tell(lua_State *L)
 {
     size_t idlen, len;
     int type = (int)luaL_checkinteger(L, 1);
     const char *id = luaL_checklstring(L, 2, &idlen);
     const char *json = luaL_checklstring(L, 3, &len);
-    /* a partitioner runs on this coroutine (saved: a partitioner may
-     * itself call core.*) */
-    lua_State *outer = B->cur_L;
-    B->cur_L = L;
+    if (given_shard(L, 4, type, id, idlen) < 0)
+        return push_err(L, MS_EPARTITION);
+    B->in_leaf = 1; /* sends only enqueue: no Lua from here */
     int rc = B->routed
                  ? B->route.tell(B->route.data, type, id, idlen, json, len)
                  : ms_dispatch_tell(B->d, type, id, idlen, json, len);
-    B->cur_L = outer;
+    B->in_leaf = 0;
     if (rc < 0)
         return push_err(L, rc);
     lua_pushboolean(L, 1);
     return 1;
 }
 
-/* core.ask(type, id, json, timeout_ms) -> corr | nil, code, message. The
- * waiter is the entity whose handler runs now. */
+/* core.ask(type, id, json, timeout_ms[, shard]) -> corr | nil, code,
+ * message. The waiter is the entity whose handler runs now. */
 static int l_ask(lua_State *L)
 {
     size_t idlen, len;
@@ -318,13 +339,14 @@ static int l_ask(lua_State *L)
         return luaL_error(L, "ask is only possible inside a handler");
     struct ms_waiter w = {NULL, NULL, B->cur_h};
     uint64_t t = timeout_ms ? timeout_ms : 1;
-    lua_State *outer = B->cur_L;
-    B->cur_L = L;
+    if (given_shard(L, 5, type, id, idlen) < 0)
+        return push_err(L, MS_EPARTITION);
+    B->in_leaf = 1;
     int64_t corr = B->routed ? B->route.ask(B->route.data, type, id, idlen,
                                             json, len, t, &w)
                              : ms_dispatch_ask(B->d, type, id, idlen, json,
                                                len, t, now_ms(), &w);
-    B->cur_L = outer;
+    B->in_leaf = 0;
     if (corr < 0)
         return push_err(L, (int)corr);
     B->ask_corr = (uint64_t)corr;
@@ -332,8 +354,9 @@ static int l_ask(lua_State *L)
     return 1;
 }
 
-/* core.activate(type, id, timeout_ms) -> corr | nil, code, message: an
- * ask answered {"created":...}; the running entity waits like an ask. */
+/* core.activate(type, id, timeout_ms[, shard]) -> corr | nil, code,
+ * message: an ask answered {"created":...}; the running entity waits like
+ * an ask. */
 static int l_activate(lua_State *L)
 {
     size_t idlen;
@@ -345,11 +368,12 @@ static int l_activate(lua_State *L)
     if (!B->routed)
         return luaL_error(L, "activate needs a node");
     struct ms_waiter w = {NULL, NULL, B->cur_h};
-    lua_State *outer = B->cur_L;
-    B->cur_L = L;
+    if (given_shard(L, 4, type, id, idlen) < 0)
+        return push_err(L, MS_EPARTITION);
+    B->in_leaf = 1;
     int64_t corr = B->route.activate(B->route.data, type, id, idlen,
                                      timeout_ms ? timeout_ms : 1, &w);
-    B->cur_L = outer;
+    B->in_leaf = 0;
     if (corr < 0)
         return push_err(L, (int)corr);
     B->ask_corr = (uint64_t)corr;
@@ -392,7 +416,8 @@ static size_t again_stats(char *buf, size_t len, void *ctx)
     return B->route.stats(B->route.data, buf, len);
 }
 
-/* core.owner(type, id) -> JSON {"shard":..,"owner":..|null} */
+/* core.owner(type, id[, shard]) -> JSON {"shard":..,"owner":..|null} or
+ * {"code":..,"message":..} */
 static int l_owner(lua_State *L)
 {
     size_t idlen;
@@ -401,13 +426,14 @@ static int l_owner(lua_State *L)
     if (!B->routed)
         return luaL_error(L, "owner_for needs a node");
     char buf[1024], *big = NULL;
-    lua_State *outer = B->cur_L;
-    B->cur_L = L;
+    if (given_shard(L, 3, type, id, idlen) < 0)
+        return luaL_error(L, "the shard is out of range");
+    B->in_leaf = 1;
     size_t n = B->route.owner(B->route.data, type, id, idlen, buf,
                               sizeof buf);
     if (n >= sizeof buf && (big = malloc(n + 1)) != NULL)
         n = B->route.owner(B->route.data, type, id, idlen, big, n + 1);
-    B->cur_L = outer;
+    B->in_leaf = 0;
     lua_pushlstring(L, big ? big : buf, n < sizeof buf || big ? n
                                                               : sizeof buf - 1);
     free(big);
@@ -754,27 +780,28 @@ int ms_bridge_partition(void *data, int type, const char *id, size_t idlen,
         *shard = b->pc_shard;
         return 0;
     }
-    if (b->in_next) /* no Lua from inside an FFI call */
+    /* C enters Lua only from the loop's own callbacks (HTTP, frames),
+     * through the protected call; a send from Lua gave its shard */
+    if (b->in_leaf || b->in_next)
         return part_fail(b, type, id, idlen, "%s",
-                         "called while a delivery was being taken");
-    if (b->in_partition) /* it routed (owner_for, a send): no recursion */
+                         "no shard was given by the Lua sender");
+    if (b->in_partition)
         return part_fail(b, type, id, idlen, "%s",
-                         "a partitioner cannot route messages or ask "
-                         "for owners");
-    lua_State *L = b->cur_L ? b->cur_L : b->L;
+                         "a partitioner cannot send, ask or look up "
+                         "owners");
+    lua_State *L = b->L;
     int top = lua_gettop(L);
+    char err[300];
     lua_rawgeti(L, LUA_REGISTRYINDEX, b->part_ref[type]);
     lua_pushlstring(L, id, idlen);
     lua_pushinteger(L, (lua_Integer)shard_count);
     b->in_partition = 1;
-    int called = lua_pcall(L, 2, 1, 0);
+    int called = pcall(L, 2, 1, err, sizeof err);
     b->in_partition = 0;
-    if (called != 0) {
-        int rc = part_fail(b, type, id, idlen, "it raised: %s",
-                           lua_tostring(L, -1) ? lua_tostring(L, -1)
-                                               : "(no message)");
+    if (called < 0) {
+        err[strcspn(err, "\n")] = 0; /* the message, not the traceback */
         lua_settop(L, top);
-        return rc;
+        return part_fail(b, type, id, idlen, "it raised: %s", err);
     }
     lua_Number v = lua_tonumber(L, -1);
     int ok = lua_type(L, -1) == LUA_TNUMBER && v >= 0 &&
@@ -792,10 +819,12 @@ int ms_bridge_partition(void *data, int type, const char *id, size_t idlen,
     }
     lua_settop(L, top);
     *shard = (uint32_t)v;
-    b->pc_type = type;
-    b->pc_len = idlen;
-    memcpy(b->pc_id, id, idlen);
-    b->pc_shard = *shard;
+    if (idlen <= sizeof b->pc_id) {
+        b->pc_type = type;
+        b->pc_len = idlen;
+        memcpy(b->pc_id, id, idlen);
+        b->pc_shard = *shard;
+    }
     return 0;
 }
 
@@ -968,11 +997,17 @@ int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,
     lua_setfield(L, -2, "json_max_depth");
     lua_createtable(L, cfg->ntypes, 0);
     for (int i = 0; i < cfg->ntypes; i++) {
-        lua_createtable(L, 0, 2);
+        lua_createtable(L, 0, 4);
         lua_pushstring(L, cfg->types[i].name);
         lua_setfield(L, -2, "name");
         lua_pushstring(L, cfg->types[i].module);
         lua_setfield(L, -2, "module");
+        lua_pushinteger(L, (lua_Integer)cfg->types[i].shard_count);
+        lua_setfield(L, -2, "shard_count");
+        if (i < b->npart && b->part_ref[i] != LUA_NOREF) {
+            lua_rawgeti(L, LUA_REGISTRYINDEX, b->part_ref[i]);
+            lua_setfield(L, -2, "partitioner");
+        }
         lua_rawseti(L, -2, i + 1);
     }
     lua_setfield(L, -2, "types");

@@ -144,8 +144,8 @@ describe("a type's own partitioner", function()
                               msg = { type = "incr" } })
         assert.equal(500, status)
         assert.matches("partitioner", body.error.message, 1, true)
-        assert.matches("a partitioner cannot route", n1:log() .. n2:log(),
-                       1, true)
+        assert.matches("a partitioner cannot send, ask or look up owners",
+                       n1:log() .. n2:log(), 1, true)
         assert.same({ value = 0 }, n1:call("Tagged", "1:after",
                                            { type = "get" }))
     end)

@@ -406,6 +406,7 @@ static int by_prefix(void *data, int type, const char *id, size_t idlen,
 
 static void custom_partitioner_places_messages(void)
 {
+    int calls;
     struct ms_dispatch_type t[2] = {{"P", 8, 0, 0, 100, 1},
                                     {"D", 8, 0, 0, 100, 0}};
     struct ms_dispatch *d = ms_dispatch_new(t, 2, 1024);
@@ -427,8 +428,14 @@ static void custom_partitioner_places_messages(void)
           MS_EPARTITION);
     CHECK(ms_dispatch_stop(d, 0, "x", 1) == MS_EPARTITION);
     CHECK(ms_dispatch_shard_of(d, 5, "3:a", 3, &shard) == MS_ENOTYPE);
+    /* it sees only ids a send accepts */
+    char big[MS_MAX_ID + 2];
+    memset(big, '4', sizeof big);
+    CHECK(ms_dispatch_shard_of(d, 0, big, MS_MAX_ID + 1, &shard) ==
+          MS_E2BIG);
+    CHECK(ms_dispatch_shard_of(d, 0, big, 0, &shard) == MS_E2BIG);
+    calls = part_calls;
     /* the default type does not call it */
-    int calls = part_calls;
     CHECK(ms_dispatch_tell(d, 1, "3:a", 3, "{}", 2) == 0);
     CHECK(part_calls == calls);
     struct ms_delivery dl;

@@ -21,6 +21,17 @@ int main(void)
     CHECK(ok("{\"s\":\"\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u00e9\"}", 1));
     CHECK(ok("{\"pair\":\"\\ud83d\\ude00\"}", 1));
     CHECK(ok("{\"utf8\":\"\xc3\xa9\xf0\x9f\x98\x80\"}", 1));
+    CHECK(ok("{\"big\":1.7e308,\"tiny\":1e-999,\"neg\":-1e300}", 1));
+    /* numbers a double cannot hold: they would decode to infinity */
+    CHECK(!ok("{\"a\":1e999}", 1));
+    CHECK(!ok("{\"a\":-1E+400}", 1));
+    {
+        char big[420] = "{\"a\":";
+        size_t n = strlen(big);
+        memset(big + n, '9', 340); /* 340 digits, no exponent */
+        memcpy(big + n + 340, "}", 2);
+        CHECK(!ok(big, 1));
+    }
     /* not an object, or not one value */
     CHECK(!ok("", 8));
     CHECK(!ok("[]", 8));
