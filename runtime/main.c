@@ -36,7 +36,8 @@ static void usage(FILE *f)
         "  leave [--node H:P] [--token T] make a node leave the cluster\n"
         "  down [--node H:P] [--token T] ADDRESS\n"
         "                                 down an unreachable member\n"
-        "  shard --count N ID...          print each id's shard\n"
+        "  shard --count N ID...          print each id's shard (FNV-1a)\n"
+        "  shard --config F --type T ID...  with the type's own partitioner\n"
         "  bench local [--ids N] [--messages N]\n"
         "                                 measure one node\n"
         "  bench cluster [--seconds S] [--ids N]\n"
@@ -291,12 +292,63 @@ static int cmd_run(const char *config, int watch)
 
 /* ---- shard ----------------------------------------------------------- */
 
+/* `moonshard shard --config FILE --type T ID...`: the shards the type
+ * places its ids in, with its own partitioner when it has one. */
+static int shard_by_config(const char *config, const char *tname,
+                           char **ids, int n)
+{
+    struct ms_bridge *b;
+    struct ms_config cfg;
+    char err[1024], home[PATH_MAX];
+    int rc = 1, t;
+    ms_home(home, sizeof home);
+    if (ms_bridge_new(&b, uv_default_loop(), home) < 0) {
+        fprintf(stderr, "moonshard shard: cannot start Lua\n");
+        return 1;
+    }
+    if (ms_bridge_load_config(b, config, NULL, &cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "moonshard shard: %s\n", err);
+        ms_bridge_free(b);
+        return 1;
+    }
+    for (t = 0; t < cfg.ntypes && strcmp(cfg.types[t].name, tname); t++)
+        ;
+    if (t == cfg.ntypes) {
+        fprintf(stderr, "moonshard shard: %s has no entity type '%s'\n",
+                config, tname);
+        goto out;
+    }
+    rc = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t shard, count = cfg.types[t].shard_count;
+        size_t len = strlen(ids[i]);
+        if (!cfg.types[t].custom_partition) {
+            printf("%u\n", ms_shard_of(ids[i], len, count));
+        } else if (ms_bridge_partition(b, t, ids[i], len, count, &shard) ==
+                   0) {
+            printf("%u\n", shard);
+        } else {
+            printf("error\n"); /* the reason is on stderr */
+            rc = 1;
+        }
+    }
+out:
+    ms_config_free(&cfg);
+    ms_bridge_free(b);
+    return rc;
+}
+
 static int cmd_shard(int argc, char **argv)
 {
     long count = -1;
+    const char *config = NULL, *tname = NULL;
     int i = 0;
     for (; i < argc; i++) {
-        if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            config = argv[++i];
+        } else if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) {
+            tname = argv[++i];
+        } else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
             char *end;
             errno = 0;
             count = strtol(argv[++i], &end, 10);
@@ -312,10 +364,14 @@ static int cmd_shard(int argc, char **argv)
             break;
         }
     }
-    if (count < 0 || i >= argc) {
-        fprintf(stderr, "usage: moonshard shard --count N ID...\n");
+    if (i >= argc || (count < 0) == !(config && tname)) {
+        fprintf(stderr, "usage: moonshard shard --count N ID...\n"
+                        "       moonshard shard --config FILE --type T "
+                        "ID...\n");
         return 2;
     }
+    if (config)
+        return shard_by_config(config, tname, argv + i, argc - i);
     for (; i < argc; i++)
         printf("%u\n", ms_shard_of(argv[i], strlen(argv[i]),
                                    (uint32_t)count));

@@ -951,6 +951,7 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
         }
         lua_pop(L, 1);
     }
+    b->cfg = cfg; /* names in logs until ms_bridge_start */
     /* the coordinator's strategies come from this config */
     lua_pushvalue(L, c);
     call_module(L, "moonshard.alloc", "configure", 1, 0, err, errlen);

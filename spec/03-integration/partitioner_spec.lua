@@ -54,6 +54,20 @@ describe("a type's own partitioner", function()
             assert.equal(case[2], o1.shard, case[1])
             assert.equal(case[2], o2.shard, case[1])
         end
+        -- and from a shell, with the config
+        local code, out, err = helpers.moonshard("shard", "--config",
+                                                 c.config, "--type",
+                                                 "Tagged", "5:x", "13:y",
+                                                 "plain", "0:z")
+        assert.equal(1, code, err)
+        assert.equal("5\n5\nerror\n0\n", out)
+        assert.matches("ids look like N:name", err, 1, true)
+        -- a type without one: FNV-1a, as --count gives it
+        code, out = helpers.moonshard("shard", "--config", c.config,
+                                      "--type", "Asker", "a", "b")
+        assert.equal(0, code)
+        local _, fnv = helpers.moonshard("shard", "--count", "4", "a", "b")
+        assert.equal(fnv, out)
     end)
 
     it("delivers tells and asks from either node to the one owner",
