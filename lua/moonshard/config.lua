@@ -645,13 +645,15 @@ local LIMIT_FIELDS = {
     http_connections = true,
 }
 
+local MAX_SEEDS = 16 -- MS_MB_MAX_SEEDS (runtime/core/membership.h)
+
 local function check_seeds(v, path)
     if v == nil then
         return nil
     end
-    if not is_list(v) or #v == 0 then
-        fail(path, "must be a non-empty list of \"host:port\" strings"
-             .. " (leave it out to use the first node)", v)
+    if not is_list(v) or #v == 0 or #v > MAX_SEEDS then
+        fail(path, "must be a list of 1 to " .. MAX_SEEDS .. " \"host:port\""
+             .. " strings (leave it out to use the nodes listed)", v)
     end
     local seeds = {}
     for i, s in ipairs(v) do
@@ -879,8 +881,18 @@ local function check(t)
     cfg.admin_remote = t.admin_remote == true
     local seeds = check_seeds(t.seeds, { "seeds" })
     cfg.nodes = check_nodes(t.nodes, { "nodes" })
-    -- Without seeds the first node forms the cluster and the others join it.
-    cfg.seeds = seeds or { cfg.nodes[1].listen }
+    -- Without seeds, the nodes listed are the seeds, the first first: it
+    -- forms the cluster once it has heard from the others (or after the
+    -- seed timeout), and when it restarts it asks them before it would
+    -- found a cluster again. A lone seed that restarts would found a
+    -- second cluster beside the first (found by a review).
+    if not seeds then
+        seeds = {}
+        for i = 1, math.min(#cfg.nodes, MAX_SEEDS) do
+            seeds[i] = cfg.nodes[i].listen
+        end
+    end
+    cfg.seeds = seeds
     cfg.entities, cfg.entity_list = check_entities(t.entities, { "entities" })
     cfg.limits = check_limits(t.limits, { "limits" })
     cfg.gc_step_kb = integer_field(t, "gc_step_kb", root, 1, INT_MAX, 64, true)

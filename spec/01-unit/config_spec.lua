@@ -90,7 +90,9 @@ describe("moonshard.config", function()
             assert.equal("demo", cfg.cluster)
             assert.equal("s3cret", cfg.secret)
             assert.equal(path, cfg.file)
-            assert.same({ "127.0.0.1:7101" }, cfg.seeds)
+            -- the nodes listed, the first first (a restarted first node
+            -- asks the others before it would found a cluster again)
+            assert.same({ "127.0.0.1:7101", "127.0.0.1:7102" }, cfg.seeds)
             assert.same({ name = "n2", listen = "127.0.0.1:7102",
                           http = "127.0.0.1:7202", roles = {} }, cfg.nodes[2])
             assert.same({ "backend" }, cfg.nodes[1].roles)
@@ -262,8 +264,8 @@ seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
               [[seeds[2]: must be "host:port": expected "host:port" (got "127.0.0.1")]] },
             { "an empty seed list",
               { { [[secret = "s3cret",]], [[seeds = {}, --@]] } },
-              [[seeds: must be a non-empty list of "host:port" strings]]
-              .. [[ (leave it out to use the first node) (got table)]] },
+              [[seeds: must be a list of 1 to 16 "host:port" strings]]
+              .. [[ (leave it out to use the nodes listed) (got table)]] },
             { "a port out of range",
               { { [[listen = "127.0.0.1:7102",]], [[listen = "127.0.0.1:70000", --@]] } },
               [[nodes[2].listen: must be "host:port": port must be an integer in 1..65535 (got "127.0.0.1:70000")]] },
