@@ -293,10 +293,10 @@ int ms_mb_leave(struct ms_membership *m, uint64_t now_ms);
 
 /*
  * An operator downs the member at `address` (every live incarnation there).
- * Applied to this node's view and spread by gossip; the I/O layer forwards
- * the request to the leader first (DESIGN §2), and calls this on the node
- * it runs on when the target is the leader itself. The leader then moves
- * the member Down -> Removed. `address` is borrowed. Returns 0, also when
+ * Applied to this node's view and spread by gossip (statuses only move
+ * forward, so every node ends with it; DESIGN §2 forwards the request to
+ * the leader instead, which reaches no one that gossip would not). The
+ * leader then moves the member Down -> Removed. `address` is borrowed. Returns 0, also when
  * the member is already Down, or MS_EINVAL when no member has this
  * address.
  */
