@@ -34,6 +34,8 @@ struct ms_node {
     struct ms_router *router;
     uv_idle_t work;
     uv_timer_t tick;
+    uint64_t tick_at;  /* when tick fires (loop time), while tick_armed */
+    int tick_armed;
     uv_timer_t gc;     /* steps the Lua GC while the node is idle */
     int working;
     int gc_dirty;      /* messages were handled since the last GC cycle */
@@ -98,6 +100,7 @@ static void on_work(uv_idle_t *h)
 static void on_tick(uv_timer_t *t)
 {
     struct ms_node *n = t->data;
+    n->tick_armed = 0; /* a one-shot timer */
     ms_dispatch_expire(n->d, uv_now(n->loop));
     arm(n);
 }
@@ -131,11 +134,18 @@ static void arm(struct ms_node *n)
         uv_idle_stop(&n->work);
         n->working = 0;
     }
-    int64_t in = ms_dispatch_next_deadline(n->d, uv_now(n->loop));
-    if (in >= 0)
+    /* re-armed only when the deadline moved: a burst of sends in one loop
+     * turn would otherwise restart the timer per message */
+    uint64_t now = uv_now(n->loop);
+    int64_t in = ms_dispatch_next_deadline(n->d, now);
+    if (in >= 0 && (!n->tick_armed || n->tick_at != now + (uint64_t)in)) {
         uv_timer_start(&n->tick, on_tick, (uint64_t)in, 0);
-    else
+        n->tick_armed = 1;
+        n->tick_at = now + (uint64_t)in;
+    } else if (in < 0 && n->tick_armed) {
         uv_timer_stop(&n->tick);
+        n->tick_armed = 0;
+    }
 }
 
 static void on_self_removed(void *data);
