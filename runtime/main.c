@@ -364,7 +364,8 @@ static int cmd_shard(int argc, char **argv)
             break;
         }
     }
-    if (i >= argc || (count < 0) == !(config && tname)) {
+    /* exactly one form: --count N, or --config F --type T */
+    if (i >= argc || (count >= 0 ? config || tname : !config || !tname)) {
         fprintf(stderr, "usage: moonshard shard --count N ID...\n"
                         "       moonshard shard --config FILE --type T "
                         "ID...\n");

@@ -812,7 +812,8 @@ static void post_entity(struct conn *c, char *seg, size_t len,
           streq(action, alen, "owner")))
         goto not_found;
     int owner_q = streq(action, alen, "owner");
-    if (c->parser.method != (owner_q ? HTTP_GET : HTTP_POST)) {
+    int m = c->parser.method;
+    if (owner_q ? m != HTTP_GET && m != HTTP_HEAD : m != HTTP_POST) {
         not_allowed(c, owner_q ? "GET" : "POST");
         return;
     }

@@ -313,7 +313,7 @@ static int l_tell(lua_State *L)
     int type = (int)luaL_checkinteger(L, 1);
     const char *id = luaL_checklstring(L, 2, &idlen);
     const char *json = luaL_checklstring(L, 3, &len);
-    if (given_shard(L, 4, type, id, idlen) < 0)
+    if (B->in_partition || given_shard(L, 4, type, id, idlen) < 0)
         return push_err(L, MS_EPARTITION);
     B->in_leaf = 1; /* sends only enqueue: no Lua from here */
     int rc = B->routed
@@ -339,7 +339,7 @@ static int l_ask(lua_State *L)
         return luaL_error(L, "ask is only possible inside a handler");
     struct ms_waiter w = {NULL, NULL, B->cur_h};
     uint64_t t = timeout_ms ? timeout_ms : 1;
-    if (given_shard(L, 5, type, id, idlen) < 0)
+    if (B->in_partition || given_shard(L, 5, type, id, idlen) < 0)
         return push_err(L, MS_EPARTITION);
     B->in_leaf = 1;
     int64_t corr = B->routed ? B->route.ask(B->route.data, type, id, idlen,
@@ -368,7 +368,7 @@ static int l_activate(lua_State *L)
     if (!B->routed)
         return luaL_error(L, "activate needs a node");
     struct ms_waiter w = {NULL, NULL, B->cur_h};
-    if (given_shard(L, 4, type, id, idlen) < 0)
+    if (B->in_partition || given_shard(L, 4, type, id, idlen) < 0)
         return push_err(L, MS_EPARTITION);
     B->in_leaf = 1;
     int64_t corr = B->route.activate(B->route.data, type, id, idlen,
@@ -426,6 +426,9 @@ static int l_owner(lua_State *L)
     if (!B->routed)
         return luaL_error(L, "owner_for needs a node");
     char buf[1024], *big = NULL;
+    if (B->in_partition)
+        return luaL_error(L, "a partitioner cannot send, ask or look up "
+                             "owners");
     if (given_shard(L, 3, type, id, idlen) < 0)
         return luaL_error(L, "the shard is out of range");
     B->in_leaf = 1;
@@ -775,6 +778,10 @@ int ms_bridge_partition(void *data, int type, const char *id, size_t idlen,
     struct ms_bridge *b = data;
     if (type < 0 || type >= b->npart || b->part_ref[type] == LUA_NOREF)
         return MS_EPARTITION;
+    if (b->in_partition)
+        return part_fail(b, type, id, idlen, "%s",
+                         "a partitioner cannot send, ask or look up "
+                         "owners");
     if (b->pc_type == type && b->pc_len == idlen &&
         memcmp(b->pc_id, id, idlen) == 0) {
         *shard = b->pc_shard;
@@ -785,10 +792,6 @@ int ms_bridge_partition(void *data, int type, const char *id, size_t idlen,
     if (b->in_leaf || b->in_next)
         return part_fail(b, type, id, idlen, "%s",
                          "no shard was given by the Lua sender");
-    if (b->in_partition)
-        return part_fail(b, type, id, idlen, "%s",
-                         "a partitioner cannot send, ask or look up "
-                         "owners");
     lua_State *L = b->L;
     int top = lua_gettop(L);
     char err[300];

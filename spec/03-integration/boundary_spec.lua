@@ -27,6 +27,9 @@ function M.receive(state, msg, ctx)
         local ok, err = ctx:ref("Tagged", "t1"):tell({ type = "incr" })
         state.n = state.n + 1
         ctx:reply({ ok = ok or false, code = err and err.code })
+    elseif msg.type == "tell_peeky" then
+        local ok, err = ctx:ref("Peeky", "p2"):tell({ type = "incr" })
+        ctx:reply({ ok = ok or false, code = err and err.code })
     elseif msg.type == "owner" then
         local ok, err = pcall(require("moonshard").owner_for, "Hashed",
                               string.rep("k", msg.n))
@@ -76,6 +79,12 @@ describe("the host's boundary with Lua", function()
                            partitioner = { __lua = [[function(id, n)
                                return #id % n
                            end]] } },
+                -- looks up another type's owner: refused on every path
+                Peeky = { module = "counter", shard_count = 4,
+                          partitioner = { __lua = [[function(id, n)
+                              require("moonshard").owner_for("Hashed", id)
+                              return 0
+                          end]] } },
                 Sorter = { module = "sorter", on_error = "stop" },
                 Weird = { module = "weird" },
             },
@@ -115,6 +124,15 @@ describe("the host's boundary with Lua", function()
         assert.equal(500, status)
         assert.equal("partitioner", body.error.code)
         assert.is_true(n:alive())
+    end)
+
+    it("refuses a partitioner that looks up another type's owner, over "
+       .. "HTTP too", function()
+        local status, body = n:tell("Peeky", "p1", { type = "incr" })
+        assert.equal(500, status)
+        assert.equal("partitioner", body.error.code)
+        local r = n:call("Sorter", "s4", { type = "tell_peeky" })
+        assert.same({ ok = false, code = "partitioner" }, r)
     end)
 
     it("refuses owner_for with an id over the limit", function()

@@ -105,6 +105,19 @@ describe("the HTTP gateway's limits", function()
         assert.is_true(helpers.now() - t0 >= 1.9)
     end)
 
+    it("answers a request pipelined behind an ask longer than the limit",
+       function()
+        local list = helpers.pipeline(n.port, {
+            helpers.format_request(n.port, "POST",
+                "/v1/entities/Sleeper/s2/ask?timeout=5",
+                { type = "nap", seconds = 2 }, false),
+            helpers.format_request(n.port, "GET", "/v1/health", nil, true),
+        }, 10)
+        assert.equal(2, #list)
+        assert.equal(200, list[1].status, list[1].raw)
+        assert.equal(200, list[2].status)
+    end)
+
     it("makes room for a new connection by closing the longest idle one",
        function()
         -- (no stats request while the node is full: it would count too)
@@ -183,6 +196,16 @@ describe("the HTTP gateway's protocol corners", function()
         -- no body after the HEAD's head: the GET's answer follows at once
         assert.matches("^HTTP/1%.1 200 ", after)
         assert.equal(len, #after:match("\r\n\r\n(.*)$"))
+    end)
+
+    it("answers HEAD on an entity's owner like GET", function()
+        local c = assert(helpers.tcp_open(n.port))
+        assert(c:send("HEAD /v1/entities/Counter/x/owner HTTP/1.1\r\n"
+                      .. "Host: x\r\nConnection: close\r\n\r\n"))
+        local got = c:read(3)
+        c:close()
+        assert.matches("^HTTP/1%.1 200 ", got)
+        assert.equal("", got:match("\r\n\r\n(.*)$"))
     end)
 
     it("answers Expect: 100-continue before the body", function()

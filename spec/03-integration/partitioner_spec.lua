@@ -62,6 +62,15 @@ describe("a type's own partitioner", function()
         assert.equal(1, code, err)
         assert.equal("5\n5\nerror\n0\n", out)
         assert.matches("ids look like N:name", err, 1, true)
+        -- one form or the other, never a mix
+        for _, argv in ipairs({
+            { "--count", "4", "--config", c.config, "a" },
+            { "--count", "4", "--type", "Tagged", "a" },
+            { "--config", c.config, "a" },
+            { "--type", "Tagged", "a" },
+        }) do
+            assert.equal(2, (helpers.moonshard("shard", unpack(argv))))
+        end
         -- a type without one: FNV-1a, as --count gives it
         code, out = helpers.moonshard("shard", "--config", c.config,
                                       "--type", "Asker", "a", "b")
