@@ -60,6 +60,8 @@ local FIELDS = {
         .. "wait buffer was full." },
     route_expired = { "counter", "Messages that waited past their "
         .. "deadline (failed or dropped)." },
+    forward_drops = { "counter", "Tells from other nodes refused here "
+        .. "(the shard's mailbox was full); their senders had their 202." },
     owned_shards = { "gauge", "Shards this node owns." },
     handoffs_in_progress = { "gauge", "Shards moving, as this node sees "
         .. "them (buffered here)." },

@@ -88,10 +88,11 @@ function M.render(arg)
     line("failures: %s handler errors, %s asks timed out, %s overflows, "
          .. "%s slow handlers", n(s.handler_errors), n(s.asks_timed_out),
          n(s.overflows), n(s.slow_handlers))
-    line("routing: %s local, %s remote, %s from other nodes; %s waited for "
-         .. "an owner, %s expired, %s refused (buffer full)",
+    line("routing: %s local, %s remote, %s from other nodes (%s dropped); "
+         .. "%s waited for an owner, %s expired, %s refused (buffer full)",
          n(s.local_routes), n(s.remote_routes), n(s.forwards),
-         n(s.route_buffered), n(s.route_expired), n(s.route_overflows))
+         n(s.forward_drops), n(s.route_buffered), n(s.route_expired),
+         n(s.route_overflows))
 
     local moving = type(s.handoffs) == "table" and s.handoffs or {}
     line("shards: %s owned here; %s moving, %s stopping here; %s handed "

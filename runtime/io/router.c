@@ -680,7 +680,11 @@ static void on_sweep(uv_timer_t *t)
                 s->n--;
                 s->nheld -= p->origin != 0;
                 r->nbuffered--;
-                r->st.expired++;
+                /* an own ask ends by the dispatcher's timer at the same
+                 * deadline: count it here only if that did not happen */
+                if (p->origin || p->kind != MS_FRAME_ASK ||
+                    ms_dispatch_ask_pending(r->d, p->corr))
+                    r->st.expired++;
                 if (p->origin && p->kind == MS_FRAME_ASK)
                     frame_error(r, p->origin, p->origin_corr, MS_ETIMEDOUT,
                                 "the owner's plan did not catch up before "
@@ -757,9 +761,17 @@ static void deliver_request(struct ms_router *r, uint64_t uid, int type,
         int rc = op == OP_STOP ? ms_dispatch_stop(r->d, type, id, idlen)
                                : ms_dispatch_tell(r->d, type, id, idlen,
                                                   json, len);
-        if (rc < 0)
-            ms_log(MS_LOG_WARN, NULL, "a tell from another node was "
-                   "refused: %s", ms_strerror(rc));
+        if (rc < 0) {
+            /* the sender already answered 202: count the drop, and log
+             * the first ones, then every power of two (a full mailbox
+             * refuses a burst at once) */
+            uint64_t n = ++r->st.forward_drops;
+            if ((n & (n - 1)) == 0)
+                ms_log(MS_LOG_WARN, NULL, "a tell for %s from another node "
+                       "was dropped: %s (%llu so far, counted in "
+                       "forward_drops)", tname(r, type), ms_strerror(rc),
+                       (unsigned long long)n);
+        }
         return;
     }
     struct remote_ask *ra = malloc(sizeof *ra);
@@ -1508,6 +1520,7 @@ size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
                      "\"forwards\":%llu,\"not_owner_sent\":%llu,"
                      "\"not_owner_retries\":%llu,\"route_buffered\":%llu,"
                      "\"route_overflows\":%llu,\"route_expired\":%llu,"
+                     "\"forward_drops\":%llu,"
                      "\"owned_shards\":%u,"
                      "\"handoffs_in_progress\":%u,\"shards_stopping\":%u,"
                      "\"handoffs_seen\":%llu,\"handoff_buffered\":%llu,"
@@ -1523,7 +1536,9 @@ size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
                      (unsigned long long)r->st.not_owner_retries,
                      (unsigned long long)r->st.buffered,
                      (unsigned long long)r->st.buffer_overflows,
-                     (unsigned long long)r->st.expired, ms_router_owned(r),
+                     (unsigned long long)r->st.expired,
+                     (unsigned long long)r->st.forward_drops,
+                     ms_router_owned(r),
                      r->nblocked, r->nstopping,
                      (unsigned long long)r->st.handoffs_seen,
                      (unsigned long long)r->st.handoff_buffered,

@@ -44,6 +44,8 @@ struct ms_router_stats {
     uint64_t handoff_overflows;/* refused: a moving shard's buffer was full */
     uint64_t shards_handed_off;/* shards this node stopped and gave away */
     uint64_t fences_direct;    /* fences reported without a connection */
+    uint64_t forward_drops;    /* tells from other nodes refused here (the
+                                  shard's mailbox full, ...) */
 };
 
 /* Creates the router of a node. All arguments are borrowed for its life. */

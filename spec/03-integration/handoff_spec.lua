@@ -11,6 +11,7 @@
 
 local ffi = require "ffi"
 local helpers = require "helpers.node"
+local seqload = require "helpers.seqload"
 
 local format = string.format
 
@@ -26,33 +27,10 @@ describe("handoff", function()
         ids[i] = "s" .. i
     end
 
-    -- Starts a loader per { node, sender }; returns a handle for finish().
     local function start_load(list, id_list)
-        local run = { procs = {}, outs = {}, stop = helpers.tmpdir() .. "/stop" }
-        for i, spec in ipairs(list) do
-            local out = c.dir .. format("/load-%s-%d.json", spec[2], i)
-            os.remove(out)
-            run.outs[i] = out
-            run.procs[i] = helpers.spawn({
-                "luajit", helpers.home .. "/spec/helpers/loader.lua",
-                tostring(spec[1].port), spec[2],
-                table.concat(id_list or ids, ","), run.stop, out,
-            }, { stderr = c.dir .. "/loader-" .. spec[2] .. ".err" })
-        end
-        return run
+        return seqload.start(c, list, id_list or ids)
     end
-
-    -- Stops the loaders; returns their results, { sender = result }.
-    local function finish(run)
-        helpers.write_file(run.stop, "stop")
-        local results = {}
-        for i, p in ipairs(run.procs) do
-            assert(p:wait(30), "a loader did not stop")
-            local r = helpers.json.decode(helpers.read_file(run.outs[i]))
-            results[r.sender] = r
-        end
-        return results
-    end
+    local finish = seqload.finish
 
     -- Every id has seen every accepted number of every sender, in order,
     -- without gaps, and was never active twice. Returns the total of

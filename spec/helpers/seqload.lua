@@ -1,0 +1,43 @@
+-- Load for the sequence-checking specs: loader processes
+-- (spec/helpers/loader.lua) that send numbered tells to Seq entities
+-- (spec/fixtures/seqcheck.lua) through a node's gateway.
+--
+--   local run = seqload.start(c, { { node, "a" }, ... }, ids)
+--   local results = seqload.finish(run) -- { sender = result }
+
+local helpers = require "helpers.node"
+
+local format = string.format
+
+local M = {}
+
+-- Starts a loader per { node, sender } of cluster c, each sending to
+-- every id of `ids`; returns a handle for finish().
+function M.start(c, list, ids)
+    local run = { procs = {}, outs = {}, stop = helpers.tmpdir() .. "/stop" }
+    for i, spec in ipairs(list) do
+        local out = c.dir .. format("/load-%s-%d.json", spec[2], i)
+        os.remove(out)
+        run.outs[i] = out
+        run.procs[i] = helpers.spawn({
+            "luajit", helpers.home .. "/spec/helpers/loader.lua",
+            tostring(spec[1].port), spec[2], table.concat(ids, ","),
+            run.stop, out,
+        }, { stderr = c.dir .. "/loader-" .. spec[2] .. ".err" })
+    end
+    return run
+end
+
+-- Stops the loaders; returns their results, { sender = result }.
+function M.finish(run)
+    helpers.write_file(run.stop, "stop")
+    local results = {}
+    for i, p in ipairs(run.procs) do
+        assert(p:wait(30), "a loader did not stop")
+        local r = helpers.json.decode(helpers.read_file(run.outs[i]))
+        results[r.sender] = r
+    end
+    return results
+end
+
+return M
