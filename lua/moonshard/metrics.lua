@@ -62,6 +62,8 @@ local FIELDS = {
         .. "deadline (failed or dropped)." },
     forward_drops = { "counter", "Tells from other nodes refused here "
         .. "(the shard's mailbox was full); their senders had their 202." },
+    stray_answers = { "counter", "Replies or NOT_OWNERs from a node an ask "
+        .. "was not sent to (late, or wrong): dropped." },
     owned_shards = { "gauge", "Shards this node owns." },
     handoffs_in_progress = { "gauge", "Shards moving, as this node sees "
         .. "them (buffered here)." },

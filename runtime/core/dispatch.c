@@ -95,6 +95,7 @@ struct ask {
     uint64_t corr;
     struct ms_waiter w;
     uint32_t wgen;      /* generation of w.h */
+    uint64_t peer;      /* the node it was last sent to, 0: none */
 };
 
 struct etimer {
@@ -885,6 +886,21 @@ int ms_dispatch_ask_enqueue(struct ms_dispatch *d, int64_t corr, int kind,
 int ms_dispatch_ask_pending(struct ms_dispatch *d, int64_t corr)
 {
     return askmap_find(&d->asks, (uint64_t)corr) != NULL;
+}
+
+void ms_dispatch_ask_set_peer(struct ms_dispatch *d, int64_t corr,
+                              uint64_t peer)
+{
+    struct ask *a = askmap_find(&d->asks, (uint64_t)corr);
+    if (a)
+        a->peer = peer;
+}
+
+int ms_dispatch_ask_sent_to(struct ms_dispatch *d, int64_t corr,
+                            uint64_t peer)
+{
+    struct ask *a = askmap_find(&d->asks, (uint64_t)corr);
+    return a && peer && a->peer == peer;
 }
 
 int ms_dispatch_ask_complete(struct ms_dispatch *d, int64_t corr, int err,

@@ -129,6 +129,15 @@ int ms_dispatch_ask_enqueue(struct ms_dispatch *d, int64_t corr, int kind,
 /* 1 while ask `corr` has not ended. */
 int ms_dispatch_ask_pending(struct ms_dispatch *d, int64_t corr);
 
+/* Records the node a pending ask was sent to (0: none, it waits here):
+ * only that node's answer may end it (see ms_dispatch_ask_sent_to). */
+void ms_dispatch_ask_set_peer(struct ms_dispatch *d, int64_t corr,
+                              uint64_t peer);
+
+/* 1 when ask `corr` is pending and was last sent to node `peer` (!= 0). */
+int ms_dispatch_ask_sent_to(struct ms_dispatch *d, int64_t corr,
+                            uint64_t peer);
+
 /* Ends ask `corr` with `err` (0: payload is the reply JSON; else the
  * error object JSON). Returns 1, or 0 when it already ended. */
 int ms_dispatch_ask_complete(struct ms_dispatch *d, int64_t corr, int err,

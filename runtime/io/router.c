@@ -398,8 +398,11 @@ static int send_request(struct ms_router *r, uint64_t owner, int kind,
     f.payload = json;
     f.payload_len = len;
     int rc = ms_cluster_send(r->c, owner, &f);
-    if (rc == 0)
+    if (rc == 0) {
         r->st.remote_routes++;
+        if (kind == MS_FRAME_ASK) /* only `owner` may answer it now */
+            ms_dispatch_ask_set_peer(r->d, corr, owner);
+    }
     return rc;
 }
 
@@ -916,7 +919,10 @@ static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
                    tname(r, type), (int)f->id_len, f->id, shard);
         return;
     }
-    /* our plan is stale (or the owner's): wait for a newer one */
+    /* our plan is stale (or the owner's): wait for a newer one; until it
+     * is sent again nobody may answer it */
+    if (kind == MS_FRAME_ASK)
+        ms_dispatch_ask_set_peer(r->d, corr, 0);
     int rc = buffer(r, type, shard, kind, op, corr,
                     now(r) + MS_ROUTE_TELL_DEADLINE_MS, f->id, f->id_len,
                     f->payload, f->payload_len, retries, 0, 0);
@@ -1181,6 +1187,19 @@ static void on_control(struct ms_router *r, uint64_t uid,
     ms_plan_msg_free(&m);
 }
 
+/* An answer from a node the ask was not sent to (or to no pending ask):
+ * dropped, counted, and logged at powers of two. */
+static void stray_answer(struct ms_router *r, uint64_t uid,
+                         const struct ms_frame *f)
+{
+    uint64_t n = ++r->st.stray_answers;
+    if ((n & (n - 1)) == 0)
+        ms_log(MS_LOG_WARN, NULL, "a %s from %016llx answers no ask sent "
+               "there (%llu so far, counted in stray_answers); dropped",
+               ms_frame_kind_name(f->kind), (unsigned long long)uid,
+               (unsigned long long)n);
+}
+
 void ms_router_on_frame(struct ms_router *r, uint64_t uid,
                         const struct ms_frame *f)
 {
@@ -1190,16 +1209,24 @@ void ms_router_on_frame(struct ms_router *r, uint64_t uid,
         on_request(r, uid, f);
         break;
     case MS_FRAME_REPLY:
-        ms_dispatch_ask_complete(r->d, (int64_t)f->corr, 0, f->payload,
-                                 f->payload_len);
-        break;
     case MS_FRAME_REPLY_ERROR:
-        ms_dispatch_ask_complete(r->d, (int64_t)f->corr,
-                                 f->flags ? -(int)f->flags : MS_EHANDLER,
-                                 f->payload, f->payload_len);
-        break;
     case MS_FRAME_NOT_OWNER:
-        on_not_owner(r, f);
+        /* only the node an ask was sent to may answer it: an answer from
+         * anyone else (a late one after a re-route, or a peer that is
+         * wrong) would end or re-route an ask it never had */
+        if ((f->kind != MS_FRAME_NOT_OWNER || (f->flags & FLAG_WAS_ASK)) &&
+            !ms_dispatch_ask_sent_to(r->d, (int64_t)f->corr, uid)) {
+            stray_answer(r, uid, f);
+            break;
+        }
+        if (f->kind == MS_FRAME_NOT_OWNER)
+            on_not_owner(r, f);
+        else
+            ms_dispatch_ask_complete(r->d, (int64_t)f->corr,
+                                     f->kind == MS_FRAME_REPLY ? 0
+                                     : f->flags ? -(int)f->flags
+                                                : MS_EHANDLER,
+                                     f->payload, f->payload_len);
         break;
     case MS_FRAME_CONTROL:
         on_control(r, uid, f);
@@ -1520,7 +1547,7 @@ size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
                      "\"forwards\":%llu,\"not_owner_sent\":%llu,"
                      "\"not_owner_retries\":%llu,\"route_buffered\":%llu,"
                      "\"route_overflows\":%llu,\"route_expired\":%llu,"
-                     "\"forward_drops\":%llu,"
+                     "\"forward_drops\":%llu,\"stray_answers\":%llu,"
                      "\"owned_shards\":%u,"
                      "\"handoffs_in_progress\":%u,\"shards_stopping\":%u,"
                      "\"handoffs_seen\":%llu,\"handoff_buffered\":%llu,"
@@ -1538,6 +1565,7 @@ size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
                      (unsigned long long)r->st.buffer_overflows,
                      (unsigned long long)r->st.expired,
                      (unsigned long long)r->st.forward_drops,
+                     (unsigned long long)r->st.stray_answers,
                      ms_router_owned(r),
                      r->nblocked, r->nstopping,
                      (unsigned long long)r->st.handoffs_seen,

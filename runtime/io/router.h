@@ -46,6 +46,8 @@ struct ms_router_stats {
     uint64_t fences_direct;    /* fences reported without a connection */
     uint64_t forward_drops;    /* tells from other nodes refused here (the
                                   shard's mailbox full, ...) */
+    uint64_t stray_answers;    /* replies and NOT_OWNERs for asks not sent
+                                  to their sender (late, or wrong) */
 };
 
 /* Creates the router of a node. All arguments are borrowed for its life. */

@@ -467,6 +467,29 @@ static void custom_partitioner_places_messages(void)
     ms_dispatch_free(d);
 }
 
+/* Only the node an ask was sent to may answer it. */
+static void asks_remember_where_they_went(void)
+{
+    struct ms_dispatch *d = make(4, 100, 0);
+    struct ms_waiter w = {on_ask, NULL, 0};
+    int64_t corr = ms_dispatch_ask_open(d, 1000, 0, &w);
+    CHECK(corr > 0);
+    CHECK(!ms_dispatch_ask_sent_to(d, corr, 7)); /* not sent anywhere yet */
+    CHECK(!ms_dispatch_ask_sent_to(d, corr, 0));
+    ms_dispatch_ask_set_peer(d, corr, 7);
+    CHECK(ms_dispatch_ask_sent_to(d, corr, 7));
+    CHECK(!ms_dispatch_ask_sent_to(d, corr, 8));
+    ms_dispatch_ask_set_peer(d, corr, 0); /* re-routed: waits here */
+    CHECK(!ms_dispatch_ask_sent_to(d, corr, 7));
+    ms_dispatch_ask_set_peer(d, corr, 8);
+    CHECK(ms_dispatch_ask_sent_to(d, corr, 8));
+    CHECK(ms_dispatch_ask_complete(d, corr, 0, "{}", 2) == 1);
+    CHECK(!ms_dispatch_ask_sent_to(d, corr, 8)); /* ended */
+    ms_dispatch_ask_set_peer(d, corr, 9);        /* no-op once ended */
+    CHECK(!ms_dispatch_ask_sent_to(d, corr, 9));
+    ms_dispatch_free(d);
+}
+
 int main(void)
 {
     mailboxes_count_against_the_shard_bound();
@@ -481,5 +504,6 @@ int main(void)
     bounds_and_passivation();
     timers_fire_and_cancel();
     custom_partitioner_places_messages();
+    asks_remember_where_they_went();
     CHECK_DONE();
 }

@@ -1,0 +1,141 @@
+/*
+ * rogue_peer -- a test tool, not a test: a peer that knows the cluster
+ * secret but is no member, for specs of what a node accepts from such a
+ * peer (spec/03-integration/trust_spec.lua).
+ *
+ *   rogue_peer CLUSTER SECRET ADDRESS KIND FIRST_CORR LAST_CORR PAYLOAD
+ *              [DELAY_MS]
+ *
+ * Dials ADDRESS, completes the handshake, waits DELAY_MS, sends one frame
+ * of KIND (a number, as in runtime/core/frame.h) with PAYLOAD for each
+ * corr in FIRST_CORR..LAST_CORR, then waits 300 ms and exits 0. Exits 1
+ * when the handshake does not finish within 5 s, 2 on bad arguments.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../runtime/io/transport.h"
+#include "../../runtime/moonshard.h"
+
+struct rogue {
+    struct ms_transport *t;
+    uv_loop_t *loop;
+    uv_timer_t timer;
+    uint64_t peer;
+    int kind, sent, up;
+    uint64_t first, last, delay_ms;
+    const char *payload;
+};
+
+static void on_done(uv_timer_t *tm)
+{
+    struct rogue *g = tm->data;
+    ms_transport_close(g->t);
+    uv_close((uv_handle_t *)&g->timer, NULL);
+}
+
+static void on_send(uv_timer_t *tm)
+{
+    struct rogue *g = tm->data;
+    for (uint64_t c = g->first; c <= g->last; c++) {
+        struct ms_frame f;
+        memset(&f, 0, sizeof f);
+        f.kind = (uint8_t)g->kind;
+        f.corr = c;
+        f.type = "";
+        f.id = "";
+        f.payload = g->payload;
+        f.payload_len = strlen(g->payload);
+        if (ms_transport_send(g->t, g->peer, &f) == 0)
+            g->sent++;
+    }
+    uv_timer_start(&g->timer, on_done, 300, 0);
+}
+
+static void on_peer(void *data, uint64_t uid, const char *name,
+                    const char *address, int up)
+{
+    struct rogue *g = data;
+    (void)name;
+    (void)address;
+    if (up && !g->up) {
+        g->up = 1;
+        g->peer = uid;
+        uv_timer_start(&g->timer, on_send, g->delay_ms, 0);
+    }
+}
+
+static void on_frame(void *data, uint64_t uid, const struct ms_frame *f)
+{
+    (void)data;
+    (void)uid;
+    (void)f;
+}
+
+/* A port nobody listens on now, for this peer's own listener. */
+static int free_port(void)
+{
+    uv_loop_t loop;
+    uv_tcp_t tcp;
+    struct sockaddr_in a;
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    uv_loop_init(&loop);
+    uv_tcp_init(&loop, &tcp);
+    uv_ip4_addr("127.0.0.1", 0, &a);
+    uv_tcp_bind(&tcp, (struct sockaddr *)&a, 0);
+    uv_tcp_getsockname(&tcp, (struct sockaddr *)&ss, &len);
+    int port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    uv_close((uv_handle_t *)&tcp, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return port;
+}
+
+static void on_timeout(uv_timer_t *tm)
+{
+    struct rogue *g = tm->data;
+    if (!g->up)
+        on_done(tm);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 8) {
+        fprintf(stderr, "usage: rogue_peer CLUSTER SECRET ADDRESS KIND "
+                        "FIRST_CORR LAST_CORR PAYLOAD [DELAY_MS]\n");
+        return 2;
+    }
+    struct rogue g;
+    memset(&g, 0, sizeof g);
+    g.loop = uv_default_loop();
+    g.kind = atoi(argv[4]);
+    g.first = strtoull(argv[5], NULL, 10);
+    g.last = strtoull(argv[6], NULL, 10);
+    g.payload = argv[7];
+    g.delay_ms = argc > 8 ? strtoull(argv[8], NULL, 10) : 0;
+    int port = free_port();
+    char self[32];
+    snprintf(self, sizeof self, "127.0.0.1:%d", port);
+    struct ms_transport_config cfg = {
+        argv[1], "rogue", self, 0x0bad0bad0bad0badULL,
+        (const uint8_t *)argv[2], strlen(argv[2]), "127.0.0.1", port,
+        1 << 20, 4 << 20, 5000};
+    struct ms_transport_callbacks cb = {&g, on_peer, on_frame};
+    char err[200];
+    if (ms_transport_start(&g.t, g.loop, &cfg, &cb, err, sizeof err) < 0) {
+        fprintf(stderr, "rogue_peer: %s\n", err);
+        return 2;
+    }
+    uv_timer_init(g.loop, &g.timer);
+    g.timer.data = &g;
+    if (ms_transport_connect(g.t, argv[3]) < 0) {
+        fprintf(stderr, "rogue_peer: bad address %s\n", argv[3]);
+        return 2;
+    }
+    uv_timer_start(&g.timer, on_timeout, 5000, 0);
+    uv_run(g.loop, UV_RUN_DEFAULT);
+    printf("sent %d\n", g.sent);
+    return g.up ? 0 : 1;
+}
