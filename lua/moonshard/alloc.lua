@@ -113,6 +113,27 @@ function M.allocate(type_name, shard, view_json)
     return check_allocate(s, shard, view, names)
 end
 
+-- Whether the member in `member_json` (DESIGN §3) may own shards of the
+-- type at all: the strategy's `eligible` (role_aware: the roles), true
+-- without one. An `eligible` that raises keeps the member (the error goes
+-- to the caller's log).
+function M.eligible(type_name, member_json)
+    local s = strategies[type_name]
+    if not s or type(s.eligible) ~= "function" then
+        return true
+    end
+    local m, err = cjson.decode(member_json)
+    if type(m) ~= "table" then
+        error("bad member: " .. tostring(err), 0)
+    end
+    local set = {}
+    for _, r in ipairs(type(m.roles) == "table" and m.roles or {}) do
+        set[r] = true
+    end
+    m.roles = set
+    return s:eligible(m) ~= false
+end
+
 -- Returns the list of shards to move now (ascending, no duplicates, each
 -- in range), or nil and a reason.
 function M.rebalance(type_name, view_json)

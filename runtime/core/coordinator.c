@@ -1388,6 +1388,20 @@ static int round_type(struct ms_coord *c, int ti, uint64_t now_ms)
     uint32_t *out = malloc(t->shard_count * sizeof *out);
     if (!out)
         return MS_ENOMEM;
+    /* shards on a live member that may not own them (the strategy's
+     * `eligible`: roles, say) move through handoff whatever the policy
+     * says: these moves are not voluntary */
+    size_t k = 0;
+    for (uint32_t s = 0; s < t->shard_count; s++) {
+        uint64_t o = t->owner[s];
+        if (o && !t->moving[s] && find_member(c, o) && !eligible(c, ti, o))
+            out[k++] = s;
+    }
+    int rc0 = k ? start_moves(c, ti, out, k, 0, now_ms) : 0;
+    if (rc0) {
+        free(out);
+        return rc0;
+    }
     struct ms_coord_view v = {ti, t->name, t->shard_count, t->owner,
                               c->hosts, nh, t->moving};
     char err[256] = "";

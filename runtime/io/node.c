@@ -186,6 +186,13 @@ static int allocate_lua(void *data, const char *type_name, uint32_t shard,
                               namelen, err, errlen);
 }
 
+static int eligible_lua(void *data, const char *type_name,
+                        const char *member_json)
+{
+    struct ms_node *n = data;
+    return ms_bridge_eligible(n->b, type_name, member_json);
+}
+
 static int rebalance_lua(void *data, const char *type_name,
                          const char *view_json, uint32_t *out, size_t max,
                          char *err, size_t errlen)
@@ -322,7 +329,8 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
             return rc;
         }
         ms_router_set_kick(n->router, kick_node, n);
-        ms_router_set_allocator(n->router, allocate_lua, rebalance_lua, n);
+        ms_router_set_allocator(n->router, allocate_lua, rebalance_lua,
+                                eligible_lua, n);
         struct ms_route_ops ops = {n,           route_tell,
                                    route_ask,   route_activate,
                                    route_owner, route_allocations,

@@ -94,6 +94,7 @@ struct ms_router {
     void *kick_data;
     ms_router_allocate_fn allocator; /* the Lua strategies */
     ms_router_rebalance_fn rebalancer;
+    ms_router_eligible_fn eligibler;
     void *allocator_data;
     struct ms_router_stats st;
     uint32_t nblocked;       /* shards moving (region side) */
@@ -1255,6 +1256,30 @@ static int age_cmp_ptr(const void *a, const void *b)
                          *(const struct ms_mb_member *const *)b);
 }
 
+/* One member as the strategies see it (DESIGN §3), appended to *b. */
+static void member_json(struct ms_membership *mb,
+                        const struct ms_mb_member *m, struct ms_sbuf *b)
+{
+    ms_sbuf_printf(b, "{\"name\":\"%s\",\"address\":\"%s\",\"uid\":"
+           "\"%016llx\",\"weight\":%u,\"version\":\"%s\","
+           "\"up_number\":%u,\"status\":\"%s\",\"reachable\":%s,"
+           "\"roles\":[",
+           m->name, m->address, (unsigned long long)m->uid,
+           m->weight ? m->weight : 1, m->version, m->up_number,
+           ms_mb_status_name(m->status),
+           ms_mb_is_reachable(mb, m->uid) ? "true" : "false");
+    const char *ro = m->roles;
+    int first = 1;
+    while (*ro) {
+        size_t k = strcspn(ro, ",");
+        if (k)
+            ms_sbuf_printf(b, "%s\"%.*s\"", first ? "" : ",", (int)k, ro);
+        first = 0;
+        ro += k + (ro[k] == ',');
+    }
+    ms_sbuf_printf(b, "]}");
+}
+
 /* The DESIGN §3 view of a type for the Lua strategies, as JSON in *b
  * (members oldest first). Returns 0 or MS_ENOMEM. */
 static int view_json(struct ms_router *r, const struct ms_coord_view *view,
@@ -1277,25 +1302,9 @@ static int view_json(struct ms_router *r, const struct ms_coord_view *view,
                    "\"members\":[",
                    view->type_name, view->shard_count);
     for (size_t i = 0; i < n; i++) {
-        const struct ms_mb_member *m = ms[i];
-        ms_sbuf_printf(b, "%s{\"name\":\"%s\",\"address\":\"%s\",\"uid\":"
-               "\"%016llx\",\"weight\":%u,\"version\":\"%s\","
-               "\"up_number\":%u,\"status\":\"%s\",\"reachable\":%s,"
-               "\"roles\":[",
-               i ? "," : "", m->name, m->address, (unsigned long long)m->uid,
-               m->weight ? m->weight : 1, m->version, m->up_number,
-               ms_mb_status_name(m->status),
-               ms_mb_is_reachable(mb, m->uid) ? "true" : "false");
-        const char *ro = m->roles;
-        int first = 1;
-        while (*ro) {
-            size_t k = strcspn(ro, ",");
-            if (k)
-                ms_sbuf_printf(b, "%s\"%.*s\"", first ? "" : ",", (int)k, ro);
-            first = 0;
-            ro += k + (ro[k] == ',');
-        }
-        ms_sbuf_printf(b, "]}");
+        if (i)
+            ms_sbuf_printf(b, ",");
+        member_json(mb, ms[i], b);
     }
     ms_sbuf_printf(b, "],\"plan\":[");
     int first = 1;
@@ -1387,11 +1396,33 @@ static int rebalance(void *data, int type, const struct ms_coord_view *view,
 }
 
 void ms_router_set_allocator(struct ms_router *r, ms_router_allocate_fn fn,
-                             ms_router_rebalance_fn rfn, void *data)
+                             ms_router_rebalance_fn rfn,
+                             ms_router_eligible_fn efn, void *data)
 {
     r->allocator = fn;
     r->rebalancer = rfn;
+    r->eligibler = efn;
     r->allocator_data = data;
+}
+
+/* The coordinator's eligibility callback: may member `uid` own shards of
+ * `type` at all (the strategy's `eligible`, e.g. role_aware's roles)? A
+ * shard on an ineligible owner is moved whatever the rebalance policy. */
+static int eligible(void *data, int type, uint64_t uid)
+{
+    struct ms_router *r = data;
+    if (!r->eligibler)
+        return 1;
+    struct ms_membership *mb = ms_cluster_membership(r->c);
+    const struct ms_mb_member *m = ms_mb_find_by_uid(mb, uid);
+    if (!m)
+        return 1; /* gone members are the coordinator's own business */
+    struct ms_sbuf b = {0};
+    member_json(mb, m, &b);
+    int yes = b.oom || r->eligibler(r->allocator_data, tname(r, type),
+                                    b.p);
+    free(b.p);
+    return yes;
 }
 
 void ms_router_reconcile(struct ms_router *r)
@@ -1447,6 +1478,7 @@ int ms_router_new(struct ms_router **out, uv_loop_t *loop,
     cc.ntypes = cfg->ntypes;
     cc.allocate = allocate;
     cc.rebalance = rebalance;
+    cc.eligible = eligible;
     cc.data = r;
     cc.handoff_timeout_ms = cfg->handoff_timeout_ms;
     cc.rebalance_interval_ms = cfg->rebalance_interval_ms;

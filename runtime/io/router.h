@@ -101,10 +101,16 @@ typedef int (*ms_router_rebalance_fn)(void *data, const char *type_name,
                                       const char *view_json, uint32_t *out,
                                       size_t max, char *err, size_t errlen);
 
+/* 1 when the member described by `member_json` (DESIGN §3) may own shards
+ * of `type_name` at all (the strategy's `eligible`), else 0. */
+typedef int (*ms_router_eligible_fn)(void *data, const char *type_name,
+                                     const char *member_json);
+
 /* Sets the allocator and rebalancer the coordinator uses on this node
  * (rfn NULL: no voluntary moves). */
 void ms_router_set_allocator(struct ms_router *r, ms_router_allocate_fn fn,
-                             ms_router_rebalance_fn rfn, void *data);
+                             ms_router_rebalance_fn rfn,
+                             ms_router_eligible_fn efn, void *data);
 
 /* Runs a rebalance round soon, if this node coordinates (hot reload). */
 void ms_router_reconcile(struct ms_router *r);

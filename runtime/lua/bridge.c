@@ -1299,6 +1299,25 @@ int ms_bridge_allocate(struct ms_bridge *b, const char *type_name,
     return rc;
 }
 
+int ms_bridge_eligible(struct ms_bridge *b, const char *type_name,
+                       const char *member_json)
+{
+    lua_State *L = b->L;
+    int top = lua_gettop(L);
+    char err[256];
+    lua_pushstring(L, type_name);
+    lua_pushstring(L, member_json);
+    int yes = 1; /* a strategy that cannot say keeps the owner */
+    if (call_module(L, "moonshard.alloc", "eligible", 2, 1, err,
+                    sizeof err) == 0)
+        yes = lua_toboolean(L, -1);
+    else
+        ms_log(MS_LOG_WARN, NULL, "eligible of %s failed: %s", type_name,
+               err);
+    lua_settop(L, top);
+    return yes;
+}
+
 int ms_bridge_rebalance(struct ms_bridge *b, const char *type_name,
                         const char *view_json, uint32_t *out, size_t max,
                         char *err, size_t errlen)

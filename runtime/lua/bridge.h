@@ -114,6 +114,12 @@ int ms_lua_run_isolated(const char *home, const char *module, const char *fn,
 /* Runs the rebalance of `type_name` (moonshard.alloc.rebalance) over
  * `view_json`: stores at most `max` shards in out[] and returns their
  * number, or a negative code with a reason in err. */
+/* moonshard.alloc.eligible(type_name, member_json): 1 when the member may
+ * own the type's shards (the strategy's `eligible`; 1 without one, and
+ * when it fails, logged). */
+int ms_bridge_eligible(struct ms_bridge *b, const char *type_name,
+                       const char *member_json);
+
 int ms_bridge_rebalance(struct ms_bridge *b, const char *type_name,
                         const char *view_json, uint32_t *out, size_t max,
                         char *err, size_t errlen);

@@ -64,6 +64,19 @@ describe("moonshard.strategy.util", function()
         it("compares text components as text", function()
             assert.equal(-1, util.compare_versions("1.a", "1.b"))
         end)
+
+        it("puts numbers before text, so the order is transitive", function()
+            -- 1.2 < 1.10 < 1.1x, and never a cycle back to 1.2
+            assert.equal(-1, util.compare_versions("1.2", "1.10"))
+            assert.equal(-1, util.compare_versions("1.10", "1.1x"))
+            assert.equal(-1, util.compare_versions("1.2", "1.1x"))
+            assert.equal(1, util.compare_versions("1.1x", "1.2"))
+            local list = { "1.1x", "1.10", "2", "1.2", "1.a", "1.9" }
+            table.sort(list, function(a, b)
+                return util.compare_versions(a, b) < 0
+            end)
+            assert.same({ "1.2", "1.9", "1.10", "1.1x", "1.a", "2" }, list)
+        end)
     end)
 
     describe("address_less", function()

@@ -288,11 +288,10 @@ function M.compare_versions(a, b)
             if type(x) == type(y) then
                 return x < y and -1 or 1
             end
-            -- A number against text: compare as text, deterministically.
-            x, y = tostring(x), tostring(y)
-            if x ~= y then
-                return x < y and -1 or 1
-            end
+            -- A number against text: numbers first (as in semver, where a
+            -- numeric identifier is lower than an alphanumeric one), so the
+            -- order stays transitive ("1.2" < "1.10" < "1.1x").
+            return type(x) == "number" and -1 or 1
         end
     end
     if qa == qb then
