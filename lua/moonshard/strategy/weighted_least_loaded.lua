@@ -20,8 +20,9 @@
 -- within one shard of its ideal share. Rebalance is least_loaded's, with
 -- each member's own optimal ceil(S * weight / W): phase 1 takes the excess
 -- above it, phase 2 evens out members two or more below it. Converged, each
--- member owns floor or ceil of its ideal share. With equal weights this is
--- exactly least_loaded.
+-- member is within one shard of its ideal share (it may rest one below an
+-- exact integer share: phase 2 leaves a member one below its ceil). With
+-- equal weights this is exactly least_loaded.
 
 local util = require "moonshard.strategy.util"
 
