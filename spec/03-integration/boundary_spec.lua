@@ -93,8 +93,7 @@ describe("the host's boundary with Lua", function()
     end)
 
     teardown(function()
-        helpers.stop_all()
-        assert.same({}, helpers.leaks())
+        helpers.stop_all_checked()
     end)
 
     it("does not count a caught failed ask as a handler error", function()
@@ -217,8 +216,7 @@ describe("a hot reload while an entity's init waits in an ask", function()
     end)
 
     teardown(function()
-        helpers.stop_all()
-        assert.same({}, helpers.leaks())
+        helpers.stop_all_checked()
     end)
 
     it("migrates the entity before the new code handles it", function()

@@ -9,13 +9,10 @@
 --
 -- One cluster for the file; the tests run in order and build on it.
 
-local ffi = require "ffi"
 local helpers = require "helpers.node"
 local seqload = require "helpers.seqload"
 
 local format = string.format
-
-pcall(ffi.cdef, "int setenv(const char *name, const char *value, int o);")
 
 local SHARDS = 32
 local IDS = 48
@@ -149,7 +146,7 @@ describe("handoff", function()
             },
             settings = { handoff_timeout = 2, rebalance_interval = 0.5 },
         })
-        ffi.C.setenv("SEQ_DIR", c.dir, 1)
+        seqload.use(c)
         c:start({ "n1", "n2" })
         c:wait_converged({ "n1", "n2" })
     end)
@@ -402,7 +399,7 @@ describe("handoff", function()
                 settings = { handoff_timeout = 2, rebalance_interval = 0.2 },
             })
             c = rc
-            ffi.C.setenv("SEQ_DIR", rc.dir, 1)
+            seqload.use(rc)
             rc:start({ "n1", "n2" })
             rc:wait_converged({ "n1", "n2" })
         end)
@@ -464,7 +461,7 @@ describe("handoff", function()
             c = wc
             path = wc.dir .. "/pinhandoff.lua"
             helpers.write_file(path, pin("n1"))
-            ffi.C.setenv("SEQ_DIR", wc.dir, 1)
+            seqload.use(wc)
             wc:start({ "n1" })
             wc:start({ "n2" })
             wc:wait_converged({ "n1", "n2" })

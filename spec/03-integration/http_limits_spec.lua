@@ -48,8 +48,7 @@ describe("the HTTP gateway's limits", function()
     end)
 
     teardown(function()
-        helpers.stop_all()
-        assert.same({}, helpers.leaks())
+        helpers.stop_all_checked()
     end)
 
     it("closes a connection that sends nothing", function()
@@ -178,8 +177,7 @@ describe("the HTTP gateway's protocol corners", function()
     end)
 
     teardown(function()
-        helpers.stop_all()
-        assert.same({}, helpers.leaks())
+        helpers.stop_all_checked()
     end)
 
     it("answers HEAD like GET without a body", function()

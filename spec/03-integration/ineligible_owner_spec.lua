@@ -17,8 +17,7 @@ end }
 describe("a shard on an owner that is not eligible", function()
     local c, n1, n2
     teardown(function()
-        helpers.stop_all()
-        assert.same({}, helpers.leaks())
+        helpers.stop_all_checked()
     end)
 
     it("is reallocated by the coordinator (role_aware after a reload)",

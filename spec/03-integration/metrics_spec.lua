@@ -14,8 +14,7 @@ describe("GET /metrics", function()
     end)
 
     teardown(function()
-        helpers.stop_all()
-        assert.same({}, helpers.leaks())
+        helpers.stop_all_checked()
     end)
 
     -- The whole response of GET `path`: status, head, body.

@@ -21,7 +21,7 @@ describe("a type's own partitioner", function()
     local c, n1, n2
 
     setup(function()
-        c = helpers.cluster({
+        c = helpers.cluster_up({
             size = 2,
             entities = {
                 Tagged = { module = "counter", shard_count = 8,
@@ -37,13 +37,10 @@ describe("a type's own partitioner", function()
             },
         })
         n1, n2 = c:node("n1"), c:node("n2")
-        c:start()
-        c:wait_converged(nil, 10)
     end)
 
     teardown(function()
-        helpers.stop_all()
-        assert.same({}, helpers.leaks())
+        helpers.stop_all_checked()
     end)
 
     it("places ids where it says, the same on every node", function()

@@ -7,13 +7,10 @@
 -- router: those drops were logged once per message and counted nowhere
 -- in the router.)
 
-local ffi = require "ffi"
 local helpers = require "helpers.node"
 local seqload = require "helpers.seqload"
 
 local format = string.format
-
-pcall(ffi.cdef, "int setenv(const char *name, const char *value, int o);")
 
 local SHARDS = 16
 local IDS = 32
@@ -77,14 +74,13 @@ describe("routing under load", function()
             },
             settings = { rebalance_interval = 3600 },
         })
-        ffi.C.setenv("SEQ_DIR", c.dir, 1)
+        seqload.use(c)
         c:start()
         c:wait_converged(nil, 10)
     end)
 
     teardown(function()
-        helpers.stop_all()
-        assert.same({}, helpers.leaks())
+        helpers.stop_all_checked()
     end)
 
     it("keeps each sender's order for tells that wait for an allocation",

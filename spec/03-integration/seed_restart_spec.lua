@@ -11,19 +11,16 @@ describe("a restarted first node", function()
     local c, n1, n2, n3
 
     setup(function()
-        c = helpers.cluster({
+        c = helpers.cluster_up({
             size = 3,
             entities = { Counter = { module = "counter", shard_count = 16,
                                      idle_timeout = false } },
         })
         n1, n2, n3 = c:node("n1"), c:node("n2"), c:node("n3")
-        c:start()
-        c:wait_converged(nil, 10)
     end)
 
     teardown(function()
-        helpers.stop_all()
-        assert.same({}, helpers.leaks())
+        helpers.stop_all_checked()
     end)
 
     local function names(v)

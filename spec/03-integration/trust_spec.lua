@@ -13,18 +13,15 @@ describe("answers from a node an ask was not sent to", function()
     local c, n
 
     setup(function()
-        c = helpers.cluster({
+        c = helpers.cluster_up({
             size = 1,
             entities = { Sleeper = { module = "sleeper", shard_count = 4 } },
         })
         n = c:node("n1")
-        c:start()
-        c:wait_converged(nil, 10)
     end)
 
     teardown(function()
-        helpers.stop_all()
-        assert.same({}, helpers.leaks())
+        helpers.stop_all_checked()
     end)
 
     it("do not end the ask, and are counted", function()

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../../runtime/io/transport.h"
+#include "free_port.h"
 #include "../../runtime/moonshard.h"
 
 struct rogue {
@@ -71,26 +72,6 @@ static void on_frame(void *data, uint64_t uid, const struct ms_frame *f)
     (void)data;
     (void)uid;
     (void)f;
-}
-
-/* A port nobody listens on now, for this peer's own listener. */
-static int free_port(void)
-{
-    uv_loop_t loop;
-    uv_tcp_t tcp;
-    struct sockaddr_in a;
-    struct sockaddr_storage ss;
-    int len = sizeof ss;
-    uv_loop_init(&loop);
-    uv_tcp_init(&loop, &tcp);
-    uv_ip4_addr("127.0.0.1", 0, &a);
-    uv_tcp_bind(&tcp, (struct sockaddr *)&a, 0);
-    uv_tcp_getsockname(&tcp, (struct sockaddr *)&ss, &len);
-    int port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    uv_close((uv_handle_t *)&tcp, NULL);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    uv_loop_close(&loop);
-    return port;
 }
 
 static void on_timeout(uv_timer_t *tm)

@@ -11,6 +11,7 @@
 #include "../../runtime/core/auth.h"
 #include "../../runtime/core/log.h"
 #include "../../runtime/io/transport.h"
+#include "free_port.h"
 #include "../../runtime/moonshard.h"
 #include "check.h"
 
@@ -42,25 +43,6 @@ static void on_frame(void *data, uint64_t uid, const struct ms_frame *f)
     s->frames++;
     snprintf(s->last, sizeof s->last, "%.*s", (int)f->payload_len,
              f->payload);
-}
-
-static int free_port(void)
-{
-    uv_loop_t loop;
-    uv_loop_init(&loop);
-    uv_tcp_t tcp;
-    uv_tcp_init(&loop, &tcp);
-    struct sockaddr_in a;
-    uv_ip4_addr("127.0.0.1", 0, &a);
-    uv_tcp_bind(&tcp, (struct sockaddr *)&a, 0);
-    struct sockaddr_storage ss;
-    int len = sizeof ss;
-    uv_tcp_getsockname(&tcp, (struct sockaddr *)&ss, &len);
-    int port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    uv_close((uv_handle_t *)&tcp, NULL);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    uv_loop_close(&loop);
-    return port;
 }
 
 static int start(struct side *s, uv_loop_t *loop, const char *name,

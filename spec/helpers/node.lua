@@ -363,6 +363,16 @@ function M.leaks()
     return list
 end
 
+-- For a spec file's teardown: stops every process it started (stop_all)
+-- and raises, naming them, when one of them outlived that.
+function M.stop_all_checked(grace)
+    M.stop_all(grace)
+    local left = M.leaks()
+    if #left > 0 then
+        error("processes left running: " .. concat(left, ", "), 2)
+    end
+end
+
 -- Runs argv to completion (killed after `timeout` seconds). Returns
 -- code (nil when killed by a signal), stdout, stderr, signal.
 function M.run(argv, timeout)
@@ -1093,6 +1103,14 @@ function M.cluster(opts)
         c.by_name[n.name] = n
     end
     c:write_config("cluster.lua")
+    return c
+end
+
+-- M.cluster(opts) with every node started and the view converged.
+function M.cluster_up(opts, timeout)
+    local c = M.cluster(opts)
+    c:start()
+    c:wait_converged(nil, timeout or 10)
     return c
 end
 

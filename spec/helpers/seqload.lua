@@ -5,11 +5,21 @@
 --   local run = seqload.start(c, { { node, "a" }, ... }, ids)
 --   local results = seqload.finish(run) -- { sender = result }
 
+local ffi = require "ffi"
 local helpers = require "helpers.node"
 
 local format = string.format
 
+pcall(ffi.cdef, "int setenv(const char *name, const char *value, int o);")
+
 local M = {}
+
+-- The Seq entities of nodes started from now on keep their state files in
+-- cluster c's dir (SEQ_DIR), so it survives a move between nodes.
+function M.use(c)
+    ffi.C.setenv("SEQ_DIR", c.dir, 1)
+    return c
+end
 
 -- Starts a loader per { node, sender } of cluster c, each sending to
 -- every id of `ids`; returns a handle for finish().
