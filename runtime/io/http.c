@@ -635,6 +635,11 @@ static void get_stats(struct conn *c)
     get_json(c, ms_node_stats_json);
 }
 
+static void get_members(struct conn *c)
+{
+    get_json(c, ms_node_members_json);
+}
+
 /* GET /metrics: the stats in the Prometheus text format, rendered by
  * lua/moonshard/metrics.lua. */
 static void get_metrics(struct conn *c)
@@ -944,17 +949,26 @@ static void route(struct conn *c)
         qlen = u.field_data[UF_QUERY].len;
     }
 
-    if (streq(path, plen, "/")) {
-        if (get)
-            get_index(c);
-        else
-            not_allowed(c, "GET");
-    } else if (streq(path, plen, "/v1/stats")) {
-        if (get)
-            get_stats(c);
-        else
-            not_allowed(c, "GET");
-    } else if (plen > 16 && memcmp(path, "/v1/allocations/", 16) == 0) {
+    /* the endpoints a bare GET (or HEAD) answers */
+    static const struct {
+        const char *path;
+        void (*answer)(struct conn *);
+    } gets[] = {
+        {"/", get_index},           {"/v1/stats", get_stats},
+        {"/metrics", get_metrics},  {"/v1/members", get_members},
+        {"/v1/health", get_health},
+    };
+    for (size_t i = 0; i < sizeof gets / sizeof gets[0]; i++) {
+        if (streq(path, plen, gets[i].path)) {
+            if (get)
+                gets[i].answer(c);
+            else
+                not_allowed(c, "GET");
+            return;
+        }
+    }
+
+    if (plen > 16 && memcmp(path, "/v1/allocations/", 16) == 0) {
         if (get)
             get_allocations(c, path + 16, plen - 16);
         else
@@ -970,21 +984,6 @@ static void route(struct conn *c)
             post_move(c, path + 9, plen - 9);
         else
             not_allowed(c, "POST");
-    } else if (streq(path, plen, "/metrics")) {
-        if (get)
-            get_metrics(c);
-        else
-            not_allowed(c, "GET");
-    } else if (streq(path, plen, "/v1/members")) {
-        if (get)
-            get_json(c, ms_node_members_json);
-        else
-            not_allowed(c, "GET");
-    } else if (streq(path, plen, "/v1/health")) {
-        if (get)
-            get_health(c);
-        else
-            not_allowed(c, "GET");
     } else if (plen > 13 && memcmp(path, "/v1/entities/", 13) == 0) {
         post_entity(c, path + 13, plen - 13, query, qlen);
     } else {
