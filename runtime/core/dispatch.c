@@ -903,6 +903,19 @@ int ms_dispatch_ask_sent_to(struct ms_dispatch *d, int64_t corr,
     return a && peer && a->peer == peer;
 }
 
+int ms_dispatch_ask_answer(struct ms_dispatch *d, int64_t corr,
+                           uint64_t peer, int err, const char *payload,
+                           size_t len)
+{
+    struct ask *a = askmap_find(&d->asks, (uint64_t)corr);
+    if (!a || !peer || a->peer != peer)
+        return 0;
+    if (err == MS_ETIMEDOUT)
+        d->st.asks_timed_out++;
+    complete_ask(d, a, err, payload, len);
+    return 1;
+}
+
 int ms_dispatch_ask_complete(struct ms_dispatch *d, int64_t corr, int err,
                              const char *payload, size_t len)
 {

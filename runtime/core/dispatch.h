@@ -134,6 +134,13 @@ int ms_dispatch_ask_pending(struct ms_dispatch *d, int64_t corr);
 void ms_dispatch_ask_set_peer(struct ms_dispatch *d, int64_t corr,
                               uint64_t peer);
 
+/* ms_dispatch_ask_complete for an answer from node `peer`: ends the ask
+ * only when it is pending and was last sent there; returns 1, else 0 (one
+ * lookup for the check and the end). */
+int ms_dispatch_ask_answer(struct ms_dispatch *d, int64_t corr,
+                           uint64_t peer, int err, const char *payload,
+                           size_t len);
+
 /* 1 when ask `corr` is pending and was last sent to node `peer` (!= 0). */
 int ms_dispatch_ask_sent_to(struct ms_dispatch *d, int64_t corr,
                             uint64_t peer);

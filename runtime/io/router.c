@@ -1209,25 +1209,24 @@ void ms_router_on_frame(struct ms_router *r, uint64_t uid,
     case MS_FRAME_ASK:
         on_request(r, uid, f);
         break;
+    /* only the node an ask was sent to may answer it: an answer from
+     * anyone else (a late one after a re-route, or a peer that is wrong)
+     * would end or re-route an ask it never had */
     case MS_FRAME_REPLY:
     case MS_FRAME_REPLY_ERROR:
-    case MS_FRAME_NOT_OWNER:
-        /* only the node an ask was sent to may answer it: an answer from
-         * anyone else (a late one after a re-route, or a peer that is
-         * wrong) would end or re-route an ask it never had */
-        if ((f->kind != MS_FRAME_NOT_OWNER || (f->flags & FLAG_WAS_ASK)) &&
-            !ms_dispatch_ask_sent_to(r->d, (int64_t)f->corr, uid)) {
+        if (!ms_dispatch_ask_answer(r->d, (int64_t)f->corr, uid,
+                                    f->kind == MS_FRAME_REPLY ? 0
+                                    : f->flags ? -(int)f->flags
+                                               : MS_EHANDLER,
+                                    f->payload, f->payload_len))
             stray_answer(r, uid, f);
-            break;
-        }
-        if (f->kind == MS_FRAME_NOT_OWNER)
-            on_not_owner(r, f);
+        break;
+    case MS_FRAME_NOT_OWNER:
+        if ((f->flags & FLAG_WAS_ASK) &&
+            !ms_dispatch_ask_sent_to(r->d, (int64_t)f->corr, uid))
+            stray_answer(r, uid, f);
         else
-            ms_dispatch_ask_complete(r->d, (int64_t)f->corr,
-                                     f->kind == MS_FRAME_REPLY ? 0
-                                     : f->flags ? -(int)f->flags
-                                                : MS_EHANDLER,
-                                     f->payload, f->payload_len);
+            on_not_owner(r, f);
         break;
     case MS_FRAME_CONTROL:
         on_control(r, uid, f);

@@ -483,7 +483,13 @@ static void asks_remember_where_they_went(void)
     CHECK(!ms_dispatch_ask_sent_to(d, corr, 7));
     ms_dispatch_ask_set_peer(d, corr, 8);
     CHECK(ms_dispatch_ask_sent_to(d, corr, 8));
-    CHECK(ms_dispatch_ask_complete(d, corr, 0, "{}", 2) == 1);
+    /* an answer from another node does not end it; one from 8 does */
+    cb_calls = 0;
+    CHECK(ms_dispatch_ask_answer(d, corr, 7, 0, "{}", 2) == 0);
+    CHECK(cb_calls == 0 && ms_dispatch_ask_pending(d, corr));
+    CHECK(ms_dispatch_ask_answer(d, corr, 8, 0, "{\"v\":1}", 7) == 1);
+    CHECK(cb_calls == 1 && strcmp(cb_payload, "{\"v\":1}") == 0);
+    CHECK(ms_dispatch_ask_answer(d, corr, 8, 0, "{}", 2) == 0); /* once */
     CHECK(!ms_dispatch_ask_sent_to(d, corr, 8)); /* ended */
     ms_dispatch_ask_set_peer(d, corr, 9);        /* no-op once ended */
     CHECK(!ms_dispatch_ask_sent_to(d, corr, 9));
