@@ -34,8 +34,7 @@ struct ms_node {
     struct ms_router *router;
     uv_idle_t work;
     uv_timer_t tick;
-    uint64_t tick_at;  /* when tick fires (loop time), while tick_armed */
-    int tick_armed;
+    uint64_t tick_at;  /* when tick fires (loop time), while it is active */
     uv_timer_t gc;     /* steps the Lua GC while the node is idle */
     int working;
     int gc_dirty;      /* messages were handled since the last GC cycle */
@@ -100,7 +99,6 @@ static void on_work(uv_idle_t *h)
 static void on_tick(uv_timer_t *t)
 {
     struct ms_node *n = t->data;
-    n->tick_armed = 0; /* a one-shot timer */
     ms_dispatch_expire(n->d, uv_now(n->loop));
     arm(n);
 }
@@ -138,13 +136,12 @@ static void arm(struct ms_node *n)
      * turn would otherwise restart the timer per message */
     uint64_t now = uv_now(n->loop);
     int64_t in = ms_dispatch_next_deadline(n->d, now);
-    if (in >= 0 && (!n->tick_armed || n->tick_at != now + (uint64_t)in)) {
+    int armed = uv_is_active((uv_handle_t *)&n->tick);
+    if (in >= 0 && (!armed || n->tick_at != now + (uint64_t)in)) {
         uv_timer_start(&n->tick, on_tick, (uint64_t)in, 0);
-        n->tick_armed = 1;
         n->tick_at = now + (uint64_t)in;
-    } else if (in < 0 && n->tick_armed) {
+    } else if (in < 0 && armed) {
         uv_timer_stop(&n->tick);
-        n->tick_armed = 0;
     }
 }
 
