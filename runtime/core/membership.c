@@ -55,6 +55,8 @@ struct ms_membership {
     uint64_t gossip_cursor; /* uid of the last gossip target */
     int dup_check;          /* a member was added: look for restarts */
     uint64_t hb_ms, unreachable_ms, gossip_ms, seed_timeout_ms;
+    uint64_t lone_leave_ms;
+    uint64_t lone_leave_at_ms; /* a leave begun alone ends here; 0: none */
     uint32_t fanout;
     int assume_no_shards;
     int nseeds;
@@ -662,6 +664,7 @@ int ms_mb_new(struct ms_membership **out, const struct ms_mb_self *self,
     m->gossip_ms = OR(cfg->gossip_interval_ms, 1000);
     m->fanout = OR(cfg->gossip_fanout, 3);
     m->seed_timeout_ms = OR(cfg->seed_timeout_ms, 5000);
+    m->lone_leave_ms = OR(cfg->lone_leave_ms, 2000);
     m->assume_no_shards = cfg->assume_no_shards != 0;
     struct mrec *r = insert(&m->st, &me);
     r->seen = 1;
@@ -683,6 +686,8 @@ void ms_mb_free(struct ms_membership *m)
 
 /* --- timers --- */
 
+static void knock_seeds(struct ms_membership *m);
+
 static void gossip_round(struct ms_membership *m)
 {
     uint32_t eligible = 0;
@@ -703,10 +708,22 @@ static void gossip_round(struct ms_membership *m)
         m->gossip_cursor = r->pub.uid;
         want--;
     }
-    /* A joining node that knows no Up member also knocks on the seeds. */
+    knock_seeds(m);
+}
+
+/*
+ * A node that was never Up and knows no Up member (joining, or leaving
+ * before its join went through) also sends its state to each seed that is
+ * not a known member: that is how a join starts, and how a seed that may
+ * have heard of this node learns that it is leaving.
+ */
+static void knock_seeds(struct ms_membership *m)
+{
     const struct mrec *self = find(&m->st, m->self_uid);
-    if (!self || self->pub.status != MS_MB_JOINING ||
-        oldest(m, MS_MB_UP, MS_MB_UP, 1))
+    if (!self || oldest(m, MS_MB_UP, MS_MB_UP, 1))
+        return;
+    if (self->pub.status != MS_MB_JOINING &&
+        !(self->pub.status == MS_MB_LEAVING && !self->pub.up_number))
         return;
     for (int s = 0; s < m->nseeds; s++) {
         if (!strcmp(m->seeds[s], self->pub.address))
@@ -747,6 +764,17 @@ void ms_mb_tick(struct ms_membership *m, uint64_t now_ms)
         m->next_gossip_ms = now_ms + m->gossip_ms;
         gossip_round(m);
     }
+    if (m->lone_leave_at_ms) {
+        struct mrec *self = find(&m->st, m->self_uid);
+        if (m->st.n > 1) {
+            m->lone_leave_at_ms = 0; /* it met the cluster: leave as usual */
+        } else if (self && now_ms >= m->lone_leave_at_ms) {
+            /* nobody answered: nobody made this node Up or gave it
+             * shards, so it removes itself (membership.h, ms_mb_leave) */
+            remove_rec(m, self, ++m->st.max_tomb);
+            return;
+        }
+    }
     settle(m, now_ms);
 }
 
@@ -769,6 +797,8 @@ uint64_t ms_mb_next_deadline(const struct ms_membership *m, uint64_t now_ms)
     if (self && self->pub.status == MS_MB_JOINING && boot > now_ms &&
         boot < due)
         due = boot;
+    if (m->lone_leave_at_ms && m->lone_leave_at_ms < due)
+        due = m->lone_leave_at_ms;
     return due > now_ms ? due - now_ms : 0;
 }
 
@@ -803,7 +833,12 @@ int ms_mb_leave(struct ms_membership *m, uint64_t now_ms)
     struct mrec *self = find(&m->st, m->self_uid);
     if (m->removed || !self || self->pub.status >= MS_MB_DOWN)
         return MS_EINVAL;
+    int was = self->pub.status;
     set_status(m, self, MS_MB_LEAVING);
+    if (was == MS_MB_JOINING && m->st.n == 1 && !m->lone_leave_at_ms) {
+        m->lone_leave_at_ms = now_ms + m->lone_leave_ms;
+        knock_seeds(m);
+    }
     settle(m, now_ms);
     return 0;
 }

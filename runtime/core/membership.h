@@ -202,6 +202,7 @@ struct ms_mb_config {
     uint64_t gossip_interval_ms;     /* 0: 1000 */
     uint32_t gossip_fanout;          /* 0: 3 */
     uint64_t seed_timeout_ms;        /* 0: 5000; see "Joining" above */
+    uint64_t lone_leave_ms;          /* 0: 2000; see ms_mb_leave */
     const char *const *seeds;        /* seed addresses, in config order */
     int nseeds;                      /* <= MS_MB_MAX_SEEDS */
     /* 0 (default, safe): a member owns shards until the caller says it
@@ -288,6 +289,16 @@ int ms_mb_gossip_merge(struct ms_membership *m, const char *json,
  * Exiting once it owns no shards, and to Removed; this node learns that as
  * a MEMBER_REMOVED event with is_self. Returns 0, also when already Leaving
  * or Exiting, or MS_EINVAL when this node is Down or Removed.
+ *
+ * A node still Joining in its own view leaves the same way: the leader
+ * may already have made it Up and the coordinator given it shards, which
+ * it learns only through gossip, so it must hand them off like any member
+ * (a Leaving member the leader never made Up goes straight to Exiting).
+ * Only a node that knows no other member at all -- no seed has answered
+ * it, so nobody can have made it Up -- tells the seeds that it is leaving
+ * and, when still alone after lone_leave_ms, removes itself (a self
+ * MEMBER_REMOVED). If an answer brings it the cluster's state first, the
+ * leave goes on as above.
  */
 int ms_mb_leave(struct ms_membership *m, uint64_t now_ms);
 

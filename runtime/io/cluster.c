@@ -317,10 +317,8 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
 
 int ms_cluster_leave(struct ms_cluster *c)
 {
-    /* a node that never joined (wrong secret, no seed reachable) has no
-     * shards and no one to tell: it just stops */
-    if (ms_mb_self_status(c->mb) == MS_MB_JOINING)
-        return MS_EINVAL;
+    /* also from Joining: the leader may have made this node Up and given
+     * it shards before it heard so (ms_mb_leave) */
     int rc = ms_mb_leave(c->mb, uv_now(c->loop));
     drain(c);
     return rc;

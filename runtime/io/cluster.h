@@ -36,8 +36,9 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
                      size_t errlen);
 
 /* Leaves gracefully: Leaving, then Exiting once the node owns no shards,
- * then Removed (on_self_removed). MS_EINVAL when this node never became
- * a member (it may just stop). */
+ * then Removed (on_self_removed), also from Joining (see ms_mb_leave: a
+ * node that never met the cluster is removed after a short grace).
+ * MS_EINVAL when this node is Down or Removed already. */
 int ms_cluster_leave(struct ms_cluster *c);
 
 /* Downs the member at `address` (operator). */

@@ -656,6 +656,115 @@ static void test_converge_join_leave(void)
     sim_free(&s);
 }
 
+
+/* Node n4 (index 3) was made Up by the leader but does not know it yet. */
+static int leader_up_self_joining(struct sim *s)
+{
+    return status_in(s, 0, 3) == MS_MB_UP &&
+           ms_mb_self_status(s->n[3].m) == MS_MB_JOINING;
+}
+
+/* A node stopped while it still sees itself Joining (issue 9): the leader
+ * may already have made it Up and the coordinator given it shards, so its
+ * leave is an ordinary leave -- it stays Leaving until it owns no shards,
+ * then goes Exiting, Removed -- and never a silent exit. */
+static void test_leave_while_joining(void)
+{
+    struct sim s;
+    boot3(&s, 0x5150);
+    int n4 = add_node(&s, "n4", "127.0.0.1:7104");
+    CHECK(run_until(&s, leader_up_self_joining, 15000));
+    CHECK(ms_mb_leave(s.n[n4].m, s.now) == 0);
+    drain(&s, n4);
+    CHECK(ms_mb_self_status(s.n[n4].m) == MS_MB_LEAVING);
+    run(&s, 10000);
+    /* the leader's up_number survives the merge, and the coordinator's
+     * word (owns shards) holds the member */
+    for (int i = 0; i < 4; i++)
+        CHECK(status_in(&s, i, n4) == MS_MB_LEAVING);
+    CHECK(ms_mb_find_by_uid(s.n[n4].m, s.n[n4].uid)->up_number == 4);
+    CHECK(!s.n[n4].self_removed);
+    CHECK(ms_mb_set_owns_shards(s.n[0].m, s.n[n4].uid, 0, s.now) == 0);
+    drain(&s, 0);
+    run(&s, 15000);
+    CHECK(s.n[n4].self_removed);
+    for (int i = 0; i < 3; i++)
+        CHECK(status_in(&s, i, n4) == MS_MB_REMOVED);
+    s.n[n4].alive = 0;
+    CHECK(all_up_agreed(&s));
+    CHECK(s.backwards == 0);
+    sim_free(&s);
+
+    /* known to the leader only as Joining: Leaving goes straight on to
+     * Exiting and Removed (it never owned anything) */
+    boot3(&s, 0x5151);
+    n4 = add_node(&s, "n4", "127.0.0.1:7104");
+    for (int k = 0; k < 200 && status_in(&s, 0, n4) == 0; k++)
+        step(&s);
+    CHECK(status_in(&s, 0, n4) == MS_MB_JOINING);
+    CHECK(ms_mb_leave(s.n[n4].m, s.now) == 0);
+    drain(&s, n4);
+    run(&s, 15000);
+    CHECK(s.n[n4].self_removed);
+    for (int i = 0; i < 3; i++)
+        CHECK(status_in(&s, i, n4) == MS_MB_REMOVED);
+    CHECK(!s.n[0].seen_ev[n4][MS_MB_UP]);
+    sim_free(&s);
+}
+
+/* A node that never heard from anyone leaves alone: it tells the seeds and
+ * removes itself after lone_leave_ms (2 s), even with no seed answering;
+ * a seed that had merged its HELLO but whose answer was lost learns the
+ * leave and removes it, so no member is left behind. */
+static void test_leave_alone(void)
+{
+    struct sim s;
+    boot3(&s, 0x6160);
+    int n4 = add_node(&s, "n4", "127.0.0.1:7104");
+    for (int i = 0; i < 3; i++)
+        s.cut[i][n4] = 1; /* nothing reaches n4 */
+    for (int k = 0; k < 300 && status_in(&s, 0, n4) == 0; k++)
+        step(&s);
+    CHECK(status_in(&s, 0, n4) == MS_MB_JOINING);
+    CHECK(ms_mb_member_count(s.n[n4].m) == 1);
+    uint64_t t0 = s.now;
+    CHECK(ms_mb_leave(s.n[n4].m, s.now) == 0);
+    drain(&s, n4);
+    while (!s.n[n4].self_removed && s.now - t0 < 5000)
+        step(&s);
+    CHECK(s.n[n4].self_removed);
+    CHECK(s.now - t0 >= 2000 && s.now - t0 < 2500);
+    CHECK(ms_mb_self_status(s.n[n4].m) == MS_MB_REMOVED);
+    s.n[n4].alive = 0;
+    run(&s, 15000);
+    for (int i = 0; i < 3; i++)
+        CHECK(status_in(&s, i, n4) == MS_MB_REMOVED);
+    CHECK(all_up_agreed(&s));
+    sim_free(&s);
+
+    /* no cluster at all: still gone after the grace */
+    struct ms_membership *m = NULL;
+    const char *seeds[] = {"127.0.0.1:7101", "127.0.0.1:7199"};
+    struct ms_mb_self self = {.name = "lone", .address = "127.0.0.1:7199",
+                              .uid = 42};
+    struct ms_mb_config cfg = {.seeds = seeds, .nseeds = 2};
+    CHECK(ms_mb_new(&m, &self, &cfg) == 0);
+    ms_mb_tick(m, 1000);
+    CHECK(ms_mb_leave(m, 1100) == 0);
+    CHECK(ms_mb_self_status(m) == MS_MB_LEAVING);
+    CHECK(ms_mb_next_deadline(m, 1100) <= 1000);
+    ms_mb_tick(m, 3000);
+    CHECK(ms_mb_self_status(m) == MS_MB_LEAVING);
+    ms_mb_tick(m, 3100);
+    CHECK(ms_mb_self_status(m) == MS_MB_REMOVED);
+    int removed = 0;
+    struct ms_mb_action a;
+    while (ms_mb_next_action(m, &a))
+        removed |= a.kind == MS_MB_MEMBER_REMOVED && a.is_self;
+    CHECK(removed);
+    ms_mb_free(m);
+}
+
 /* A partition makes members unreachable on both sides, never changes a
  * status, and heals. */
 static void test_partition_heals(void)
@@ -1138,6 +1247,8 @@ int main(void)
     test_seed_bootstrap();
     test_rounds();
     test_converge_join_leave();
+    test_leave_while_joining();
+    test_leave_alone();
     test_partition_heals();
     test_kill_then_down();
     test_restart();

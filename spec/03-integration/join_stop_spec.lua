@@ -1,0 +1,195 @@
+-- A graceful stop is graceful from the first moment a node can hold a
+-- shard (issue 9): a node stopped with SIGTERM or SIGINT while it still
+-- sees itself Joining -- the leader may already have made it Up and the
+-- coordinator given it shards -- leaves through handoff like any member.
+-- Under load (numbered tells to Seq entities, spec/fixtures/seqcheck.lua),
+-- a third node is started and stopped at many moments of its join; after
+-- each stop the process exits 0 within seconds, the other nodes list
+-- only themselves (nothing is left behind owning shards), and at the end
+-- every accepted tell arrived, in order, none dropped.
+
+local helpers = require "helpers.node"
+local seqload = require "helpers.seqload"
+
+local format = string.format
+
+local SHARDS = 32
+local SIGINT = 2
+
+-- The status of member `name` in node n's view, or nil (not listed).
+local function status_of(n, name)
+    local st, view = n:http("GET", "/v1/members", nil, { max_time = 1 })
+    if st ~= 200 or type(view) ~= "table" then return "?" end
+    local m = helpers.member(view, name)
+    return m and m.status or nil
+end
+
+-- Shards of type Seq that n1's plan gives to `name`.
+local function owned(n1, name)
+    local k = 0
+    for _, s in ipairs(n1:allocations("Seq").shards) do
+        if s.owner == name then k = k + 1 end
+    end
+    return k
+end
+
+describe("a node stopped during its join", function()
+    local c
+    local ids = {}
+    for i = 1, 40 do ids[i] = "j" .. i end
+
+    setup(function()
+        c = helpers.cluster({
+            size = 3,
+            entities = {
+                Seq = { module = "seqcheck", shard_count = SHARDS,
+                        idle_timeout = 600 },
+            },
+            settings = { handoff_timeout = 3, rebalance_interval = 0.2 },
+        })
+        seqload.use(c)
+        c:start({ "n1", "n2" })
+        c:wait_converged({ "n1", "n2" })
+    end)
+
+    teardown(function()
+        helpers.stop_all_checked()
+    end)
+
+    it("leaves through handoff: nothing accepted is lost, no member is "
+       .. "left behind", function()
+        local n1, n2, n3 = c:node("n1"), c:node("n2"), c:node("n3")
+        local run = seqload.start(c, { { n1, "a" }, { n2, "b" } }, ids)
+        -- moments of the join: fixed delays after the launch, and the
+        -- moment n1 first lists n3 Up (n3 may not know it yet)
+        local moments = { "up", 0.3, "up", 0.8, "up", 1.5, "owns", "up" }
+        local caught_joining = 0
+        for round, moment in ipairs(moments) do
+            n3:launch()
+            if moment == "up" or moment == "owns" then
+                helpers.wait_until(function()
+                    if moment == "owns" then
+                        return owned(n1, "n3") > 0 or nil
+                    end
+                    return status_of(n1, "n3") == "up" or nil
+                end, 15, "n1 to see n3 " .. moment, 0.002)
+                -- what n3 believes of itself at that moment
+                if status_of(n3, "n3") == "joining" then
+                    caught_joining = caught_joining + 1
+                end
+            else
+                helpers.sleep(moment)
+            end
+            n3:signal(round % 2 == 0 and SIGINT or helpers.SIGTERM)
+            local t0 = helpers.now()
+            assert.is_true(n3.proc:wait(20),
+                           format("round %d (%s): n3 did not exit:\n%s",
+                                  round, tostring(moment), n3:log()))
+            assert.are.equal(0, n3.proc.code,
+                             format("round %d: n3 exited with %s:\n%s",
+                                    round, tostring(n3.proc.code),
+                                    n3:log()))
+            assert.is_true(helpers.now() - t0 < 15)
+            -- n3 is gone from both views and owns nothing
+            helpers.wait_until(function()
+                for _, n in ipairs({ n1, n2 }) do
+                    local s = status_of(n, "n3")
+                    if s ~= nil then
+                        return nil, format("%s sees n3 %s", n.name, s)
+                    end
+                end
+                local k = owned(n1, "n3")
+                return k == 0 or nil, k .. " shards on n3"
+            end, 15, format("round %d: n3 to be removed", round), 0.05)
+        end
+        c:wait_converged({ "n1", "n2" })
+        helpers.sleep(0.3)
+        local results = seqload.finish(run)
+        local total = 0
+        for sender, r in pairs(results) do
+            total = total + r.accepted
+            for code in pairs(r.errors) do
+                assert.is_truthy(code == "overflow" or code == "unavailable"
+                                 or code == "timeout",
+                                 sender .. " got error " .. code)
+            end
+        end
+        assert.is_true(total > 100, total .. " tells accepted")
+        for _, id in ipairs(ids) do
+            local state = helpers.wait_until(function()
+                local st, body = n1:ask("Seq", id, { type = "get" }, 5)
+                if st ~= 200 then return nil, id .. ": " .. tostring(st) end
+                for sender, r in pairs(results) do
+                    local want = r.last[id] or 0
+                    if (body.last[sender] or 0) ~= want then
+                        return nil, format("%s has %s up to %s of %d", id,
+                                           sender, tostring(body.last[sender]),
+                                           want)
+                    end
+                end
+                return body
+            end, 15, "every accepted tell to arrive")
+            assert.are.equal(0, state.gaps, id .. " saw gaps")
+            assert.are.equal(0, state.reorders, id .. " saw reorders")
+            assert.are.equal(0, state.double, id .. " was active twice")
+        end
+        for _, n in ipairs({ n1, n2 }) do
+            local st = n:stats()
+            assert.are.equal(0, st.route_expired, n.name .. " expired tells")
+            assert.are.equal(0, st.handoff_drops, n.name .. " dropped tells")
+        end
+        -- the window this is about: at least once n3 was stopped while it
+        -- still saw itself Joining (printed, not asserted: it is a race)
+        print(format("join_stop: n3 was stopped %d times while it saw "
+                     .. "itself joining", caught_joining))
+    end)
+end)
+
+describe("a fresh cluster stopped at once", function()
+    after_each(function()
+        helpers.stop_all_checked()
+    end)
+
+    it("exits within seconds every time, each node with status 0",
+       function()
+        for round = 1, 4 do
+            local c = helpers.cluster({
+                size = 3,
+                entities = { Counter = { module = "counter",
+                                         shard_count = 16 } },
+            })
+            c:start()
+            -- as soon as one node lists all three Up
+            helpers.wait_until(function()
+                for _, n in ipairs(c.nodes) do
+                    local st, view = n:http("GET", "/v1/members", nil,
+                                            { max_time = 1 })
+                    if st == 200 and type(view) == "table" then
+                        local up = 0
+                        for _, m in ipairs(view.members) do
+                            if m.status == "up" then up = up + 1 end
+                        end
+                        if up == 3 then return true end
+                    end
+                end
+                return nil
+            end, 15, "a node to list three members Up", 0.002)
+            for _, n in ipairs(c.nodes) do
+                n:signal(SIGINT)
+            end
+            local t0 = helpers.now()
+            for _, n in ipairs(c.nodes) do
+                assert.is_true(n.proc:wait(15),
+                               format("round %d: %s did not exit:\n%s",
+                                      round, n.name, n:log()))
+                assert.are.equal(0, n.proc.code,
+                                 format("round %d: %s exited %s:\n%s", round,
+                                        n.name, tostring(n.proc.code),
+                                        n:log()))
+            end
+            local took = helpers.now() - t0
+            assert.is_true(took < 8, format("round %d: the cluster took "
+                                            .. "%.1f s to stop", round, took))
+        end
+    end)
+end)
