@@ -321,6 +321,8 @@ static int cluster_secret(const struct ms_config *cfg, uint8_t *out,
         return -1;
     }
     *len = SECRET_RANDOM_BYTES;
+    ms_log(MS_LOG_INFO, NULL, "no secret configured: this node runs alone "
+           "with a random secret of its own, so no other node can join it");
     return 0;
 }
 
