@@ -33,7 +33,7 @@ static const char *const usages[] = {
     "status [--node HOST:PORT] [--json]",
     "members [--node HOST:PORT]",
     "leave [--node HOST:PORT] [--token TOKEN]",
-    "down [--node HOST:PORT] [--token TOKEN] ADDRESS",
+    "down [--node HOST:PORT] [--token TOKEN] [--force] ADDRESS",
 };
 
 /* What the parser collected of the response. */
@@ -406,13 +406,14 @@ static int status_text(const char *node)
  * (printed as `error: <status> <body>`), 2 for usage, connection, timeout
  * or protocol errors. Does not keep any pointer into argv.
  */
-/* `moonshard leave` / `moonshard down ADDRESS`: POST /v1/leave or
- * /v1/down with the admin token ($MOONSHARD_ADMIN_TOKEN or --token). */
+/* `moonshard leave` / `moonshard down [--force] ADDRESS`: POST /v1/leave
+ * or /v1/down with the admin token ($MOONSHARD_ADMIN_TOKEN or --token).
+ * The node refuses to down a member it sees reachable unless --force. */
 static int admin(int argc, char **argv, const char *node)
 {
     const char *cmd = argv[0], *token = getenv("MOONSHARD_ADMIN_TOKEN");
     const char *address = NULL;
-    int down = cmd[0] == 'd';
+    int down = cmd[0] == 'd', force = 0;
     if (node == NULL || node[0] == '\0')
         node = DEFAULT_NODE;
     for (int i = 1; i < argc; i++) {
@@ -420,6 +421,8 @@ static int admin(int argc, char **argv, const char *node)
             node = argv[++i];
         else if (strcmp(argv[i], "--token") == 0 && i + 1 < argc)
             token = argv[++i];
+        else if (down && strcmp(argv[i], "--force") == 0)
+            force = 1;
         else if (down && !address && argv[i][0] != '-')
             address = argv[i];
         else
@@ -431,8 +434,26 @@ static int admin(int argc, char **argv, const char *node)
                     "$MOONSHARD_ADMIN_TOKEN\n");
         return usage(stderr, cmd, 2);
     }
+    /* written into a JSON string as is: only bytes an address can have */
+    if (down && strlen(address) > 128) {
+        fprintf(stderr, "error: ADDRESS must be host:port, at most 128 "
+                "bytes\n");
+        return usage(stderr, cmd, 2);
+    }
+    for (const char *p = down ? address : ""; *p; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch <= 0x20 || ch >= 0x7f || ch == '"' || ch == '\\' ||
+            ch == ',') {
+            fprintf(stderr, "error: ADDRESS must be host:port\n");
+            return usage(stderr, cmd, 2);
+        }
+    }
+    char body[300] = "";
+    if (down)
+        snprintf(body, sizeof body, "{\"address\":\"%.200s\"%s}", address,
+                 force ? ",\"force\":true" : "");
     char *req = NULL;
-    size_t bodylen = down ? strlen(address) + 2 : 0;
+    size_t bodylen = strlen(body);
     int n = asprintf(&req,
                      "POST /v1/%s HTTP/1.1\r\n"
                      "Host: %s\r\n"
@@ -442,9 +463,8 @@ static int admin(int argc, char **argv, const char *node)
                      "Content-Length: %zu\r\n"
                      "Connection: close\r\n"
                      "\r\n"
-                     "%s%s%s",
-                     down ? "down" : "leave", node, token, bodylen,
-                     down ? "\"" : "", down ? address : "", down ? "\"" : "");
+                     "%s",
+                     down ? "down" : "leave", node, token, bodylen, body);
     if (n < 0) {
         fprintf(stderr, "error: out of memory\n");
         return 2;

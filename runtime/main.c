@@ -1,6 +1,6 @@
 /*
  * main.c -- the moonshard command: run, node, tell/ask/stop/status, shard,
- * bench.
+ * secret, bench.
  */
 #include <errno.h>
 #include <limits.h>
@@ -34,8 +34,10 @@ static void usage(FILE *f)
         "  status [--node H:P] [--json]   the node, its members, counters\n"
         "  members [--node H:P]           print the membership as a node sees it\n"
         "  leave [--node H:P] [--token T] make a node leave the cluster\n"
-        "  down [--node H:P] [--token T] ADDRESS\n"
+        "  down [--node H:P] [--token T] [--force] ADDRESS\n"
         "                                 down an unreachable member\n"
+        "                                 (--force: even one that answers)\n"
+        "  secret                         print a fresh random cluster secret\n"
         "  shard --count N ID...          print each id's shard (FNV-1a)\n"
         "  shard --config F --type T ID...  with the type's own partitioner\n"
         "  bench local [--ids N] [--messages N]\n"
@@ -290,6 +292,34 @@ static int cmd_run(const char *config, int watch)
     return run_all(config, names, n, watch);
 }
 
+/* ---- secret ---------------------------------------------------------- */
+
+#define SECRET_BYTES 32
+
+/* `moonshard secret`: SECRET_BYTES bytes from the system's CSPRNG as
+ * lowercase hex, one line, for a config's `secret`. */
+static int cmd_secret(int argc, char **argv)
+{
+    (void)argv;
+    if (argc != 0) {
+        fprintf(stderr, "usage: moonshard secret\n");
+        return 2;
+    }
+    unsigned char b[SECRET_BYTES];
+    int rc = uv_random(NULL, NULL, b, sizeof b, 0, NULL);
+    if (rc < 0) {
+        fprintf(stderr, "moonshard secret: no random bytes: %s\n",
+                uv_strerror(rc));
+        return 1;
+    }
+    char hex[2 * SECRET_BYTES + 1];
+    for (size_t i = 0; i < sizeof b; i++)
+        snprintf(hex + 2 * i, 3, "%02x", b[i]);
+    memset(b, 0, sizeof b);
+    printf("%s\n", hex);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 /* ---- shard ----------------------------------------------------------- */
 
 /* `moonshard shard --config FILE --type T ID...`: the shards the type
@@ -418,6 +448,8 @@ int main(int argc, char **argv)
         return ms_cli_main(argc - 1, argv + 1);
     if (strcmp(cmd, "shard") == 0)
         return cmd_shard(argc - 2, argv + 2);
+    if (strcmp(cmd, "secret") == 0)
+        return cmd_secret(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0)
         return ms_bench_main(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {

@@ -222,9 +222,11 @@ int ms_node_check_admin(struct ms_node *n, const char *token, size_t len,
 /* This node leaves the cluster gracefully (it stops once removed). */
 int ms_node_leave(struct ms_node *n);
 
-/* Downs the member at `address` ("host:port", optionally as a JSON
- * string). Returns 0 or MS_EINVAL for an unknown address. */
-int ms_node_down(struct ms_node *n, const char *address);
+/* Downs the member at `address` ("host:port", borrowed for the call).
+ * Without `force`, a member that this node sees reachable (itself
+ * included) is not downed: MS_EBUSY. Returns 0, MS_EBUSY, or MS_EINVAL
+ * for an unknown address. */
+int ms_node_down(struct ms_node *n, const char *address, int force);
 
 /* Number of messages accepted but not yet handled (all shards). */
 uint64_t ms_node_pending(struct ms_node *n);

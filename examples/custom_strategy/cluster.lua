@@ -7,6 +7,10 @@ local pinned = require "pinned"
 
 return {
     cluster = "pinned",
+    -- A fixed secret, for this example only (anyone who reads this file
+    -- can join these nodes); a real cluster takes its own from
+    -- `moonshard secret`.
+    secret = "example-only-secret-3b8d61f0",
     nodes = {
         { name = "n1", listen = "127.0.0.1:7111", http = "127.0.0.1:7211" },
         { name = "n2", listen = "127.0.0.1:7112", http = "127.0.0.1:7212" },

@@ -3,7 +3,10 @@
 -- behaviors of entities/. Any node answers for any entity.
 return {
     cluster = "demo",
-    secret = os.getenv("MOONSHARD_SECRET") or "demo-only-secret",
+    -- A fixed secret, for this demo only: anyone who reads this file can
+    -- join these nodes. A real cluster takes its own from
+    -- `moonshard secret` (here through MOONSHARD_SECRET, which wins).
+    secret = os.getenv("MOONSHARD_SECRET") or "demo-only-secret-4f9c2a7e",
     admin_token = os.getenv("MOONSHARD_ADMIN_TOKEN") or "demo-admin",
     nodes = {
         { name = "n1", listen = "127.0.0.1:7101", http = "127.0.0.1:7201" },

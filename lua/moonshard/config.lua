@@ -863,6 +863,113 @@ local function check_limits(v, path)
     }
 end
 
+-------------------------------------------------------------------------------
+-- The cluster secret (issue 9: fail closed)
+--
+-- A node that may talk to other nodes needs a secret: the config lists more
+-- than one node, or a seed other than the one node's own listen address
+-- (compared as written: "localhost:7101" is not "127.0.0.1:7101", so such a
+-- config needs a secret too). Only a config of one node whose seeds are its
+-- own address may leave it out; that node then makes up a random secret of
+-- its own at every start (runtime/io/cluster.c), so nobody can join it.
+--
+-- A secret must be 16..255 bytes without a NUL byte (the host keeps it as a
+-- C string), and not obviously guessable. That is the rule below, nothing
+-- cleverer: it refuses a secret
+--   - with fewer than 6 distinct bytes ("aaaaaaaaaaaaaaaa", "abababab..."),
+--   - whose neighbouring bytes differ by fewer than 3 distinct steps
+--     ("abcdefghijklmnop", "0123456789012345", "zyxwvutsrqponmlk"),
+--   - or that is a shorter piece repeated ("password1password1").
+-- A secret from `moonshard secret` (32 random bytes, 64 hex digits) passes.
+
+M.SECRET_MIN_BYTES = 16
+M.SECRET_MAX_BYTES = 255 -- runtime/core/config.h keeps 255 bytes and a NUL
+local SECRET_MIN_DISTINCT = 6
+local SECRET_MIN_STEPS = 3
+local SECRET_HINT = "; generate one with `moonshard secret`"
+
+-- Returns nil when `s` (a string) is acceptable as a secret, else the
+-- reason. Never puts the secret itself into the reason.
+function M.secret_problem(s)
+    if type(s) ~= "string" then
+        error("bad 'secret' argument (string expected, got " .. type(s)
+              .. ")", 2)
+    end
+    local n = #s
+    if n < M.SECRET_MIN_BYTES then
+        return format("must be at least %d bytes", M.SECRET_MIN_BYTES)
+    end
+    if n > M.SECRET_MAX_BYTES then
+        return format("must be at most %d bytes", M.SECRET_MAX_BYTES)
+    end
+    if find(s, "\0", 1, true) then
+        return "must not contain a NUL byte"
+    end
+    local seen, distinct = {}, 0
+    local steps, nsteps = {}, 0
+    for i = 1, n do
+        local b = byte(s, i)
+        if not seen[b] then
+            seen[b] = true
+            distinct = distinct + 1
+        end
+        if i > 1 then
+            local d = (b - byte(s, i - 1)) % 256
+            if not steps[d] then
+                steps[d] = true
+                nsteps = nsteps + 1
+            end
+        end
+    end
+    if distinct < SECRET_MIN_DISTINCT then
+        return format("is too easy to guess: fewer than %d distinct bytes",
+                      SECRET_MIN_DISTINCT)
+    end
+    if nsteps < SECRET_MIN_STEPS then
+        return "is too easy to guess: a run of evenly spaced characters"
+    end
+    for p = 1, floor(n / 2) do
+        if sub(s, p + 1) == sub(s, 1, n - p) then
+            return "is too easy to guess: a shorter piece repeated"
+        end
+    end
+    return nil
+end
+
+-- Whether a node of `cfg` (its nodes and seeds checked) may talk to
+-- another node; nil, or the reason a secret is required.
+local function needs_secret(cfg)
+    if #cfg.nodes > 1 then
+        return "required when the config lists more than one node"
+    end
+    for _, s in ipairs(cfg.seeds) do
+        if s ~= cfg.nodes[1].listen then
+            return "required when a seed (" .. s .. ") is not this node's"
+                .. " own listen address"
+        end
+    end
+    return nil
+end
+
+local function check_secret(cfg)
+    local p = { "secret" }
+    local s = cfg.secret
+    if s == nil then
+        local why = needs_secret(cfg)
+        if why then
+            -- `secret = os.getenv("X")` with X unset lands here too
+            fail(p, why .. SECRET_HINT, nil)
+        end
+        return
+    end
+    local why = M.secret_problem(s)
+    if why then
+        -- never echo the secret into an error (it may end up in logs)
+        fail(p, why .. SECRET_HINT,
+             format("%d byte%s", #s, #s == 1 and "" or "s"))
+    end
+end
+
 local function check(t)
     local root = {}
     check_known(t, root, TOP_FIELDS)
@@ -893,6 +1000,7 @@ local function check(t)
         end
     end
     cfg.seeds = seeds
+    check_secret(cfg)
     cfg.entities, cfg.entity_list = check_entities(t.entities, { "entities" })
     cfg.limits = check_limits(t.limits, { "limits" })
     cfg.gc_step_kb = integer_field(t, "gc_step_kb", root, 1, INT_MAX, 64, true)

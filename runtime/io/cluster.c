@@ -33,7 +33,12 @@ struct ms_cluster {
     int nseed_wait;
     int closing;
     int self_up_printed;
+    uint64_t self_down_at_ms; /* a forced down of this node, due then */
 };
+
+/* A forced down of this node's own address is applied this long after
+ * the request, so that the HTTP answer leaves before the node stops. */
+#define SELF_DOWN_DELAY_MS 200
 
 static uint64_t random_uid(void)
 {
@@ -158,10 +163,29 @@ static void drain(struct ms_cluster *c)
     arm(c);
 }
 
+/* Applies a forced down of this node (ms_cluster_down) and tells every
+ * connected member at once, since the node stops as soon as the actions
+ * are drained. */
+static void down_self(struct ms_cluster *c, uint64_t now)
+{
+    c->self_down_at_ms = 0;
+    if (ms_mb_down(c->mb, c->cfg->listen, now) < 0)
+        return;
+    size_t n = ms_mb_member_count(c->mb);
+    for (size_t i = 0; i < n; i++) {
+        const struct ms_mb_member *m = ms_mb_member_at(c->mb, i);
+        if (m->uid != c->uid && ms_transport_connected(c->t, m->uid))
+            send_gossip(c, m->uid);
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct ms_cluster *c = t->data;
-    ms_mb_tick(c->mb, uv_now(c->loop));
+    uint64_t now = uv_now(c->loop);
+    if (c->self_down_at_ms && now >= c->self_down_at_ms)
+        down_self(c, now);
+    ms_mb_tick(c->mb, now);
     drain(c);
 }
 
@@ -169,7 +193,14 @@ static void arm(struct ms_cluster *c)
 {
     if (c->closing)
         return;
-    uint64_t in = ms_mb_next_deadline(c->mb, uv_now(c->loop));
+    uint64_t now = uv_now(c->loop);
+    uint64_t in = ms_mb_next_deadline(c->mb, now);
+    if (c->self_down_at_ms) {
+        uint64_t due = c->self_down_at_ms > now ? c->self_down_at_ms - now
+                                                : 0;
+        if (due < in)
+            in = due;
+    }
     uv_timer_start(&c->tick, on_tick, in ? in : 1, 0);
 }
 
@@ -248,6 +279,53 @@ static int split_host(const char *address, char *host, size_t hlen, int *port)
     return 0;
 }
 
+/*
+ * The secret this node authenticates with (issue 9: fail closed). The
+ * config check (lua/moonshard/config.lua) already refused a config that
+ * lets the node talk to others without a secret, or with a weak one; this
+ * checks again so that no path into the host can fall back to a secret
+ * anyone could derive. A node alone (one node listed, no seed but its own
+ * address) without a secret gets SECRET_RANDOM_BYTES fresh random bytes
+ * from the system's CSPRNG, new at every start: nobody can join it.
+ * Returns 0, or -1 with the reason in `err`.
+ */
+#define SECRET_MIN_BYTES 16
+#define SECRET_RANDOM_BYTES 32
+
+static int cluster_secret(const struct ms_config *cfg, uint8_t *out,
+                          size_t *len, char *err, size_t errlen)
+{
+    size_t n = strnlen(cfg->secret, sizeof cfg->secret);
+    if (n > 0) {
+        if (n < SECRET_MIN_BYTES) {
+            snprintf(err, errlen, "the cluster secret must be at least %d "
+                     "bytes", SECRET_MIN_BYTES);
+            return -1;
+        }
+        memcpy(out, cfg->secret, n);
+        *len = n;
+        return 0;
+    }
+    int alone = cfg->nnodes <= 1;
+    for (int i = 0; alone && i < cfg->nseeds; i++)
+        alone = strcmp(cfg->seeds[i], cfg->listen) == 0;
+    if (!alone) {
+        snprintf(err, errlen, "no cluster secret: a node that may talk to "
+                 "other nodes needs one (`moonshard secret` makes one)");
+        return -1;
+    }
+    int rc = uv_random(NULL, NULL, out, SECRET_RANDOM_BYTES, 0, NULL);
+    if (rc < 0) {
+        snprintf(err, errlen, "no random bytes for this node's own "
+                 "secret: %s", uv_strerror(rc));
+        return -1;
+    }
+    *len = SECRET_RANDOM_BYTES;
+    ms_log(MS_LOG_INFO, NULL, "no secret configured: this node runs alone "
+           "with a random secret of its own, so no other node can join it");
+    return 0;
+}
+
 int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
                      const struct ms_config *cfg,
                      const struct ms_cluster_hooks *hooks, char *err,
@@ -262,14 +340,11 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
     c->cfg = cfg;
     c->hooks = *hooks;
     c->uid = random_uid();
-    const char *secret = cfg->secret;
-    char dev[200];
-    if (!secret[0]) {
-        snprintf(dev, sizeof dev, "moonshard-dev-secret:%s", cfg->cluster);
-        secret = dev;
-        if (cfg->nnodes > 1)
-            ms_log(MS_LOG_WARN, NULL, "no cluster secret configured: using "
-                   "an insecure development secret (set `secret`)");
+    uint8_t secret[sizeof cfg->secret];
+    size_t secret_len;
+    if (cluster_secret(cfg, secret, &secret_len, err, errlen) < 0) {
+        free(c);
+        return MS_EINVAL;
     }
     const char *seeds[16];
     for (int i = 0; i < cfg->nseeds; i++)
@@ -297,10 +372,12 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
     }
     struct ms_transport_config tcfg = {
         cfg->cluster, cfg->node_name, cfg->listen, c->uid,
-        (const uint8_t *)secret, strlen(secret), host, port,
+        secret, secret_len, host, port,
         cfg->max_message + 4096, 64u << 20, 5000};
     struct ms_transport_callbacks tcb = {c, on_peer, on_frame};
     rc = ms_transport_start(&c->t, loop, &tcfg, &tcb, err, errlen);
+    /* the transport keeps its own copy */
+    memset(secret, 0, sizeof secret);
     if (rc < 0) {
         ms_mb_free(c->mb);
         free(c);
@@ -324,8 +401,31 @@ int ms_cluster_leave(struct ms_cluster *c)
     return rc;
 }
 
-int ms_cluster_down(struct ms_cluster *c, const char *address)
+int ms_cluster_down(struct ms_cluster *c, const char *address, int force)
 {
+    /* Reachability is this node's own observation (heartbeats answered
+     * within the last 5 s); a member that answers may still own shards,
+     * and downing it would let a second node run them (G1). */
+    size_t n = ms_mb_member_count(c->mb);
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct ms_mb_member *m = ms_mb_member_at(c->mb, i);
+        if (strcmp(m->address, address) != 0)
+            continue;
+        found = 1;
+        if (!force && m->status < MS_MB_DOWN &&
+            (m->uid == c->uid || ms_mb_is_reachable(c->mb, m->uid)))
+            return MS_EBUSY;
+    }
+    if (!found)
+        return MS_EINVAL;
+    if (strcmp(address, c->cfg->listen) == 0) {
+        /* this node: answer first, then go (see down_self) */
+        if (!c->self_down_at_ms)
+            c->self_down_at_ms = uv_now(c->loop) + SELF_DOWN_DELAY_MS;
+        arm(c);
+        return 0;
+    }
     int rc = ms_mb_down(c->mb, address, uv_now(c->loop));
     drain(c);
     return rc;

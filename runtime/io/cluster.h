@@ -41,8 +41,13 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
  * MS_EINVAL when this node is Down or Removed already. */
 int ms_cluster_leave(struct ms_cluster *c);
 
-/* Downs the member at `address` (operator). */
-int ms_cluster_down(struct ms_cluster *c, const char *address);
+/* Downs the member at `address` (operator; borrowed for the call).
+ * Unless `force` is set, refuses with MS_EBUSY when a live incarnation at
+ * that address is reachable from here (this node itself always is): a
+ * member that answers heartbeats may still be running its shards.
+ * Returns 0 (also when it is Down already), MS_EBUSY, or MS_EINVAL when
+ * no member has this address. */
+int ms_cluster_down(struct ms_cluster *c, const char *address, int force);
 
 /* Tells the membership whether member `uid` still owns shards. */
 void ms_cluster_set_owns_shards(struct ms_cluster *c, uint64_t uid, int owns);

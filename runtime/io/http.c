@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../core/auth.h"
+#include "../core/downreq.h"
 #include "../core/jsoncheck.h"
 #include "../core/log.h"
 
@@ -710,9 +711,12 @@ static int admin_ok(struct conn *c)
 
 /* POST /v1/leave (no body: the node that receives it leaves) and
  * POST /v1/down (body: the member's address as a JSON string or
- * {"address": ...}); both need the admin token in the X-Moonshard-Token
- * header. */
-static void post_admin(struct conn *c, int leave)
+ * {"address": ..., "force": true}; or ?force=1, see core/downreq.h); both
+ * need the admin token in the X-Moonshard-Token header. A down of a
+ * member this node sees reachable (itself included) is refused with 409
+ * unless it says force. */
+static void post_admin(struct conn *c, int leave, const char *query,
+                       size_t qlen)
 {
     if (!admin_ok(c))
         return;
@@ -720,14 +724,23 @@ static void post_admin(struct conn *c, int leave)
     if (leave) {
         rc = ms_node_leave(c->h->node);
     } else {
-        char address[200];
-        size_t n = c->body_len < sizeof address - 1 ? c->body_len
-                                                    : sizeof address - 1;
-        memcpy(address, c->body ? c->body : "", n);
-        address[n] = 0;
-        rc = ms_node_down(c->h->node, address);
+        char address[MS_DOWNREQ_MAX_ADDRESS + 1];
+        int force;
+        const char *why;
+        if (ms_downreq_parse(c->body, c->body_len, query, qlen, address,
+                             sizeof address, &force, &why) < 0) {
+            respond_error(c, 400, "bad_request", "%s", why);
+            return;
+        }
+        rc = ms_node_down(c->h->node, address, force);
     }
-    if (rc < 0)
+    if (!leave && rc == MS_EBUSY)
+        respond_error(c, 409, "reachable", "%s",
+                      "member is reachable; down only members that are "
+                      "really gone, or pass force (a live member that is "
+                      "downed keeps its entities while others take its "
+                      "shards)");
+    else if (rc < 0)
         respond_error(c, rc == MS_EINVAL ? 404 : 409,
                       rc == MS_EINVAL ? "not_found" : "conflict", "%s",
                       leave ? "this node cannot leave now"
@@ -976,7 +989,7 @@ static void route(struct conn *c)
     } else if (streq(path, plen, "/v1/leave") ||
                streq(path, plen, "/v1/down")) {
         if (c->parser.method == HTTP_POST)
-            post_admin(c, path[4] == 'l');
+            post_admin(c, path[4] == 'l', query, qlen);
         else
             not_allowed(c, "POST");
     } else if (plen > 9 && memcmp(path, "/v1/move/", 9) == 0) {

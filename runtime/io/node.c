@@ -611,19 +611,11 @@ int ms_node_leave(struct ms_node *n)
     return ms_cluster_leave(n->cluster);
 }
 
-int ms_node_down(struct ms_node *n, const char *address)
+int ms_node_down(struct ms_node *n, const char *address, int force)
 {
     if (!n->cluster)
         return MS_EINVAL;
-    char a[200];
-    size_t l = 0;
-    for (const char *p = address; *p && l + 1 < sizeof a; p++)
-        if (*p != '"' && *p != ' ' && *p != '\n' && *p != '{' && *p != '}')
-            a[l++] = *p;
-    a[l] = 0;
-    /* {"address":"h:p"} -> address:h:p */
-    const char *v = strncmp(a, "address:", 8) == 0 ? a + 8 : a;
-    return ms_cluster_down(n->cluster, v);
+    return ms_cluster_down(n->cluster, address, force);
 }
 
 size_t ms_node_members_json(struct ms_node *n, char *buf, size_t buflen)

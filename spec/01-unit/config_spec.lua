@@ -8,7 +8,7 @@ local unused = { module = "decoy", shard_count = 1 }
 
 return {
     cluster = "demo",
-    secret = "s3cret",
+    secret = "s3cret-4b7e9d01a2c6",
     nodes = {
         { name = "n1", listen = "127.0.0.1:7101", http = "127.0.0.1:7201",
           roles = { "backend" } },
@@ -88,7 +88,7 @@ describe("moonshard.config", function()
             local path = write_temp(BASE)
             local cfg = assert(config.load(path))
             assert.equal("demo", cfg.cluster)
-            assert.equal("s3cret", cfg.secret)
+            assert.equal("s3cret-4b7e9d01a2c6", cfg.secret)
             assert.equal(path, cfg.file)
             -- the nodes listed, the first first (a restarted first node
             -- asks the others before it would found a cluster again)
@@ -167,8 +167,9 @@ describe("moonshard.config", function()
         end)
 
         it("keeps explicit seeds, limits and gc_step_kb", function()
-            local src = replace(BASE, [[secret = "s3cret",]], [[
-seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
+            local src = replace(BASE, [[cluster = "demo",]], [[
+cluster = "demo",
+    seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
     gc_step_kb = 8,]])
             src = replace(src, "json_max_depth = 16,",
                           "json_max_depth = 16, max_message_bytes = 64,")
@@ -177,7 +178,6 @@ seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
                         cfg.seeds)
             assert.equal(8, cfg.gc_step_kb)
             assert.equal(64, cfg.limits.max_message_bytes)
-            assert.is_nil(cfg.secret)
         end)
 
         it("lets the script require modules beside it", function()
@@ -194,10 +194,10 @@ seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
         end)
 
         it("gives the script the normal globals", function()
-            local src = replace(BASE, [[secret = "s3cret",]],
-                [[secret = os.getenv("MOONSHARD_NO_SUCH_VAR") or tostring(#"abc"),]])
+            local src = replace(BASE, [[secret = "s3cret-4b7e9d01a2c6",]],
+                [[secret = os.getenv("MOONSHARD_NO_SUCH_VAR") or "k3y-" .. tostring(#"abc") .. "-9f8e7d6c5b4a",]])
             local cfg = assert(config.load(write_temp(src)))
-            assert.equal("3", cfg.secret)
+            assert.equal("k3y-3-9f8e7d6c5b4a", cfg.secret)
         end)
 
         it("keeps the script's own globals out of _G", function()
@@ -215,7 +215,7 @@ seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
         end)
 
         it("returns the Lua message for a runtime error", function()
-            local src = replace(BASE, [[secret = "s3cret",]],
+            local src = replace(BASE, [[secret = "s3cret-4b7e9d01a2c6",]],
                                 [[secret = nil .. "x", --@]])
             local path = write_temp(src)
             local cfg, err = config.load(path)
@@ -244,6 +244,114 @@ seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
         end)
     end)
 
+    describe("the secret", function()
+        -- one node, no secret: may run alone
+        local SINGLE = [[
+return {
+    cluster = "solo",
+    nodes = { { name = "n1", listen = "127.0.0.1:7101", http = "127.0.0.1:7201" } },
+    entities = { Counter = { module = "counter" } },
+}
+]]
+
+        it("may be left out by a config of one node", function()
+            local cfg = assert(config.load(write_temp(SINGLE)))
+            assert.is_nil(cfg.secret)
+            assert.same({ "127.0.0.1:7101" }, cfg.seeds)
+        end)
+
+        it("may be left out when the only seed is the node's own address",
+           function()
+            local src = replace(SINGLE, [[cluster = "solo",]],
+                                [[cluster = "solo", seeds = { "127.0.0.1:7101" },]])
+            assert(config.load(write_temp(src)))
+        end)
+
+        it("is required by one node with another seed", function()
+            -- no `secret` line to point at: the line of `return {`
+            local src = replace(SINGLE, [[cluster = "solo",]],
+                [[cluster = "solo", seeds = { "127.0.0.1:7101", "127.0.0.1:7102" },]])
+            src = replace(src, "return {", "return { --@")
+            local path = write_temp(src)
+            local cfg, err = config.load(path)
+            assert.is_nil(cfg)
+            assert.equal(path .. ":" .. marked_line(src) .. ": secret: required"
+                         .. " when a seed (127.0.0.1:7102) is not this node's"
+                         .. " own listen address; generate one with"
+                         .. " `moonshard secret` (got nil)", err)
+        end)
+
+        it("is required by one node whose seed names it differently",
+           function()
+            -- compared as written: refusing is the safe side
+            local src = replace(SINGLE, [[cluster = "solo",]],
+                [[cluster = "solo", seeds = { "localhost:7101" },]])
+            local cfg, err = config.load(write_temp(src))
+            assert.is_nil(cfg)
+            assert.matches("secret: required when a seed (localhost:7101)",
+                           err, 1, true)
+        end)
+
+        it("is checked when a single node sets one", function()
+            local src = replace(SINGLE, [[cluster = "solo",]],
+                                [[cluster = "solo", secret = "tooshort", --@]])
+            local path = write_temp(src)
+            local _, err = config.load(path)
+            assert.equal(path .. ":" .. marked_line(src) .. ": secret: must be"
+                         .. " at least 16 bytes; generate one with"
+                         .. [[ `moonshard secret` (got "8 bytes")]], err)
+        end)
+
+        it("never shows up in an error", function()
+            local src = replace(BASE, [[secret = "s3cret-4b7e9d01a2c6",]],
+                                [[secret = "pw-1234",]])
+            local _, err = config.load(write_temp(src))
+            assert.is_nil(err:find("pw-1234", 1, true))
+            src = replace(BASE, [[secret = "s3cret-4b7e9d01a2c6",]],
+                          [[secret = "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",]])
+            _, err = config.load(write_temp(src))
+            assert.is_nil(err:find("zzzz", 1, true))
+        end)
+
+        it("accepts 16 bytes that are not low entropy", function()
+            assert.is_nil(config.secret_problem("demo-only-secret"))
+            assert.equal("must be at least 16 bytes",
+                         config.secret_problem("demo-only-secre"))
+        end)
+
+        it("accepts every secret of the `moonshard secret` form", function()
+            -- 64 hex digits of random bytes; a fixed seed keeps this
+            -- reproducible
+            math.randomseed(9)
+            for _ = 1, 2000 do
+                local t = {}
+                for i = 1, 32 do
+                    t[i] = string.format("%02x", math.random(0, 255))
+                end
+                local s = table.concat(t)
+                assert.is_nil(config.secret_problem(s), s)
+            end
+        end)
+
+        it("is set and accepted in every example config", function()
+            local p = io.popen("ls examples/*/cluster.lua")
+            local n = 0
+            for path in p:lines() do
+                local cfg, err = config.load(path)
+                assert(cfg, err)
+                assert.is_string(cfg.secret, path)
+                n = n + 1
+            end
+            p:close()
+            assert.is_true(n >= 2)
+        end)
+
+        it("raises on a non-string argument", function()
+            assert.has_error(function() config.secret_problem(nil) end,
+                             "bad 'secret' argument (string expected, got nil)")
+        end)
+    end)
+
     describe("bad fields", function()
         -- { name, { {old, new}, ... }, expected "FIELD: reason (got V)" }
         local cases = {
@@ -257,13 +365,53 @@ seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
               { { [[cluster = "demo",]], "" }, { "return {", "return { --@" } },
               "cluster: required (got nil)" },
             { "a non-string secret",
-              { { [[secret = "s3cret",]], [[secret = 42, --@]] } },
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], [[secret = 42, --@]] } },
               "secret: must be a non-empty string (got 42)" },
+            { "a missing secret with two nodes (at the return line)",
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], "" }, { "return {", "return { --@" } },
+              "secret: required when the config lists more than one node;"
+              .. " generate one with `moonshard secret` (got nil)" },
+            { "a secret from an unset environment variable",
+              { { [[secret = "s3cret-4b7e9d01a2c6",]],
+                  [[secret = os.getenv("MOONSHARD_NO_SUCH_VAR_9"), --@]] } },
+              "secret: required when the config lists more than one node;"
+              .. " generate one with `moonshard secret` (got nil)" },
+            { "a secret shorter than 16 bytes",
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], [[secret = "s3cret-4b7e9d01", --@]] } },
+              "secret: must be at least 16 bytes; generate one with"
+              .. [[ `moonshard secret` (got "15 bytes")]] },
+            { "a secret of one repeated character",
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], [[secret = ("x"):rep(40), --@]] } },
+              "secret: is too easy to guess: fewer than 6 distinct bytes;"
+              .. [[ generate one with `moonshard secret` (got "40 bytes")]] },
+            { "a secret of few distinct bytes",
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], [[secret = "abcdeabcdeedcbaabcdeeddc", --@]] } },
+              "secret: is too easy to guess: fewer than 6 distinct bytes;"
+              .. [[ generate one with `moonshard secret` (got "24 bytes")]] },
+            { "a secret that is a run of the alphabet",
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], [[secret = "abcdefghijklmnopqrstuvwxyz", --@]] } },
+              "secret: is too easy to guess: a run of evenly spaced characters;"
+              .. [[ generate one with `moonshard secret` (got "26 bytes")]] },
+            { "a secret that is a run of digits, wrapping",
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], [[secret = "01234567890123456789", --@]] } },
+              "secret: is too easy to guess: a run of evenly spaced characters;"
+              .. [[ generate one with `moonshard secret` (got "20 bytes")]] },
+            { "a secret that repeats a shorter piece",
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], [[secret = "hunter2!hunter2!hunt", --@]] } },
+              "secret: is too easy to guess: a shorter piece repeated;"
+              .. [[ generate one with `moonshard secret` (got "20 bytes")]] },
+            { "a secret with a NUL byte",
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], [[secret = "s3cret-4b7e\0d01a2c6", --@]] } },
+              "secret: must not contain a NUL byte;"
+              .. [[ generate one with `moonshard secret` (got "19 bytes")]] },
+            { "a secret over 255 bytes",
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], [[secret = ("s3cret-4b7e9d01a2c6"):rep(14), --@]] } },
+              [[secret: must be at most 255 bytes (got "266 bytes")]] },
             { "a seed without a port",
-              { { [[secret = "s3cret",]], [[seeds = { "127.0.0.1:7101", "127.0.0.1" }, --@]] } },
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], [[seeds = { "127.0.0.1:7101", "127.0.0.1" }, --@]] } },
               [[seeds[2]: must be "host:port": expected "host:port" (got "127.0.0.1")]] },
             { "an empty seed list",
-              { { [[secret = "s3cret",]], [[seeds = {}, --@]] } },
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], [[seeds = {}, --@]] } },
               [[seeds: must be a list of 1 to 16 "host:port" strings]]
               .. [[ (leave it out to use the nodes listed) (got table)]] },
             { "a port out of range",
@@ -369,7 +517,7 @@ seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
               { { [[cluster = "demo",]], [[cluster = "demo", gc_step_kb = 0, --@]] } },
               "gc_step_kb: must be an integer >= 1 (got 0)" },
             { "an unknown top-level field, with a hint",
-              { { [[secret = "s3cret",]], [[secret = "s3cret", clustr = "x", --@]] } },
+              { { [[secret = "s3cret-4b7e9d01a2c6",]], [[secret = "s3cret-4b7e9d01a2c6", clustr = "x", --@]] } },
               [[clustr: unknown field, did you mean "cluster"? (got "x")]] },
             { "an unknown entity field, with a hint",
               { { "shard_count = 32,", "shard_cout = 32, --@" } },

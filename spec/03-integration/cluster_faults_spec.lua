@@ -62,7 +62,10 @@ describe("cluster faults", function()
         if n:alive() then
             n:kill()
         end
-        local status, _, raw = via:admin("down", n.listen)
+        -- just killed: gone for sure, so no need to wait the 5 s until
+        -- it is unreachable (a down without force waits for that)
+        local status, _, raw = via:admin("down", { address = n.listen,
+                                                   force = true })
         assert.is_true(status == 202 or status == 404, raw)
         wait_gone(live(), n.name)
     end
@@ -298,7 +301,9 @@ describe("cluster faults", function()
             assert.is_true(#on_leader > 0, "no id lived on the leader")
             leader:kill()
             local via = live()[1]
-            local status, _, raw = via:admin("down", leader.listen)
+            -- just killed, not yet unreachable: force
+            local status, _, raw = via:admin("down", { address = leader.listen,
+                                                       force = true })
             assert.equal(202, status, raw)
             local survivors = live()
             helpers.wait_until(function()

@@ -352,7 +352,8 @@ describe("handoff", function()
         end
         n1:kill()
         n3:signal(helpers.SIGCONT)
-        local status = n4:admin("down", n1.listen)
+        -- just killed, not yet unreachable: force
+        local status = n4:admin("down", { address = n1.listen, force = true })
         assert.are.equal(202, status)
         -- the next coordinator rolls back or finishes; every shard has one
         -- owner among the live nodes, and generations went up

@@ -41,7 +41,9 @@ describe("a restarted first node", function()
             return n2:call("Counter", "r10", { type = "get" }).value == 10
         end, 5, "the tells")
         n1:kill()
-        local status, _, raw = n2:admin("down", n1.listen)
+        -- just killed, not yet unreachable: force
+        local status, _, raw = n2:admin("down", { address = n1.listen,
+                                                  force = true })
         assert.equal(202, status, raw)
         helpers.wait_until(function()
             return not helpers.member(n2:members(), "n1")

@@ -951,7 +951,8 @@ function Node:activate(t, id)
 end
 
 -- POST /v1/leave or /v1/down (`action`) with a member's address as the
--- JSON body. `token`: the X-Moonshard-Token header; nil: the cluster's
+-- JSON body, or a table encoded as the body ({ address = ..., force =
+-- true }). `token`: the X-Moonshard-Token header; nil: the cluster's
 -- admin token; false: no header. Returns status, body, raw.
 function Node:admin(action, address, token)
     if token == nil then
