@@ -16,11 +16,26 @@
  * close`, HTTP/1.0) shuts down its write side and discards input until the
  * peer closes, so the kernel does not reset the connection over unread
  * request bytes before the client has read the response.
+ *
+ * Room: at limits.http_connections a new connection takes the place of
+ * one that never sent a byte (the oldest first), else of the longest idle
+ * one, else of the oldest lingering one; never its own. Each of these is
+ * a list in the order its members entered it, so the choice is O(1) and
+ * connections accepted in one loop turn (same clock) still have an
+ * order. Only when every connection is receiving or being answered a
+ * request is the new one refused: a 503 if its socket takes it at once,
+ * then closed, without reading.
+ *
+ * Errors answer {"error":{"code","message","id"}}: the message is made by
+ * client_error.h (no paths, search lists or addresses; bounded) and the
+ * node logs the id with the whole detail.
  */
 #include "http.h"
 
 #include <http_parser.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -28,6 +43,7 @@
 #include <string.h>
 
 #include "../core/auth.h"
+#include "../core/client_error.h"
 #include "../core/jsoncheck.h"
 #include "../core/log.h"
 
@@ -45,11 +61,11 @@
 #define TIMEOUT_DEFAULT_MS 5000
 #define TIMEOUT_MAX_S 300.0
 #define KEEPALIVE_PROBE_S 60        /* TCP keepalive finds vanished peers */
-/* Open client connections are at most limits.http_connections (1,024 by
- * default): at the limit a new one takes the place of the longest idle
- * one, else it is answered 503 and closed; CONN_OVER more may be taking
- * that 503. */
-#define CONN_OVER 64
+/* Error lines logged at most: LOG_BURST at once, LOG_PER_S a second
+ * after that, for client errors (4xx) and server errors (5xx) apart, so
+ * a flood of bad requests cannot hide a failing handler. */
+#define LOG_BURST 100
+#define LOG_PER_S 20
 /* A connection has limits.http_timeout (30 s by default), checked every
  * SWEEP_MS, to send a whole request from its first byte (not from its
  * last: a byte now and then does not keep it), to stay idle between
@@ -61,18 +77,31 @@
 #define JSON "application/json"
 #define OK_BODY "{\"ok\":true}"
 
+/* A connection's class: which list of the gateway it is on. Room for a
+ * new connection is taken from FRESH, then IDLE, then LINGER. */
+enum {
+    FRESH,      /* accepted, no byte received yet */
+    IDLE,       /* between requests */
+    LINGER,     /* last response out, waiting for the peer's EOF */
+    ACTIVE,     /* a request being received or answered */
+    NCLASS
+};
+
 struct conn {
     uv_tcp_t tcp;
     uv_shutdown_t shutdown;
     http_parser parser;
     struct ms_http *h;          /* NULL once the handle is closed */
-    struct conn *prev, *next;   /* h->conns, while not closing */
+    struct conn *prev, *next;   /* h->head[cls], while not closing */
     int refs;                   /* the handle + a pending ask */
+    unsigned cls : 2;           /* FRESH ... ACTIVE */
     unsigned busy : 1;          /* a request is being answered */
     unsigned reading : 1;
     unsigned keep_alive : 1;    /* of the current request */
     unsigned loopback : 1;      /* the client is on this host */
     unsigned in_token : 1;      /* the header being read is the token */
+    unsigned token_seen : 1;    /* this request has a token header */
+    unsigned head_done : 1;     /* headers over: trailers from here */
     unsigned in_expect : 1;     /* the header being read is Expect */
     char expect[16];            /* its value, lower case, cut */
     size_t expect_len;
@@ -100,7 +129,7 @@ struct ms_http {
     uv_timer_t sweep;           /* closes connections past their deadline */
     uv_loop_t *loop;
     struct ms_node *node;
-    struct conn *conns;
+    struct conn *head[NCLASS], *tail[NCLASS];
     int handles;                /* open handles: listener, sweep timer,
                                    connections */
     int nconns;                 /* connections, not closing */
@@ -108,6 +137,9 @@ struct ms_http {
     int max_conns;              /* limits.http_connections */
     uint64_t timeouts;          /* connections closed by their deadline */
     uint64_t refused;           /* connections answered 503 (too many) */
+    uint64_t evicted;           /* closed to make room for a new one */
+    uint64_t id_seed, errors;   /* error ids: ms_client_error_id */
+    struct ms_log_budget log4xx, log5xx;
     int closing;
     char address[64];           /* "host:port" bound, for the help page */
     char rbuf[READ_BUF];
@@ -314,19 +346,58 @@ static void on_conn_closed(uv_handle_t *hd)
     handle_closed(h);
 }
 
+static void unlink_conn(struct conn *c)
+{
+    struct ms_http *h = c->h;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        h->head[c->cls] = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        h->tail[c->cls] = c->prev;
+    c->prev = c->next = NULL;
+}
+
+/* Appends c to the list of class k (it is on none). */
+static void link_conn(struct conn *c, int k)
+{
+    struct ms_http *h = c->h;
+    c->cls = (unsigned)k;
+    c->prev = h->tail[k];
+    c->next = NULL;
+    if (h->tail[k])
+        h->tail[k]->next = c;
+    else
+        h->head[k] = c;
+    h->tail[k] = c;
+}
+
+/* Moves c to the end of class k's list, unless it is there already. */
+static void set_class(struct conn *c, int k)
+{
+    if (c->closing || c->cls == (unsigned)k)
+        return;
+    unlink_conn(c);
+    link_conn(c, k);
+}
+
+/* Puts c in the class its state says, once it has sent something. */
+static void settle(struct conn *c)
+{
+    set_class(c, c->lingering               ? LINGER
+                 : c->busy || c->in_request ? ACTIVE
+                                            : IDLE);
+}
+
 static void conn_close(struct conn *c)
 {
     if (c->closing)
         return;
+    unlink_conn(c);
     c->closing = 1;
     c->h->nconns--;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        c->h->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    c->prev = c->next = NULL;
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
@@ -369,6 +440,7 @@ static void linger(struct conn *c)
     c->rest = NULL;
     c->rest_len = 0;
     c->lingering = 1;
+    set_class(c, LINGER);
     set_deadline(c, c->h->timeout_ms < LINGER_MS ? c->h->timeout_ms
                                                  : LINGER_MS);
     c->shutdown.data = c;
@@ -415,6 +487,7 @@ static void on_write(uv_write_t *req, int status)
     c->busy = 0;
     set_deadline(c, c->h->timeout_ms);
     resume(c);
+    settle(c);
 }
 
 /*
@@ -481,29 +554,95 @@ static void respond(struct conn *c, int status, const char *ctype,
     respond_v(c, status, ctype, NULL, &p, 1);
 }
 
-/* {"error":{"code":"<code>","message":"<msg>"}}, both JSON-escaped. */
-static void respond_error_x(struct conn *c, int status, const char *extra,
-                            const char *code, const char *msg)
+/* `code` when it is a plain error code (letters, digits, '_', '.', '-';
+ * at most 40 bytes), else "error": it goes into log fields as it is. */
+static const char *plain_code(const char *code)
 {
-    /* msg has at most 511 bytes (respond_error), each escaped to at most
-     * 6, so the message is never cut; put_escaped guards anyway. */
-    char body[4096];
-    size_t n, cap = sizeof body - 3;
-    struct part p;
+    size_t n = strlen(code);
+    if (n == 0 || n > 40 ||
+        strspn(code, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                     "0123456789_.-") != n)
+        return "error";
+    return code;
+}
 
-    n = strlen("{\"error\":{\"code\":\"");
-    memcpy(body, "{\"error\":{\"code\":\"", n);
-    ms_json_put_escaped(body, 128, &n, code, strlen(code));
-    memcpy(body + n, "\",\"message\":\"", 13);
-    n += 13;
-    ms_json_put_escaped(body, cap, &n, msg, strlen(msg));
-    memcpy(body + n, "\"}}", 3);
-    n += 3;
-    p.p = body;
-    p.n = n;
+/* Logs an error answered to a client with its id and whole detail, within
+ * the log budget of its kind (4xx or 5xx). */
+static void log_error(struct ms_http *h, int status, const char *code,
+                      const char *id, const char *detail)
+{
+    struct ms_log_budget *b = status >= 500 ? &h->log5xx : &h->log4xx;
+    uint64_t skipped = 0;
+    char fields[160], more[48] = "";
+    if (!ms_log_budget_take(b, uv_now(h->loop), &skipped))
+        return;
+    if (skipped)
+        snprintf(more, sizeof more, " unlogged=%llu",
+                 (unsigned long long)skipped);
+    snprintf(fields, sizeof fields, "error_id=%s status=%d code=%s%s", id,
+             status, code, more);
+    ms_log(status == 500 ? MS_LOG_ERROR
+           : status > 500 ? MS_LOG_WARN
+                          : MS_LOG_INFO,
+           fields, "answered an HTTP error: %s", detail);
+}
+
+/* Error texts: the gateway's own words are shown as they are (cut to
+ * MS_CLIENT_MSG_MAX bytes); any other detail (a handler's error, a Lua
+ * module's) only as ms_client_error_text makes it. */
+enum { OWN, FOREIGN };
+
+/*
+ * Writes {"error":{"code":..,"message":..,"id":..}} into out[0..cap)
+ * (cap >= 2048) and returns its length. The message is `detail`, made
+ * safe as `kind` says, or `generic` when nothing of the detail may be
+ * shown (or detail is NULL); the whole detail goes only to the log line,
+ * under the same id.
+ */
+static size_t error_body(struct ms_http *h, int status, const char *code,
+                         const char *detail, int kind, const char *generic,
+                         char *out, size_t cap)
+{
+    char msg[MS_CLIENT_MSG_MAX + 1], id[MS_CLIENT_ID_LEN + 1];
+    size_t n;
+    code = plain_code(code);
+    if (detail != NULL && kind == OWN) {
+        n = strlen(detail);
+        if (n > MS_CLIENT_MSG_MAX) {
+            n = MS_CLIENT_MSG_MAX;
+            while (n > 0 && ((unsigned char)detail[n] & 0xC0) == 0x80)
+                n--; /* not inside a UTF-8 character */
+        }
+        memcpy(msg, detail, n);
+        msg[n] = 0;
+    }
+    if (detail == NULL ||
+        (kind == FOREIGN &&
+         ms_client_error_text(msg, sizeof msg, detail, strlen(detail)) == 0))
+        snprintf(msg, sizeof msg, "%s", generic);
+    ms_client_error_id(h->id_seed, h->errors++, id);
+    log_error(h, status, code, id, detail ? detail : generic);
+    n = (size_t)snprintf(out, cap, "{\"error\":{\"code\":\"%s\","
+                         "\"message\":\"", code);
+    ms_json_put_escaped(out, cap - 32, &n, msg, strlen(msg));
+    n += (size_t)snprintf(out + n, cap - n, "\",\"id\":\"%s\"}}", id);
+    return n;
+}
+
+/* Answers an error; `extra` is NULL or more header lines (see
+ * error_body for the rest). */
+static void respond_error_x(struct conn *c, int status, const char *extra,
+                            const char *code, const char *detail, int kind,
+                            const char *generic)
+{
+    char body[2048];
+    struct part p = {body, 0};
+    p.n = error_body(c->h, status, code, detail, kind, generic, body,
+                     sizeof body);
     respond_v(c, status, JSON, extra, &p, 1);
 }
 
+/* Answers an error of the gateway's own words (printf-like). */
 static void __attribute__((format(printf, 4, 5)))
 respond_error(struct conn *c, int status, const char *code, const char *fmt,
               ...)
@@ -514,7 +653,7 @@ respond_error(struct conn *c, int status, const char *code, const char *fmt,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    respond_error_x(c, status, NULL, code, msg);
+    respond_error_x(c, status, NULL, code, msg, OWN, "the request failed");
 }
 
 static void respond_node_error(struct conn *c, int err)
@@ -529,7 +668,7 @@ static void not_allowed(struct conn *c, const char *method)
 
     snprintf(extra, sizeof extra, "Allow: %s\r\n", method);
     snprintf(msg, sizeof msg, "this endpoint takes %s", method);
-    respond_error_x(c, 405, extra, "method_not_allowed", msg);
+    respond_error_x(c, 405, extra, "method_not_allowed", msg, OWN, msg);
 }
 
 /* ---- endpoints ---------------------------------------------------------- */
@@ -539,14 +678,17 @@ static void on_ask(void *data, int err, const char *payload, size_t len)
     struct conn *c = data;
 
     if (!c->closing) {
+        char code[64], detail[1024];
         if (err == 0) {
             respond(c, 200, JSON, payload, len);
         } else if (payload != NULL && len > 0) {
-            /* payload is already {"code": ..., "message": ...} */
-            struct part p[3] = {
-                {"{\"error\":", 9}, {payload, len}, {"}", 1}};
-
-            respond_v(c, err_status(err), JSON, NULL, p, 3);
+            /* payload is {"code": ..., "message": ...}, from this node or
+             * the owner's; its message is the detail */
+            int ok = ms_client_error_parse(payload, len, code, sizeof code,
+                                           detail, sizeof detail) == 0;
+            respond_error_x(c, err_status(err), NULL,
+                            ok ? code : ms_errname(err), ok ? detail : NULL,
+                            FOREIGN, ms_strerror(err));
         } else {
             respond_node_error(c, err);
         }
@@ -658,8 +800,8 @@ static void get_metrics(struct conn *c)
     if (json != small)
         free(json);
     if (rc < 0 || text == NULL || text[0] == 0) {
-        ms_log(MS_LOG_ERROR, NULL, "GET /metrics: %s", err);
-        respond_error(c, 500, "internal", "metrics: %s", err);
+        respond_error_x(c, 500, NULL, "internal", err, FOREIGN,
+                        "the metrics could not be rendered");
     } else {
         respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text,
                 strlen(text));
@@ -1015,6 +1157,8 @@ static int on_message_begin(http_parser *p)
     c->field_len = 0;
     c->in_token = 0;
     c->token_len = 0;
+    c->token_seen = 0;
+    c->head_done = 0;
     c->in_expect = 0;
     c->expect_len = 0;
     c->url_len = 0;
@@ -1054,10 +1198,26 @@ static int on_url(http_parser *p, const char *at, size_t len)
     return 0;
 }
 
-/* Header names arrive in pieces; only X-Moonshard-Token is kept. */
+/* Answers 400 for a header the parser let through; fails the parser. */
+static int bad_header(struct conn *c, const char *why)
+{
+    c->keep_alive = 0;
+    respond_error(c, 400, "bad_request", "%s", why);
+    return -1;
+}
+
+/* Header names arrive in pieces; only X-Moonshard-Token and Expect are
+ * kept, and only from the head: trailers after a chunked body are
+ * counted and checked, never read. */
 static int on_header(http_parser *p, const char *at, size_t len)
 {
     struct conn *c = p->data;
+    /* http-parser, built lenient, takes blanks in a name ("Host : x");
+     * RFC 9112 5.1 asks for a 400 (a proxy may read it otherwise) */
+    if (memchr(at, ' ', len) != NULL)
+        return bad_header(c, "whitespace in a header name");
+    if (c->head_done)
+        return head_add(c, len);
     if (c->in_token || c->in_expect || c->field_len == SIZE_MAX) {
         c->field_len = 0;
         c->in_token = 0;
@@ -1073,11 +1233,15 @@ static int on_header(http_parser *p, const char *at, size_t len)
 static int on_header_value(http_parser *p, const char *at, size_t len)
 {
     struct conn *c = p->data;
+    if (c->head_done)
+        return head_add(c, len);
     if (c->field_len != SIZE_MAX) { /* a value's first piece */
         c->in_token = c->field_len == 17 &&
                       memcmp(c->field, "x-moonshard-token", 17) == 0;
+        if (c->in_token && c->token_seen)
+            return bad_header(c, "X-Moonshard-Token appears twice");
         if (c->in_token)
-            c->token_len = 0;
+            c->token_seen = 1;
         c->in_expect = c->field_len == 6 &&
                        memcmp(c->field, "expect", 6) == 0;
         if (c->in_expect)
@@ -1124,6 +1288,7 @@ static int on_headers_complete(http_parser *p)
     struct conn *c = p->data;
     size_t max = ms_node_max_message(c->h->node);
 
+    c->head_done = 1;
     c->keep_alive = http_should_keep_alive(p) && !p->upgrade;
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > max) {
         c->keep_alive = 0;
@@ -1256,20 +1421,62 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             conn_close(c);
         return;
     }
-    if (nread > 0)
+    if (nread > 0) {
         feed(c, buf->base, (size_t)nread);
+        settle(c);
+    }
 }
 
-/* The idle connection (no request under way) that waited longest, or
- * NULL. */
-static struct conn *longest_idle(struct ms_http *h)
+/* 1 when c's peer has sent bytes not read yet (a peek, no read). */
+static int has_input(struct conn *c)
 {
-    struct conn *best = NULL;
-    for (struct conn *c = h->conns; c; c = c->next)
-        if (!c->busy && !c->in_request && !c->lingering &&
-            (!best || c->deadline_ms < best->deadline_ms))
-            best = c;
-    return best;
+    uv_os_fd_t fd;
+    char b;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+        return 0;
+    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
+/* The connection to close for `fresh`: the oldest that never sent a byte,
+ * else the longest idle, else the oldest lingering; never `fresh` itself.
+ * NULL when every other one is receiving or being answered a request. */
+static struct conn *victim(struct ms_http *h, struct conn *fresh)
+{
+    struct conn *c, *next;
+    for (c = h->head[FRESH]; c; c = next) {
+        next = c->next;
+        if (c == fresh)
+            continue;
+        /* accepted in this loop turn, its request may wait unread */
+        if (!has_input(c))
+            return c;
+        set_class(c, ACTIVE); /* read soon, then settled */
+    }
+    if (h->head[IDLE])
+        return h->head[IDLE];
+    return h->head[LINGER];
+}
+
+/* Refuses c at once: a 503 if its socket takes it now (no waiting for
+ * the client to read it), then closed without reading. */
+static void refuse(struct conn *c)
+{
+    struct ms_http *h = c->h;
+    char head[160], body[2048], msg[96];
+    size_t n;
+    int hn;
+    h->refused++;
+    snprintf(msg, sizeof msg, "this node serves %d connections at most; "
+             "try again later", h->max_conns);
+    n = error_body(h, 503, "too_many_connections", msg, OWN, msg, body,
+                   sizeof body);
+    hn = snprintf(head, sizeof head, "HTTP/1.1 503 Service Unavailable\r\n"
+                  "Content-Type: " JSON "\r\nContent-Length: %zu\r\n"
+                  "Connection: close\r\n\r\n", n);
+    uv_buf_t b[2] = {uv_buf_init(head, (unsigned)hn),
+                     uv_buf_init(body, (unsigned)n)};
+    (void)uv_try_write((uv_stream_t *)&c->tcp, b, 2);
+    conn_close(c);
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -1292,12 +1499,8 @@ static void on_connection(uv_stream_t *server, int status)
     c->refs = 1;
     h->handles++;
     h->nconns++;
-    c->next = h->conns;
-    if (h->conns)
-        h->conns->prev = c;
-    h->conns = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
-        h->nconns > h->max_conns + CONN_OVER) {
+    link_conn(c, FRESH);
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
         conn_close(c);
         return;
     }
@@ -1312,17 +1515,13 @@ static void on_connection(uv_stream_t *server, int status)
     c->parser.data = c;
     set_deadline(c, c->h->timeout_ms);
     if (h->nconns > h->max_conns) {
-        struct conn *idle = longest_idle(h);
-        if (idle && idle != c) {
-            conn_close(idle); /* it may connect again */
-        } else {
-            h->refused++;
-            c->keep_alive = 0;
-            respond_error(c, 503, "too_many_connections",
-                          "this node serves %d connections at most; try "
-                          "again later", h->max_conns);
+        struct conn *old = victim(h, c);
+        if (old == NULL) {
+            refuse(c);
             return;
         }
+        h->evicted++;
+        conn_close(old); /* it may connect again */
     }
     read_start(c);
 }
@@ -1331,12 +1530,14 @@ static void on_sweep(uv_timer_t *t)
 {
     struct ms_http *h = t->data;
     uint64_t now = uv_now(h->loop);
-    struct conn *c = h->conns, *next;
-    for (; c; c = next) {
-        next = c->next;
-        if (c->deadline_ms && now >= c->deadline_ms) {
-            h->timeouts++;
-            conn_close(c);
+    struct conn *c, *next;
+    for (int k = 0; k < NCLASS; k++) {
+        for (c = h->head[k]; c; c = next) {
+            next = c->next;
+            if (c->deadline_ms && now >= c->deadline_ms) {
+                h->timeouts++;
+                conn_close(c);
+            }
         }
     }
 }
@@ -1387,6 +1588,10 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
     h->loop = loop;
     h->node = node;
     ms_node_http_limits(node, &h->timeout_ms, &h->max_conns);
+    if (uv_random(NULL, NULL, &h->id_seed, sizeof h->id_seed, 0, NULL) != 0)
+        h->id_seed = uv_hrtime() ^ ((uint64_t)getpid() << 32);
+    h->log4xx.burst = h->log5xx.burst = LOG_BURST;
+    h->log4xx.per_s = h->log5xx.per_s = LOG_PER_S;
     rc = uv_tcp_init(loop, &h->listener);
     if (rc != 0) {
         set_err(err, errlen, "HTTP listener: %s", uv_strerror(rc));
@@ -1444,8 +1649,9 @@ void ms_http_close(struct ms_http *h)
     if (h == NULL || h->closing)
         return;
     h->closing = 1;
-    while (h->conns != NULL)
-        conn_close(h->conns);
+    for (int k = 0; k < NCLASS; k++)
+        while (h->head[k] != NULL)
+            conn_close(h->head[k]);
     uv_close((uv_handle_t *)&h->sweep, on_sweep_closed);
     uv_close((uv_handle_t *)&h->listener, on_listener_closed);
 }
