@@ -1630,6 +1630,11 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
     return 0;
 }
 
+const char *ms_http_address(struct ms_http *h)
+{
+    return h->address;
+}
+
 void ms_http_stats(struct ms_http *h, uint64_t *conns, uint64_t *timeouts,
                    uint64_t *refused)
 {

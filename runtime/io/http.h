@@ -21,6 +21,10 @@ struct ms_http;
 int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
                   const char *host, int port, char *err, size_t errlen);
 
+/* The address the gateway listens on, as a URL writes it: "host:port",
+ * "[v6]:port" for IPv6, with the port bound (borrowed, h's life). */
+const char *ms_http_address(struct ms_http *h);
+
 /* Closes the listener and every connection; asks still pending are
  * answered by the node (their callbacks see a closed connection and drop
  * the reply). Frees the gateway from the close callbacks. */
