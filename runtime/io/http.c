@@ -192,8 +192,9 @@ static void get_index(struct conn *c)
         "  curl http://%s/v1/allocations/Counter\n"
         "\n"
         "Bodies are JSON objects. Errors come back as\n"
-        "{\"error\":{\"code\":...,\"message\":...}} with a 4xx or 5xx "
-        "status.\n"
+        "{\"error\":{\"code\":...,\"message\":...,\"id\":...}} with a "
+        "4xx or 5xx\nstatus; the node's log has the id with the whole "
+        "detail.\n"
         "The same from a shell: moonshard tell|ask|stop|status "
         "[--node %s] ...\n",
         ms_node_name(c->h->node), a, a, a, a, a, a, a, a, a);
