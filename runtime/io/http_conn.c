@@ -763,17 +763,18 @@ static int has_input(struct conn *c)
 static struct conn *victim(struct ms_http *h, struct conn *fresh)
 {
     struct conn *c, *next;
-    for (c = h->head[FRESH]; c; c = next) {
-        next = c->next;
-        if (c == fresh)
-            continue;
-        /* accepted in this loop turn, its request may wait unread */
-        if (!has_input(c))
-            return c;
-        set_class(c, ACTIVE); /* read soon, then settled */
+    for (int k = FRESH; k <= IDLE; k++) {
+        for (c = h->head[k]; c; c = next) {
+            next = c->next;
+            if (c == fresh)
+                continue;
+            /* a request may wait unread (this loop turn has not read
+             * yet): it is not silent, and closing would reset it */
+            if (!has_input(c))
+                return c;
+            set_class(c, ACTIVE); /* read soon, then settled */
+        }
     }
-    if (h->head[IDLE])
-        return h->head[IDLE];
     return h->head[LINGER];
 }
 

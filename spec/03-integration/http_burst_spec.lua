@@ -144,6 +144,73 @@ describe("the HTTP gateway under a burst of idle connections", function()
     end)
 end)
 
+describe("a connection whose request waits unread", function()
+    local n
+
+    setup(function()
+        n = helpers.start({
+            entities = { Counter = { module = "counter" } },
+            limits = { http_connections = 2 },
+        })
+    end)
+
+    teardown(function()
+        helpers.stop_all_checked()
+    end)
+
+    -- With the node stopped (SIGSTOP), connections still complete in the
+    -- kernel and requests wait in their sockets; on SIGCONT the node
+    -- accepts them all before it reads any.
+    local function while_stopped(fn)
+        n:signal(helpers.SIGSTOP)
+        local ok, err = pcall(fn)
+        n:signal(helpers.SIGCONT)
+        assert(ok, err)
+    end
+
+    local GET = "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    it("is not taken for a silent one when it was accepted with others",
+       function()
+        -- one slot held by a request under way, one left
+        local busy = assert(helpers.tcp_open(n.port))
+        assert(busy:send("GET /v1/health HTTP/1.1\r\nHost"))
+        helpers.sleep(0.2)
+        local sent, late
+        while_stopped(function()
+            sent = assert(helpers.tcp_open(n.port))
+            assert(sent:send(GET))
+            late = assert(helpers.tcp_open(n.port))
+        end)
+        local got = sent:read(2, "}")
+        local refused = late:read(2)
+        sent:close()
+        late:close()
+        busy:close()
+        assert.matches("^HTTP/1%.1 200 ", got)
+        assert.matches("^HTTP/1%.1 503 ", refused)
+    end)
+
+    it("is not taken for an idle one", function()
+        local busy = assert(helpers.tcp_open(n.port))
+        assert(busy:send("GET /v1/health HTTP/1.1\r\nHost"))
+        local idle = assert(helpers.tcp_open(n.port))
+        assert(idle:send(GET))
+        assert.matches("^HTTP/1%.1 200 ", (idle:read(2, "}")))
+        helpers.sleep(0.2)
+        local late
+        while_stopped(function()
+            assert(idle:send(GET))
+            late = assert(helpers.tcp_open(n.port))
+        end)
+        local got = idle:read(2, "}")
+        late:close()
+        idle:close()
+        busy:close()
+        assert.matches("^HTTP/1%.1 200 ", got)
+    end)
+end)
+
 describe("a connection the gateway refuses", function()
     teardown(function()
         helpers.stop_all_checked()
