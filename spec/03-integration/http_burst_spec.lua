@@ -128,8 +128,8 @@ describe("the HTTP gateway under a burst of idle connections", function()
         -- the node raised its own limit: 1,024 connections need more
         -- than the 1,024 descriptors it started with
         local limits = helpers.read_file("/proc/" .. n.pid .. "/limits")
-        local soft, hard = limits:match("Max open files%s+(%d+)%s+(%d+)")
-        assert.equal(hard, soft)
+        local nsoft, nhard = limits:match("Max open files%s+(%d+)%s+(%d+)")
+        assert.equal(nhard, nsoft)
     end)
 
     it("serves health checks while 600 silent connections are held with "
