@@ -54,6 +54,27 @@ end
 
 local held = {}
 
+-- A keep-alive connection on which the node answers that it is the only
+-- one open: no other, not even one closing after its last answer, is
+-- left to make room with. Then it sends half a request, so it is busy.
+local function alone_and_busy(port)
+    local c = assert(helpers.tcp_open(port))
+    helpers.wait_until(function()
+        assert(c:send("GET /v1/stats HTTP/1.1\r\nHost: x\r\n\r\n"))
+        local got = c:read(2, "\r\n\r\n")
+        local body_at = got:find("\r\n\r\n", 1, true) + 4
+        local len = tonumber(got:match("Content%-Length: (%d+)"))
+        while #got < body_at + len - 1 do
+            local more, closed = c:read(0.2)
+            assert(not closed, "the node closed the connection")
+            got = got .. more
+        end
+        return got:match('"http_connections":1[,}]')
+    end, 5, "the other connections to close")
+    assert(c:send("GET /v1/health HTTP/1.1\r\nHost"))
+    return c
+end
+
 local function burst(port, count)
     for _ = 1, count do
         held[#held + 1] = silent(port)
@@ -190,9 +211,7 @@ describe("a connection whose request waits unread", function()
     it("is not taken for a silent one when it was accepted with others",
        function()
         -- one slot held by a request under way, one left
-        local busy = assert(helpers.tcp_open(n.port))
-        assert(busy:send("GET /v1/health HTTP/1.1\r\nHost"))
-        helpers.sleep(0.2)
+        local busy = alone_and_busy(n.port)
         local sent, late
         while_stopped(function()
             sent = assert(helpers.tcp_open(n.port))
@@ -209,8 +228,7 @@ describe("a connection whose request waits unread", function()
     end)
 
     it("is not taken for an idle one", function()
-        local busy = assert(helpers.tcp_open(n.port))
-        assert(busy:send("GET /v1/health HTTP/1.1\r\nHost"))
+        local busy = alone_and_busy(n.port)
         local idle = assert(helpers.tcp_open(n.port))
         assert(idle:send(GET))
         assert.matches("^HTTP/1%.1 200 ", (idle:read(2, "}")))
@@ -239,8 +257,8 @@ describe("a connection the gateway refuses", function()
             entities = { Counter = { module = "counter" } },
             limits = { http_connections = 4 },
         })
-        local busy = {}
-        for i = 1, 4 do
+        local busy = { alone_and_busy(n.port) }
+        for i = 2, 4 do
             -- a request begun and not finished: not idle, not evicted
             busy[i] = assert(helpers.tcp_open(n.port))
             assert(busy[i]:send("GET /v1/health HTTP/1.1\r\nHost"))
