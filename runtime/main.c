@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -150,8 +151,39 @@ static void print_hints(struct ms_node *n)
     fflush(stdout);
 }
 
+/*
+ * A node holds a descriptor per HTTP connection (limits.http_connections,
+ * 1,024 by default) and per peer, which the usual soft limit of 1,024
+ * does not cover: the soft limit is raised to the hard one at start (the
+ * kernel's ceiling when the hard limit is "unlimited"). Returns the soft
+ * limit in force.
+ */
+static rlim_t raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    if (rl.rlim_cur != rl.rlim_max) {
+        struct rlimit want = rl;
+        want.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &want) != 0 &&
+            rl.rlim_max == RLIM_INFINITY) {
+            want.rlim_cur = 1 << 20; /* fs.nr_open's default */
+            if (setrlimit(RLIMIT_NOFILE, &want) != 0)
+                return rl.rlim_cur;
+        }
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return rl.rlim_cur;
+}
+
+/* Descriptors a node needs beside its HTTP connections: peers, listeners,
+ * files (a rough margin). */
+#define FD_MARGIN 128
+
 static int run_node(const char *config, const char *name, int watch)
 {
+    rlim_t fds = raise_fd_limit();
     struct runner r;
     memset(&r, 0, sizeof r);
     r.loop = uv_default_loop();
@@ -164,6 +196,15 @@ static int run_node(const char *config, const char *name, int watch)
         uv_run(r.loop, UV_RUN_DEFAULT);
         return 1;
     }
+    uint64_t http_timeout_ms;
+    int http_conns;
+    ms_node_http_limits(r.node, &http_timeout_ms, &http_conns);
+    if (fds != RLIM_INFINITY && fds < (rlim_t)http_conns + FD_MARGIN)
+        fprintf(stderr, "moonshard: warning: the open-file limit is %llu, "
+                "below limits.http_connections (%d) + %d: new connections "
+                "will be dropped before the gateway sees them; raise it "
+                "(ulimit -n) or lower limits.http_connections\n",
+                (unsigned long long)fds, http_conns, FD_MARGIN);
     uv_signal_init(r.loop, &r.sigint);
     uv_signal_init(r.loop, &r.sigterm);
     uv_timer_init(r.loop, &r.leave_deadline);

@@ -21,6 +21,10 @@ struct ms_http;
 int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
                   const char *host, int port, char *err, size_t errlen);
 
+/* The address the gateway listens on, as a URL writes it: "host:port",
+ * "[v6]:port" for IPv6, with the port bound (borrowed, h's life). */
+const char *ms_http_address(struct ms_http *h);
+
 /* Closes the listener and every connection; asks still pending are
  * answered by the node (their callbacks see a closed connection and drop
  * the reply). Frees the gateway from the close callbacks. */
@@ -29,8 +33,9 @@ void ms_http_close(struct ms_http *h);
 /* Open connections, those closed by a deadline (limits.http_timeout: a
  * request not sent whole that long after its first byte, idle that long,
  * a response not taken that long; 5 s to close after the last), and those
- * answered 503 because limits.http_connections were open and none idle.
- * h may be NULL (zeros). */
+ * refused (503, closed) because limits.http_connections were open and
+ * every other one was sending or being answered a request. h may be NULL
+ * (zeros). */
 void ms_http_stats(struct ms_http *h, uint64_t *conns, uint64_t *timeouts,
                    uint64_t *refused);
 

@@ -344,8 +344,8 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
             ms_node_close(n);
             return rc;
         }
-        snprintf(n->http_address, sizeof n->http_address, "%s:%d",
-                 n->cfg.http_host, n->cfg.http_port);
+        snprintf(n->http_address, sizeof n->http_address, "%s",
+                 ms_http_address(n->http)); /* "[::1]:7201" for IPv6 */
     }
     *out = n;
     return 0;

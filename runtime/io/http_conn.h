@@ -1,0 +1,144 @@
+/*
+ * http_conn.h -- what the two halves of the HTTP gateway share (not a
+ * public API): http_conn.c accepts, parses, bounds and answers
+ * connections; http.c routes each complete request to its endpoint.
+ */
+#ifndef MS_IO_HTTP_CONN_H
+#define MS_IO_HTTP_CONN_H
+
+#include <http_parser.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "../core/client_error.h"
+#include "http.h"
+
+#define READ_BUF (64 * 1024)        /* one read, shared by all connections */
+#define JSON "application/json"
+
+/* A connection's class: which list of the gateway it is on. Room for a
+ * new connection is taken from FRESH, then IDLE, then LINGER. */
+enum {
+    FRESH,      /* accepted, no byte received yet */
+    IDLE,       /* between requests */
+    LINGER,     /* last response out, waiting for the peer's EOF */
+    ACTIVE,     /* a request being received or answered */
+    NCLASS
+};
+
+struct conn {
+    uv_tcp_t tcp;
+    uv_shutdown_t shutdown;
+    http_parser parser;
+    struct ms_http *h;          /* NULL once the handle is closed */
+    struct conn *prev, *next;   /* h->head[cls], while not closing */
+    int refs;                   /* the handle + a pending ask */
+    unsigned cls : 2;           /* FRESH ... ACTIVE */
+    unsigned busy : 1;          /* a request is being answered */
+    unsigned reading : 1;
+    unsigned keep_alive : 1;    /* of the current request */
+    unsigned loopback : 1;      /* the client is on this host */
+    unsigned in_token : 1;      /* the header being read is the token */
+    unsigned token_seen : 1;    /* this request has a token header */
+    unsigned head_done : 1;     /* headers over: trailers from here */
+    unsigned in_expect : 1;     /* the header being read is Expect */
+    char expect[16];            /* its value, lower case, cut */
+    size_t expect_len;
+    char field[24];             /* start of the current header name */
+    size_t field_len;
+    char token[128];            /* X-Moonshard-Token value */
+    size_t token_len;
+    unsigned lingering : 1;     /* response out, waiting for the peer's EOF */
+    unsigned in_request : 1;    /* a request's first bytes were parsed */
+    uint64_t deadline_ms;       /* closed then (loop time); 0: none */
+    unsigned closing : 1;       /* uv_close called */
+    size_t head_bytes;          /* URL + header bytes of this request */
+    char *url;                  /* request target, not NUL-terminated */
+    size_t url_len, url_cap;
+    char *body;                 /* request body, freed once answered */
+    size_t body_len, body_cap;
+    size_t body_expect;         /* Content-Length, or 0 when absent */
+    char *rest;                 /* unparsed input held while busy */
+    size_t rest_len;
+    size_t discarded;           /* bytes read while lingering */
+};
+
+struct ms_http {
+    uv_tcp_t listener;
+    uv_timer_t sweep;           /* closes connections past their deadline */
+    uv_loop_t *loop;
+    struct ms_node *node;
+    struct conn *head[NCLASS], *tail[NCLASS];
+    int handles;                /* open handles: listener, sweep timer,
+                                   connections */
+    int nconns;                 /* connections, not closing */
+    uint64_t timeout_ms;        /* limits.http_timeout */
+    int max_conns;              /* limits.http_connections */
+    uint64_t timeouts;          /* connections closed by their deadline */
+    uint64_t refused;           /* connections answered 503 (too many) */
+    uint64_t evicted;           /* closed to make room for a new one */
+    uint64_t id_seed, errors;   /* error ids: ms_client_error_id */
+    struct ms_log_budget log4xx, log5xx;
+    int closing;
+    char address[64];           /* "host:port" bound, for the help page */
+    char rbuf[READ_BUF];
+};
+
+/* One piece of a response body. */
+struct part {
+    const char *p;
+    size_t n;
+};
+
+/* Error texts: the gateway's own words are shown as they are (cut to
+ * MS_CLIENT_MSG_MAX bytes); any other detail (a handler's error, a Lua
+ * module's) only as ms_client_error_text makes it. */
+enum { MS_HTTP_OWN, MS_HTTP_FOREIGN };
+
+/*
+ * Queues the response to c's current request: a status line, headers and
+ * the body made of `parts` (copied). `extra` is NULL or more header lines,
+ * each ending in CRLF. Frees the request body, which nothing needs any
+ * more. After the write the connection reads its next request, or
+ * closes when the request asked so (or failed).
+ */
+void ms__http_respond_v(struct conn *c, int status, const char *ctype,
+                        const char *extra, const struct part *parts, int n);
+
+/* ms__http_respond_v with one piece of body. */
+void ms__http_respond(struct conn *c, int status, const char *ctype,
+                      const char *body, size_t len);
+
+/*
+ * Answers {"error":{"code":..,"message":..,"id":..}}: the message is
+ * `detail` made safe as `kind` (MS_HTTP_OWN or MS_HTTP_FOREIGN) says, or
+ * `generic` when nothing of it may be shown (or detail is NULL); the
+ * whole detail is logged under the id. `extra` as for respond_v.
+ */
+void ms__http_respond_error_x(struct conn *c, int status, const char *extra,
+                              const char *code, const char *detail,
+                              int kind, const char *generic);
+
+/* Answers an error in the gateway's own words (printf-like). */
+void ms__http_respond_error(struct conn *c, int status, const char *code,
+                            const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Drops a reference to c (a pending ask's); frees it after the last. */
+void ms__http_conn_unref(struct conn *c);
+
+/* Answers the complete request of c (defined in http.c): every path ends
+ * in exactly one response, now or from an ask callback. */
+void ms__http_route(struct conn *c);
+
+/* The short names both halves use. */
+#define respond ms__http_respond
+#define respond_v ms__http_respond_v
+#define respond_error ms__http_respond_error
+#define respond_error_x ms__http_respond_error_x
+#define conn_unref ms__http_conn_unref
+#define OWN MS_HTTP_OWN
+#define FOREIGN MS_HTTP_FOREIGN
+
+#endif

@@ -1,0 +1,39 @@
+-- The start banner writes the gateway's address as a URL does: an IPv6
+-- gateway is http://[::1]:PORT, not http://::1:PORT (issue 9, item 7).
+-- The node listens on ::1; the spec only reads its banner (no traffic).
+
+local helpers = require "helpers.node"
+
+describe("the start banner", function()
+    teardown(function()
+        helpers.stop_all_checked()
+    end)
+
+    it("brackets an IPv6 gateway address", function()
+        local dir = helpers.tmpdir()
+        local port = helpers.free_port()
+        local config = dir .. "/cluster.lua"
+        helpers.write_file(config, ([[
+return {
+    cluster = "banner",
+    secret = "spec-secret-7f3a9c2e41b8",
+    nodes = { { name = "n1", listen = "127.0.0.1:%d", http = "[::1]:%d" } },
+    entities = { Counter = { module = "counter" } },
+}
+]]):format(helpers.free_port(), port))
+        local log = dir .. "/node.log"
+        local proc = helpers.spawn({ helpers.bin, "node", config },
+                                   { stdout = log, stderr = "stdout" })
+        local text = helpers.wait_until(function()
+            local t = helpers.read_file(log) or ""
+            if proc:poll() then
+                error("the node exited:\n" .. t)
+            end
+            return t:find("gateway on http", 1, true) and t
+        end, 10, "the banner")
+        assert.is_true(proc:terminate(5))
+        assert.matches("HTTP gateway on http://[::1]:" .. port .. "\n", text,
+                       1, true)
+        assert.matches("--node [::1]:" .. port, text, 1, true)
+    end)
+end)
