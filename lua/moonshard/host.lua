@@ -500,8 +500,6 @@ function M.swap_behavior(module_name, mod)
     return names, version
 end
 
--- Checks an incoming payload: nil when it is a JSON object, else a code
--- ("bad_json" | "not_object") and the reason.
 -- true when table t holds a number a double cannot be (1e999 decodes to
 -- infinity): no reply could carry it again
 local function non_finite(t)
@@ -515,6 +513,11 @@ local function non_finite(t)
     return false
 end
 
+-- lua-cjson's verdict on an incoming payload: nil when it decodes to an
+-- object, else a code ("bad_json" | "not_object") and the reason. It only
+-- explains: the node's strict check (runtime/core/jsoncheck.c) decides
+-- alone, and refuses what lua-cjson would take leniently (`1.`, raw
+-- control characters...), so this runs only for what it refused.
 function M.check(payload)
     local ok, v = pcall(decode, payload)
     if not ok then return "bad_json", tostring(v) end
