@@ -73,7 +73,9 @@ local MAX_AFTER_S = 365 * 86400        -- one year
 local current                          -- the coroutine running a handler now
 
 local decoder = cjson.new()
-local encoder = cjson.new()
+-- the host's own encoder (runtime/lua/json_encode.c): numbers exact, where
+-- lua-cjson 2.1.0 keeps 14 digits (DESIGN G9)
+local encoder = require("moonshard.encoder")
 -- strict JSON: NaN, Infinity and hex numbers are not JSON (lua-cjson takes
 -- them by default), and an entity holding one could never reply again
 decoder.decode_invalid_numbers(false)
@@ -424,7 +426,7 @@ end
 function M.start(opts)
     node_name = opts.node
     decoder.decode_max_depth(opts.json_max_depth)
-    encoder.encode_max_depth(opts.json_max_depth)
+    encoder.set_max_depth(opts.json_max_depth)
     local failed = {}
     for i, t in ipairs(opts.types) do
         local idx = i - 1
