@@ -152,7 +152,7 @@ static int put_number(struct enc *e, double x)
 {
     if (!isfinite(x))
         return fail(e, "Cannot serialise number: %s",
-                    "must not be NaN or Infinity");
+                    "must not be NaN or Inf");
     if (reserve(e, 32) < 0)
         return -1;
     if (x >= -MAX_EXACT && x <= MAX_EXACT) {

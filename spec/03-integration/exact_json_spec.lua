@@ -158,6 +158,27 @@ describe("exact JSON", function()
         assert.equal('{"values":[]}', raw)
     end)
 
+    it("fails the ask with handler_error when a handler sends what JSON "
+       .. "cannot carry, and the entity serves on", function()
+        local id = id_on("n2")
+        local cases = {
+            ["function"] = "Cannot serialise function: type not supported",
+            nan = "Cannot serialise number: must not be NaN or Inf",
+            cycle = "Cannot serialise, excessive nesting",
+        }
+        for what, text in pairs(cases) do
+            for _, via in ipairs({ "reply", "tell" }) do
+                local status, body, raw = n1:ask("Numbers", id,
+                    { type = "unsendable", what = what, via = via })
+                assert.equal(500, status, raw)
+                assert.equal("handler_error", body.error.code, raw)
+                assert.matches(text, body.error.message, 1, true)
+            end
+        end
+        local status, _, raw = n1:ask("Numbers", id, { type = "computed" })
+        assert.equal(200, status, raw)
+    end)
+
     -- Bodies lua-cjson 2.1.0 would take; the strict check refuses them.
     local LENIENT = {
         ['1.'] = '{"type":"echo","value":1.}',
