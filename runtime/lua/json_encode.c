@@ -89,32 +89,121 @@ static void put_int(struct enc *e, int64_t i)
 }
 
 /*
+ * The first `nd` of the 17 significant digits `d17` (decimal exponent
+ * `ex`: the value is d.ddd x 10^ex), rounded half up, into dig[]; returns
+ * the exponent, one higher when the rounding carried out of the first
+ * digit (9.99 -> 10.0).
+ */
+static int round_digits(const char *d17, int ex, int nd, char *dig)
+{
+    memcpy(dig, d17, (size_t)nd);
+    if (d17[nd] < '5')
+        return ex;
+    int i = nd - 1;
+    while (i >= 0 && dig[i] == '9')
+        dig[i--] = '0';
+    if (i >= 0) {
+        dig[i]++;
+        return ex;
+    }
+    dig[0] = '1'; /* all nines: 1000... one decade up */
+    return ex + 1;
+}
+
+/* Whether the digits dig[0..nd) at decimal exponent ex read back as x. */
+static int reads_back(const char *dig, int nd, int ex, double x)
+{
+    char t[40];
+    int n = 0;
+    if (x < 0)
+        t[n++] = '-';
+    memcpy(t + n, dig, (size_t)nd);
+    n += nd;
+    snprintf(t + n, sizeof t - (size_t)n, "e%d", ex - (nd - 1));
+    return strtod(t, NULL) == x;
+}
+
+/*
+ * The fast path for numbers with a short decimal form (0.1, 19.99,
+ * 2.5e-8): the least k <= 22 such that n = round(|x| * 10^k) < 2^53 and
+ * n / 10^k == |x|. Both n and 10^k are exact doubles and IEEE division
+ * rounds correctly, so n / 10^k is the double nearest to the decimal n
+ * e-k, which is what strtod reads: the form is exact. Writes n's digits
+ * into dig and returns their count (and the decimal exponent in *ex), or
+ * 0 when there is no such k.
+ */
+static int short_decimal(double ax, char *dig, int *ex)
+{
+    static const double p10[] = {
+        1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+        1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+    };
+    for (int k = 1; k <= 22; k++) {
+        double y = ax * p10[k];
+        if (y >= MAX_EXACT)
+            return 0;
+        double n = floor(y + 0.5);
+        if (n / p10[k] != ax)
+            continue;
+        char tmp[24];
+        int nd = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)n);
+        memcpy(dig, tmp, (size_t)nd);
+        *ex = nd - 1 - k;
+        return nd;
+    }
+    return 0;
+}
+
+/* The general path: the 17 significant digits of |x| from one snprintf,
+ * rounded to 15 and to 16 and each checked with strtod, else all 17
+ * (which always read back). */
+static int checked_digits(double x, char *dig, int *ex)
+{
+    char m[40];
+    snprintf(m, sizeof m, "%.16e", fabs(x));
+    /* m: d.dddddddddddddddde(+|-)XX */
+    char d17[18];
+    d17[0] = m[0];
+    memcpy(d17 + 1, m + 2, 16);
+    d17[17] = 0;
+    int ex17 = atoi(m + 19); /* after the e */
+    for (int nd = 15; nd < 17; nd++) {
+        *ex = round_digits(d17, ex17, nd, dig);
+        if (reads_back(dig, nd, *ex, x))
+            return nd;
+        /* the 17 digits are themselves rounded: when the rest looks like
+         * a half (5, 50), |x| may lie below it and the digits cut off
+         * without rounding may be the ones that read back */
+        if (d17[nd] == '5') {
+            memcpy(dig, d17, (size_t)nd);
+            *ex = ex17;
+            if (reads_back(dig, nd, ex17, x))
+                return nd;
+        }
+    }
+    memcpy(dig, d17, 17);
+    *ex = ex17;
+    return 17;
+}
+
+/*
  * Writes a finite x that is not a small integer: the fewest significant
- * digits (15, 16 or 17) that strtod reads back as x, laid out as
- * JavaScript does: plainly when the decimal exponent is in -7 < exp < 21
- * (50568605022309650, 0.000001), else as d.ddde+X (1e+21, 1e-7). The node
- * never calls setlocale, so printf's decimal point is '.'.
+ * digits that strtod reads back as x (short_decimal, else
+ * checked_digits), laid out as JavaScript does: plainly when the decimal
+ * exponent is in -7 < exp < 21 (50568605022309650, 0.000001), else as
+ * d.ddde+X (1e+21, 1e-7). The node never calls setlocale, so printf's
+ * decimal point is '.'.
  */
 static void put_shortest(struct enc *e, double x)
 {
-    char m[40];
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(m, sizeof m, "%.*e", prec - 1, x);
-        if (prec == 17 || strtod(m, NULL) == x)
-            break;
-    }
-    /* m: [-]d[.ddd]e(+|-)XX */
-    const char *p = m;
     char *o = e->buf + e->len;
-    if (*p == '-')
-        *o++ = *p++;
     char dig[24];
-    int nd = 0;
-    dig[nd++] = *p++;
-    if (*p == '.')
-        for (p++; *p != 'e'; p++)
-            dig[nd++] = *p;
-    int ex = atoi(p + 1);
+    int ex;
+    int nd = short_decimal(fabs(x), dig, &ex);
+    if (nd == 0)
+        nd = checked_digits(x, dig, &ex);
+    if (x < 0)
+        *o++ = '-';
     while (nd > 1 && dig[nd - 1] == '0')
         nd--;
     if (ex >= 21 || ex <= -7) {

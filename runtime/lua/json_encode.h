@@ -10,11 +10,11 @@
  * - An integer-valued double with |x| <= 2^53 is written as an integer
  *   without exponent (1e15 -> 1000000000000000); -0 is written "-0" (valid
  *   JSON that decodes to -0 again). Any other double gets the fewest
- *   significant digits, 15, 16 or 17, that strtod reads back bit-exact
- *   (17 always do), laid out as JavaScript does: plainly when the decimal
- *   exponent is in -7 < e < 21 (0.30000000000000004, 50568605022309650),
- *   else with an exponent (1e+21, 1e-7). NaN and the infinities are
- *   refused: JSON has none.
+ *   significant digits (at most 17) that strtod reads back bit-exact,
+ *   laid out as JavaScript does: plainly when the decimal exponent is in
+ *   -7 < e < 21 (0.1, 0.30000000000000004, 50568605022309650), else with
+ *   an exponent (1e+21, 1e-7). NaN and the infinities are refused: JSON
+ *   has none.
  * - Strings: '"', '\\' and the bytes below 0x20 are escaped (\b \f \n \r
  *   \t, else \u00XX); every other byte is copied as it is, '/', 0x7f and
  *   bytes that are not UTF-8 included (lua-cjson decodes them the same way,

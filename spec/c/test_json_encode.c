@@ -60,6 +60,20 @@ static int same_bits(double a, double b)
     return memcmp(&a, &b, sizeof a) == 0;
 }
 
+/* The significant digits of a number's text: without sign, point,
+ * exponent, leading and trailing zeros. */
+static int significant_digits(const char *s)
+{
+    char d[40];
+    int n = 0;
+    for (; *s && *s != 'e' && *s != 'E'; s++)
+        if (*s >= '0' && *s <= '9' && (n > 0 || *s != '0'))
+            d[n++] = *s;
+    while (n > 0 && d[n - 1] == '0')
+        n--;
+    return n;
+}
+
 /* x is written so that strtod and lua-cjson read back the same bits, as
  * an integer when it is one within 2^53, and the strict check accepts
  * it. */
@@ -70,6 +84,16 @@ static int exact(double x)
         return 0;
     int ok = same_bits(strtod(s, NULL), x) && same_bits(cjson_decode(s), x)
              && ms_json_check(s, strlen(s), 1, NULL, NULL) == MS_JSON_VALUE;
+    /* never more significant digits than the shortest of %.15g, %.16g
+     * and %.17g that reads back */
+    int prec = 15;
+    char ref[40];
+    for (; prec < 17; prec++) {
+        snprintf(ref, sizeof ref, "%.*g", prec, x);
+        if (same_bits(strtod(ref, NULL), x))
+            break;
+    }
+    ok = ok && significant_digits(s) <= prec;
     if (x == floor(x) && fabs(x) <= 9007199254740992.0)
         ok = ok && strpbrk(s, ".eE") == NULL;
     if (!ok)
