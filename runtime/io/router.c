@@ -826,8 +826,9 @@ static void bounce(struct ms_router *r, uint64_t uid, int type,
 
 /* Whether the JSON payload of frame f from node `uid` passes the strict
  * check (DESIGN G9: one judge for every byte from outside): an object for
- * a TELL or ASK, any JSON value for a REPLY, any or none for a
- * REPLY_ERROR (its flags carry the code). A refused one is counted in
+ * a TELL, an ASK or a NOT_OWNER (which hands our message back), any JSON
+ * value for a REPLY, any or none for a REPLY_ERROR (its flags carry the
+ * code). A refused one is counted in
  * bad_payloads and logged (the first, then every power of two). */
 static int payload_ok(struct ms_router *r, uint64_t uid,
                       const struct ms_frame *f)
@@ -919,7 +920,8 @@ static void on_request(struct ms_router *r, uint64_t uid,
 }
 
 /* Our request reached a node that does not own the shard. */
-static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
+static void on_not_owner(struct ms_router *r, uint64_t uid,
+                         const struct ms_frame *f)
 {
     int type = type_by_name(r, f->type, f->type_len);
     int kind = (f->flags & FLAG_WAS_ASK) ? MS_FRAME_ASK : MS_FRAME_TELL;
@@ -927,6 +929,14 @@ static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
     int64_t corr = (int64_t)f->corr;
     int retries = ((f->flags & RETRY_MASK) >> RETRY_SHIFT) + 1;
     uint32_t shard = 0;
+    if (op == OP_PLAIN && !payload_ok(r, uid, f)) {
+        /* it is routed again from these bytes, not from ours */
+        r->st.expired++;
+        if (kind == MS_FRAME_ASK && ms_dispatch_ask_pending(r->d, corr))
+            fail_ask(r, corr, MS_EBADJSON, "the message came back from "
+                     "its old owner as bytes that are not strict JSON");
+        return;
+    }
     if (type < 0 || shard_of(r, type, f->id, f->id_len, &shard) < 0 ||
         shard != f->shard) {
         /* not what we sent (another shard count): nothing to route */
@@ -1271,7 +1281,7 @@ void ms_router_on_frame(struct ms_router *r, uint64_t uid,
             !ms_dispatch_ask_sent_to(r->d, (int64_t)f->corr, uid))
             stray_answer(r, uid, f);
         else
-            on_not_owner(r, f);
+            on_not_owner(r, uid, f);
         break;
     case MS_FRAME_CONTROL:
         on_control(r, uid, f);

@@ -225,8 +225,9 @@ describe("exact JSON", function()
             local before = n1:stats().bad_payloads or 0
             local sent = 0
             for _, body in pairs(LENIENT) do
-                -- a TELL (10), an ASK (11) and a REPLY (12) each
-                for _, kind in ipairs({ "10", "11", "12" }) do
+                -- a TELL (10), an ASK (11), a REPLY (12) and a NOT_OWNER
+                -- (14, for a tell: its payload would be routed again)
+                for _, kind in ipairs({ "10", "11", "12", "14" }) do
                     local rogue = helpers.spawn({ ROGUE, "spec", c.secret,
                         n1.listen, kind, "1", "1", hex(body) })
                     assert.is_true(rogue:wait(10), "rogue_peer stops")
