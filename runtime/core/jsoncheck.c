@@ -56,13 +56,11 @@ static int fits_double(const unsigned char *start, const unsigned char *end,
     size_t n = (size_t)(end - start);
     if (!has_exp && n < 300)
         return 1;
-    if (n < sizeof buf) {
-        memcpy(buf, start, n);
-        buf[n] = 0;
-        if (isfinite(strtod(buf, NULL)))
-            return 1;
-    }
-    return 0;
+    if (n >= sizeof buf)
+        return 0;
+    memcpy(buf, start, n);
+    buf[n] = 0;
+    return isfinite(strtod(buf, NULL));
 }
 
 static int number(struct scan *s)
