@@ -151,9 +151,11 @@ void ms_node_http_limits(struct ms_node *n, uint64_t *timeout_ms,
                          int *connections);
 
 /*
- * Checks that `json` is a JSON object within the decoder's limits, without
- * delivering it. Returns 0, MS_EBADJSON or MS_ENOTTABLE; on failure writes
- * the decoder's reason into `err`.
+ * Checks that `json` is one strict JSON object (RFC 8259) within the
+ * decoder's limits, without delivering it; the strict check of
+ * runtime/core/jsoncheck.h decides alone. Returns 0, MS_EBADJSON or
+ * MS_ENOTTABLE; on failure writes the reason into `err` (lua-cjson's, when
+ * it refuses too).
  */
 int ms_node_check_message(struct ms_node *n, const char *json, size_t len,
                           char *err, size_t errlen);

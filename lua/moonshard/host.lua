@@ -73,7 +73,9 @@ local MAX_AFTER_S = 365 * 86400        -- one year
 local current                          -- the coroutine running a handler now
 
 local decoder = cjson.new()
-local encoder = cjson.new()
+-- the host's own encoder (runtime/lua/json_encode.c): numbers exact, where
+-- lua-cjson 2.1.0 keeps 14 digits (DESIGN G9)
+local encoder = require("moonshard.encoder")
 -- strict JSON: NaN, Infinity and hex numbers are not JSON (lua-cjson takes
 -- them by default), and an entity holding one could never reply again
 decoder.decode_invalid_numbers(false)
@@ -424,7 +426,7 @@ end
 function M.start(opts)
     node_name = opts.node
     decoder.decode_max_depth(opts.json_max_depth)
-    encoder.encode_max_depth(opts.json_max_depth)
+    encoder.set_max_depth(opts.json_max_depth)
     local failed = {}
     for i, t in ipairs(opts.types) do
         local idx = i - 1
@@ -500,8 +502,6 @@ function M.swap_behavior(module_name, mod)
     return names, version
 end
 
--- Checks an incoming payload: nil when it is a JSON object, else a code
--- ("bad_json" | "not_object") and the reason.
 -- true when table t holds a number a double cannot be (1e999 decodes to
 -- infinity): no reply could carry it again
 local function non_finite(t)
@@ -515,6 +515,11 @@ local function non_finite(t)
     return false
 end
 
+-- lua-cjson's verdict on an incoming payload: nil when it decodes to an
+-- object, else a code ("bad_json" | "not_object") and the reason. It only
+-- explains: the node's strict check (runtime/core/jsoncheck.c) decides
+-- alone, and refuses what lua-cjson would take leniently (`1.`, raw
+-- control characters...), so this runs only for what it refused.
 function M.check(payload)
     local ok, v = pcall(decode, payload)
     if not ok then return "bad_json", tostring(v) end

@@ -64,6 +64,8 @@ local FIELDS = {
         .. "(the shard's mailbox was full); their senders had their 202." },
     stray_answers = { "counter", "Replies or NOT_OWNERs from a node an ask "
         .. "was not sent to (late, or wrong): dropped." },
+    bad_payloads = { "counter", "Frames from other nodes whose JSON "
+        .. "payload is not strict JSON: refused (an ask gets bad_json)." },
     owned_shards = { "gauge", "Shards this node owns." },
     handoffs_in_progress = { "gauge", "Shards moving, as this node sees "
         .. "them (buffered here)." },

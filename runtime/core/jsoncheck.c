@@ -12,7 +12,16 @@
 struct scan {
     const unsigned char *p, *end;
     int depth, max_depth;
+    const char *why; /* the first refusal's reason, or NULL */
 };
+
+/* Records why the scan stopped (the first reason only); returns 0. */
+static int bad(struct scan *s, const char *why)
+{
+    if (!s->why)
+        s->why = why;
+    return 0;
+}
 
 static void ws(struct scan *s)
 {
@@ -62,11 +71,11 @@ static int number(struct scan *s)
     if (s->p < s->end && *s->p == '0')
         s->p++;
     else if (!digits(s))
-        return 0;
+        return bad(s, "a value or a digit was expected");
     if (s->p < s->end && *s->p == '.') {
         s->p++;
         if (!digits(s))
-            return 0;
+            return bad(s, "a digit must follow the decimal point");
     }
     int has_exp = s->p < s->end && (*s->p == 'e' || *s->p == 'E');
     if (has_exp) {
@@ -74,9 +83,11 @@ static int number(struct scan *s)
         if (s->p < s->end && (*s->p == '+' || *s->p == '-'))
             s->p++;
         if (!digits(s))
-            return 0;
+            return bad(s, "an exponent needs digits");
     }
-    return fits_double(start, s->p, has_exp);
+    if (!fits_double(start, s->p, has_exp))
+        return bad(s, "a number is too large for a double");
+    return 1;
 }
 
 /* The 4 hex digits after "\u": their value, or -1. */
@@ -105,31 +116,35 @@ static int string(struct scan *s)
         unsigned c = *s->p++;
         if (c == '"')
             return 1;
-        if (c < 0x20)
-            return 0;
+        if (c < 0x20) {
+            s->p--;
+            return bad(s, "a control character must be escaped in a "
+                          "string");
+        }
         if (c != '\\')
             continue;
         if (s->p == s->end)
-            return 0;
+            break;
         c = *s->p++;
         if (c == 'u') {
             long cp = hex4(s);
             if (cp < 0 || (cp >= 0xdc00 && cp <= 0xdfff))
-                return 0; /* a low surrogate first */
+                return bad(s, "bad \\u escape"); /* or a low surrogate */
             if (cp >= 0xd800 && cp <= 0xdbff) {
                 if (s->end - s->p < 2 || s->p[0] != '\\' || s->p[1] != 'u')
-                    return 0;
+                    return bad(s, "an unpaired UTF-16 surrogate");
                 s->p += 2;
                 long lo = hex4(s);
                 if (lo < 0xdc00 || lo > 0xdfff)
-                    return 0;
+                    return bad(s, "an unpaired UTF-16 surrogate");
             }
         } else if (c != '"' && c != '\\' && c != '/' && c != 'b' &&
                    c != 'f' && c != 'n' && c != 'r' && c != 't') {
-            return 0;
+            s->p--;
+            return bad(s, "bad escape in a string");
         }
     }
-    return 0;
+    return bad(s, "the text ends inside a string");
 }
 
 static int value(struct scan *s);
@@ -138,7 +153,7 @@ static int value(struct scan *s);
 static int container(struct scan *s, unsigned char close)
 {
     if (++s->depth > s->max_depth)
-        return 0;
+        return bad(s, "nested deeper than json_max_depth");
     s->p++;
     ws(s);
     if (s->p < s->end && *s->p == close) {
@@ -148,25 +163,31 @@ static int container(struct scan *s, unsigned char close)
     }
     for (;;) {
         if (close == '}') {
-            if (s->p == s->end || *s->p != '"' || !string(s))
+            if (s->p == s->end || *s->p != '"')
+                return bad(s, "an object key (a string) was expected");
+            if (!string(s))
                 return 0;
             ws(s);
-            if (s->p == s->end || *s->p++ != ':')
-                return 0;
+            if (s->p == s->end || *s->p != ':')
+                return bad(s, "':' was expected after an object key");
+            s->p++;
             ws(s);
         }
         if (!value(s))
             return 0;
         ws(s);
         if (s->p == s->end)
-            return 0;
-        unsigned char c = *s->p++;
+            return bad(s, "the text ends inside an object or array");
+        unsigned char c = *s->p;
         if (c == close) {
+            s->p++;
             s->depth--;
             return 1;
         }
         if (c != ',')
-            return 0;
+            return bad(s, close == '}' ? "',' or '}' was expected"
+                                       : "',' or ']' was expected");
+        s->p++;
         ws(s);
     }
 }
@@ -174,7 +195,7 @@ static int container(struct scan *s, unsigned char close)
 static int value(struct scan *s)
 {
     if (s->p == s->end)
-        return 0;
+        return bad(s, "the text ends where a value was expected");
     switch (*s->p) {
     case '{':
         return container(s, '}');
@@ -183,20 +204,40 @@ static int value(struct scan *s)
     case '"':
         return string(s);
     case 't':
-        return lit(s, "true");
+        return lit(s, "true") || bad(s, "a value was expected");
     case 'f':
-        return lit(s, "false");
+        return lit(s, "false") || bad(s, "a value was expected");
     case 'n':
-        return lit(s, "null");
+        return lit(s, "null") || bad(s, "a value was expected");
     default:
         return number(s);
     }
 }
 
+int ms_json_check(const char *json, size_t len, int max_depth,
+                  const char **why, size_t *at)
+{
+    struct scan s = {(const unsigned char *)json,
+                     (const unsigned char *)json + len, 0, max_depth, NULL};
+    ws(&s);
+    int object = s.p < s.end && *s.p == '{';
+    if (value(&s)) {
+        ws(&s);
+        if (s.p == s.end)
+            return object ? MS_JSON_OBJECT : MS_JSON_VALUE;
+        bad(&s, "bytes after the JSON value");
+    }
+    if (why)
+        *why = s.why ? s.why : "not JSON";
+    if (at)
+        *at = (size_t)(s.p - (const unsigned char *)json);
+    return MS_JSON_BAD;
+}
+
 int ms_json_is_object(const char *json, size_t len, int max_depth)
 {
     struct scan s = {(const unsigned char *)json,
-                     (const unsigned char *)json + len, 0, max_depth};
+                     (const unsigned char *)json + len, 0, max_depth, NULL};
     ws(&s);
     if (s.p == s.end || *s.p != '{' || !container(&s, '}'))
         return 0;

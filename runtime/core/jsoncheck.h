@@ -2,19 +2,36 @@
  * jsoncheck.h -- a fast check that bytes are one strict JSON object
  * (RFC 8259), nested at most `max_depth` deep (sans-IO).
  *
- * The HTTP gateway validates every body before it accepts it. Decoding it
- * in Lua only to throw the table away cost about a microsecond per
- * message, as much as the handler's own decode; this scanner allocates
- * nothing and builds nothing. It is strict, never lenient: whatever it
- * accepts, lua-cjson decodes too (standard numbers, escapes with paired
- * UTF-16 surrogates, no raw control characters, depth within the limit
- * that the node's decoder uses). What it refuses goes to the Lua check,
- * whose verdict and message stay the gateway's answer.
+ * It is the one judge of every JSON byte that comes from outside: HTTP
+ * bodies at the gateway, and the payloads of TELL, ASK and REPLY frames
+ * from other nodes. Decoding in Lua only to throw the table away cost
+ * about a microsecond per message; this scanner allocates nothing and
+ * builds nothing. It is strict, never lenient: whatever it accepts,
+ * lua-cjson decodes too (standard numbers, escapes with paired UTF-16
+ * surrogates, no raw control characters, depth within the limit that the
+ * node's decoder uses), and what it refuses is refused, although
+ * lua-cjson would take some of it (`1.`, `-.5`, `1.e2`, raw control
+ * characters, bytes after a NUL). Bytes >= 0x20 inside strings are not
+ * checked for UTF-8, as lua-cjson does not check them either; the node's
+ * encoder (runtime/lua/json_encode.c) passes such bytes through, and this
+ * check accepts what the encoder writes.
  */
 #ifndef MS_CORE_JSONCHECK_H
 #define MS_CORE_JSONCHECK_H
 
 #include <stddef.h>
+
+#define MS_JSON_OBJECT 0 /* one JSON object */
+#define MS_JSON_VALUE 1  /* one JSON value that is not an object */
+#define MS_JSON_BAD (-1) /* not one strict JSON value */
+
+/* Classifies json[0..len) (whitespace around the value allowed), with
+ * objects and arrays nested at most max_depth deep, the outermost counting
+ * 1: MS_JSON_OBJECT, MS_JSON_VALUE or MS_JSON_BAD. On MS_JSON_BAD, *why
+ * (when why is not NULL) is set to a static text saying what is wrong and
+ * *at (when not NULL) to the byte offset where the scan stopped. */
+int ms_json_check(const char *json, size_t len, int max_depth,
+                  const char **why, size_t *at);
 
 /* 1 when json[0..len) is a strict JSON object (whitespace around it
  * allowed) with objects and arrays nested at most max_depth deep, the

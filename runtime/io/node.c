@@ -466,11 +466,23 @@ size_t ms_node_max_message(struct ms_node *n)
 int ms_node_check_message(struct ms_node *n, const char *json, size_t len,
                           char *err, size_t errlen)
 {
-    /* the common case without Lua; what the scanner refuses gets the Lua
-     * decoder's verdict and message */
-    if (ms_json_is_object(json, len, n->cfg.json_max_depth))
+    /* the strict scanner is the only judge; the Lua decoder only explains
+     * a refusal (its message, when it refuses too: lua-cjson is more
+     * lenient, and what it would take is refused all the same) */
+    const char *why;
+    size_t at;
+    int v = ms_json_check(json, len, n->cfg.json_max_depth, &why, &at);
+    if (v == MS_JSON_OBJECT)
         return 0;
-    return ms_bridge_check(n->b, json, len, err, errlen);
+    int rc = v == MS_JSON_VALUE ? MS_ENOTTABLE : MS_EBADJSON;
+    if (ms_bridge_check(n->b, json, len, err, errlen) == rc && err[0])
+        return rc;
+    if (rc == MS_ENOTTABLE)
+        snprintf(err, errlen, "the message must be a JSON object");
+    else
+        snprintf(err, errlen, "%s at byte %zu (strict JSON, RFC 8259)", why,
+                 at);
+    return rc;
 }
 
 int ms_node_tell(struct ms_node *n, int type, const char *id, size_t idlen,

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../core/coordinator.h"
+#include "../core/jsoncheck.h"
 #include "../core/log.h"
 #include "../core/membership.h"
 #include "../core/plan.h"
@@ -823,6 +824,34 @@ static void bounce(struct ms_router *r, uint64_t uid, int type,
     r->st.not_owner_sent++;
 }
 
+/* Whether the JSON payload of frame f from node `uid` passes the strict
+ * check (DESIGN G9: one judge for every byte from outside): an object for
+ * a TELL, an ASK or a NOT_OWNER (which hands our message back), any JSON
+ * value for a REPLY, any or none for a REPLY_ERROR (its flags carry the
+ * code). A refused one is counted in
+ * bad_payloads and logged (the first, then every power of two). */
+static int payload_ok(struct ms_router *r, uint64_t uid,
+                      const struct ms_frame *f)
+{
+    if (f->kind == MS_FRAME_REPLY_ERROR && f->payload_len == 0)
+        return 1;
+    const char *why = "not a JSON object";
+    size_t at = 0;
+    int v = ms_json_check(f->payload, f->payload_len, r->cfg->json_max_depth,
+                          &why, &at);
+    if (v == MS_JSON_OBJECT ||
+        (v == MS_JSON_VALUE && (f->kind == MS_FRAME_REPLY ||
+                                f->kind == MS_FRAME_REPLY_ERROR)))
+        return 1;
+    uint64_t n = ++r->st.bad_payloads;
+    if ((n & (n - 1)) == 0)
+        ms_log(MS_LOG_WARN, NULL, "a %s from %016llx carries a payload that "
+               "is not strict JSON (%s at byte %zu; %llu so far, counted in "
+               "bad_payloads); refused", ms_frame_kind_name(f->kind),
+               (unsigned long long)uid, why, at, (unsigned long long)n);
+    return 0;
+}
+
 /* A TELL or ASK from another node for a shard we may own. A sender with
  * a newer plan than ours (we were given the shard and do not know yet)
  * waits here, in order with what follows, until our plan catches up; a
@@ -832,6 +861,12 @@ static void on_request(struct ms_router *r, uint64_t uid,
 {
     int type = type_by_name(r, f->type, f->type_len);
     int op = flags_op(f->flags);
+    if (op == OP_PLAIN && !payload_ok(r, uid, f)) {
+        if (f->kind == MS_FRAME_ASK)
+            frame_error(r, uid, f->corr, MS_EBADJSON,
+                        "the message is not a strict JSON object");
+        return;
+    }
     if (type < 0) {
         if (f->kind == MS_FRAME_ASK)
             frame_error(r, uid, f->corr, MS_ENOTYPE,
@@ -885,7 +920,8 @@ static void on_request(struct ms_router *r, uint64_t uid,
 }
 
 /* Our request reached a node that does not own the shard. */
-static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
+static void on_not_owner(struct ms_router *r, uint64_t uid,
+                         const struct ms_frame *f)
 {
     int type = type_by_name(r, f->type, f->type_len);
     int kind = (f->flags & FLAG_WAS_ASK) ? MS_FRAME_ASK : MS_FRAME_TELL;
@@ -893,6 +929,14 @@ static void on_not_owner(struct ms_router *r, const struct ms_frame *f)
     int64_t corr = (int64_t)f->corr;
     int retries = ((f->flags & RETRY_MASK) >> RETRY_SHIFT) + 1;
     uint32_t shard = 0;
+    if (op == OP_PLAIN && !payload_ok(r, uid, f)) {
+        /* it is routed again from these bytes, not from ours */
+        r->st.expired++;
+        if (kind == MS_FRAME_ASK && ms_dispatch_ask_pending(r->d, corr))
+            fail_ask(r, corr, MS_EBADJSON, "the message came back from "
+                     "its old owner as bytes that are not strict JSON");
+        return;
+    }
     if (type < 0 || shard_of(r, type, f->id, f->id_len, &shard) < 0 ||
         shard != f->shard) {
         /* not what we sent (another shard count): nothing to route */
@@ -1213,20 +1257,31 @@ void ms_router_on_frame(struct ms_router *r, uint64_t uid,
      * anyone else (a late one after a re-route, or a peer that is wrong)
      * would end or re-route an ask it never had */
     case MS_FRAME_REPLY:
-    case MS_FRAME_REPLY_ERROR:
-        if (!ms_dispatch_ask_answer(r->d, (int64_t)f->corr, uid,
-                                    f->kind == MS_FRAME_REPLY ? 0
-                                    : f->flags ? -(int)f->flags
-                                               : MS_EHANDLER,
-                                    f->payload, f->payload_len))
+    case MS_FRAME_REPLY_ERROR: {
+        int err = f->kind == MS_FRAME_REPLY ? 0
+                  : f->flags                ? -(int)f->flags
+                                            : MS_EHANDLER;
+        const char *payload = f->payload;
+        size_t len = f->payload_len;
+        char buf[256];
+        if (!payload_ok(r, uid, f)) {
+            /* the asker gets an error, never bytes it cannot decode */
+            err = MS_EBADJSON;
+            len = ms_error_json(buf, sizeof buf, err, "the reply from the "
+                                "owner is not strict JSON");
+            payload = buf;
+        }
+        if (!ms_dispatch_ask_answer(r->d, (int64_t)f->corr, uid, err,
+                                    payload, len))
             stray_answer(r, uid, f);
         break;
+    }
     case MS_FRAME_NOT_OWNER:
         if ((f->flags & FLAG_WAS_ASK) &&
             !ms_dispatch_ask_sent_to(r->d, (int64_t)f->corr, uid))
             stray_answer(r, uid, f);
         else
-            on_not_owner(r, f);
+            on_not_owner(r, uid, f);
         break;
     case MS_FRAME_CONTROL:
         on_control(r, uid, f);
@@ -1579,6 +1634,7 @@ size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
                      "\"not_owner_retries\":%llu,\"route_buffered\":%llu,"
                      "\"route_overflows\":%llu,\"route_expired\":%llu,"
                      "\"forward_drops\":%llu,\"stray_answers\":%llu,"
+                     "\"bad_payloads\":%llu,"
                      "\"owned_shards\":%u,"
                      "\"handoffs_in_progress\":%u,\"shards_stopping\":%u,"
                      "\"handoffs_seen\":%llu,\"handoff_buffered\":%llu,"
@@ -1597,6 +1653,7 @@ size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
                      (unsigned long long)r->st.expired,
                      (unsigned long long)r->st.forward_drops,
                      (unsigned long long)r->st.stray_answers,
+                     (unsigned long long)r->st.bad_payloads,
                      ms_router_owned(r),
                      r->nblocked, r->nstopping,
                      (unsigned long long)r->st.handoffs_seen,

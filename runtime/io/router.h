@@ -48,6 +48,8 @@ struct ms_router_stats {
                                   shard's mailbox full, ...) */
     uint64_t stray_answers;    /* replies and NOT_OWNERs for asks not sent
                                   to their sender (late, or wrong) */
+    uint64_t bad_payloads;     /* frames whose JSON payload the strict
+                                  check refused (runtime/core/jsoncheck.h) */
 };
 
 /* Creates the router of a node. All arguments are borrowed for its life. */

@@ -21,6 +21,7 @@
 #include <lualib.h>
 
 #include "../core/log.h"
+#include "json_encode.h"
 
 #define POOL_MAX 16
 
@@ -652,6 +653,8 @@ int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home)
     lua_getfield(L, -1, "preload");
     lua_pushcfunction(L, open_core);
     lua_setfield(L, -2, "moonshard.core");
+    lua_pushcfunction(L, ms_json_encode_open);
+    lua_setfield(L, -2, "moonshard.encoder");
     lua_pop(L, 2);
     set_paths(L, home);
     lua_getglobal(L, "debug");

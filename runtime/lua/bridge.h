@@ -93,7 +93,10 @@ size_t ms_bridge_gc_full(struct ms_bridge *b);
 int ms_bridge_partition(void *data, int type, const char *id, size_t idlen,
                         uint32_t shard_count, uint32_t *shard);
 
-/* See ms_node_check_message. */
+/* moonshard.host.check: lua-cjson's verdict on `json` (0, MS_EBADJSON or
+ * MS_ENOTTABLE) and, on a refusal, its message in `err`. Lenient (it takes
+ * `1.`, raw control characters...): ms_node_check_message uses it only to
+ * explain what the strict check refused, never to accept. */
 int ms_bridge_check(struct ms_bridge *b, const char *json, size_t len,
                     char *err, size_t errlen);
 

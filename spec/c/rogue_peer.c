@@ -10,6 +10,8 @@
  * of KIND (a number, as in runtime/core/frame.h) with PAYLOAD for each
  * corr in FIRST_CORR..LAST_CORR, then waits 300 ms and exits 0. Exits 1
  * when the handshake does not finish within 5 s, 2 on bad arguments.
+ * A PAYLOAD of the form hex:HEXDIGITS is sent as the bytes they spell
+ * (for payloads with a NUL in them).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,7 @@ struct rogue {
     int kind, sent, up;
     uint64_t first, last, delay_ms;
     const char *payload;
+    size_t payload_len;
 };
 
 static void on_done(uv_timer_t *tm)
@@ -47,7 +50,7 @@ static void on_send(uv_timer_t *tm)
         f.type = "";
         f.id = "";
         f.payload = g->payload;
-        f.payload_len = strlen(g->payload);
+        f.payload_len = g->payload_len;
         if (ms_transport_send(g->t, g->peer, &f) == 0)
             g->sent++;
     }
@@ -95,6 +98,16 @@ int main(int argc, char **argv)
     g.first = strtoull(argv[5], NULL, 10);
     g.last = strtoull(argv[6], NULL, 10);
     g.payload = argv[7];
+    g.payload_len = strlen(argv[7]);
+    if (strncmp(argv[7], "hex:", 4) == 0) {
+        /* decoded in place: two digits become one byte */
+        char *in = argv[7] + 4, *o = argv[7];
+        g.payload_len = 0;
+        for (; in[0] && in[1]; in += 2) {
+            char pair[3] = {in[0], in[1], 0};
+            o[g.payload_len++] = (char)strtoul(pair, NULL, 16);
+        }
+    }
     g.delay_ms = argc > 8 ? strtoull(argv[8], NULL, 10) : 0;
     int port = free_port();
     char self[32];

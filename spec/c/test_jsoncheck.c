@@ -1,5 +1,6 @@
-/* The gateway's JSON object scanner: strict RFC 8259, never more lenient
- * than lua-cjson (what it refuses goes to the Lua decoder). */
+/* The node's strict JSON check: RFC 8259, never more lenient than
+ * lua-cjson, and the only judge (what it refuses is refused, although
+ * lua-cjson would take some of it). */
 #include <string.h>
 
 #include "../../runtime/core/jsoncheck.h"
@@ -76,5 +77,50 @@ int main(void)
     /* a NUL inside the length is not JSON */
     CHECK(!ms_json_is_object("{}\0", 3, 8));
     CHECK(ms_json_is_object("{}\0", 2, 8));
+
+    /* ms_json_check: the verdict, why and where */
+    {
+        const char *why = NULL;
+        size_t at = 99;
+#define KIND(s) ms_json_check(s, sizeof(s) - 1, 8, &why, &at)
+        CHECK(KIND("{\"a\":1}") == MS_JSON_OBJECT);
+        CHECK(KIND(" [1, {\"b\":null}] ") == MS_JSON_VALUE);
+        CHECK(KIND("3") == MS_JSON_VALUE);
+        CHECK(KIND("\"s\"") == MS_JSON_VALUE);
+        CHECK(KIND("null") == MS_JSON_VALUE);
+        CHECK(KIND("-0") == MS_JSON_VALUE);
+        CHECK(KIND("4.94065645841247e-324") == MS_JSON_VALUE);
+        /* what lua-cjson takes and the check refuses (issue 9) */
+        CHECK(KIND("{\"a\":1.}") == MS_JSON_BAD && at == 7 &&
+              strstr(why, "decimal point"));
+        CHECK(KIND("{\"a\":-.5}") == MS_JSON_BAD && at == 6);
+        CHECK(KIND("{\"a\":1.e2}") == MS_JSON_BAD && at == 7);
+        CHECK(KIND("{\"a\":\"x\ny\"}") == MS_JSON_BAD && at == 7 &&
+              strstr(why, "control character"));
+        CHECK(KIND("{\"a\":\"x\x01\"}") == MS_JSON_BAD && at == 7);
+        CHECK(KIND("{\"a\":\"x\x1f\"}") == MS_JSON_BAD);
+        CHECK(KIND("{\"a\":1}\0garbage") == MS_JSON_BAD && at == 7 &&
+              strstr(why, "after the JSON value"));
+        CHECK(KIND("{\"a\":\"x\0y\"}") == MS_JSON_BAD && at == 7);
+        CHECK(KIND("[1.]") == MS_JSON_BAD);
+        CHECK(KIND("-.5") == MS_JSON_BAD);
+        CHECK(KIND("1.e2") == MS_JSON_BAD);
+        CHECK(KIND("{\"a\":1e999}") == MS_JSON_BAD &&
+              strstr(why, "too large"));
+        CHECK(KIND("[[[[[[[[[]]]]]]]]]") == MS_JSON_BAD &&
+              strstr(why, "nested deeper"));
+        CHECK(KIND("") == MS_JSON_BAD && at == 0);
+        CHECK(KIND("{\"a\" 1}") == MS_JSON_BAD && strstr(why, "':'"));
+        CHECK(KIND("{\"a\":1 \"b\":2}") == MS_JSON_BAD &&
+              strstr(why, "'}'"));
+        CHECK(KIND("{\"a\":\"\\q\"}") == MS_JSON_BAD &&
+              strstr(why, "escape"));
+        CHECK(KIND("{\"a\":\"abc") == MS_JSON_BAD &&
+              strstr(why, "ends inside a string"));
+        /* bytes >= 0x20 are not checked for UTF-8, as lua-cjson does not:
+         * the node's encoder passes them through and this accepts them */
+        CHECK(KIND("{\"a\":\"\xff\xfe\x7f/\"}") == MS_JSON_OBJECT);
+#undef KIND
+    }
     CHECK_DONE();
 }
