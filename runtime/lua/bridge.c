@@ -23,6 +23,8 @@
 #include "../core/log.h"
 
 #define POOL_MAX 16
+/* type=, shard= and id= of an entity: an id escapes to 4 bytes a byte */
+#define ENTITY_FIELDS_MAX (128 + 4 * MS_LOG_VALUE_MAX)
 
 struct ms_bridge {
     lua_State *L;
@@ -121,18 +123,21 @@ static uint64_t now_ms(void)
     return uv_now(B->loop);
 }
 
+/* The log fields naming entity h: type=, shard=, id=, each escaped. */
 static void entity_fields(uint32_t h, char *buf, size_t len)
 {
     int type;
     const char *id;
     size_t idlen;
     uint32_t shard;
-    if (ms_dispatch_entity(B->d, h, &type, &id, &idlen, &shard))
-        snprintf(buf, len, "type=%s shard=%u id=%.*s",
-                 ms_dispatch_type_name(B->d, type), shard,
-                 (int)(idlen > 128 ? 128 : idlen), id);
-    else
-        snprintf(buf, len, "handle=%u", h);
+    if (ms_dispatch_entity(B->d, h, &type, &id, &idlen, &shard)) {
+        size_t o = ms_log_field_s(buf, len, 0, "type",
+                                  ms_dispatch_type_name(B->d, type));
+        o = ms_log_field_u(buf, len, o, "shard", shard);
+        ms_log_field(buf, len, o, "id", id, idlen);
+    } else {
+        ms_log_field_u(buf, len, 0, "handle", h);
+    }
 }
 
 static int push_err(lua_State *L, int err)
@@ -154,7 +159,7 @@ static void finish(uint32_t h)
     if (took_ms >= B->min_slow_ms &&
         ms_dispatch_entity(B->d, h, &type, &id, &idlen, &shard) &&
         took_ms >= B->cfg->types[type].slow_handler_ms) {
-        char f[256];
+        char f[ENTITY_FIELDS_MAX];
         entity_fields(h, f, sizeof f);
         ms_log(MS_LOG_WARN, f, "slow handler: %llu ms",
                (unsigned long long)took_ms);
@@ -517,9 +522,11 @@ static int l_log(lua_State *L)
     if (level < 0)
         return luaL_error(L, "bad log level '%s' (debug, info, warn, error)",
                           lua_tostring(L, 2));
-    char f[256];
+    size_t len;
+    const char *text = luaL_checklstring(L, 3, &len);
+    char f[ENTITY_FIELDS_MAX];
     entity_fields(h, f, sizeof f);
-    ms_log(level, f, "%s", luaL_checkstring(L, 3));
+    ms_log_text(level, f, text, len);
     return 0;
 }
 
@@ -1023,8 +1030,8 @@ int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,
         lua_rawgeti(L, -1, i);
         int t = (int)num_field(L, -1, "index");
         lua_getfield(L, -1, "err");
-        char f[128];
-        snprintf(f, sizeof f, "type=%s", cfg->types[t].name);
+        char f[ENTITY_FIELDS_MAX];
+        ms_log_field_s(f, sizeof f, 0, "type", cfg->types[t].name);
         ms_log(MS_LOG_ERROR, f,
                "behavior module '%s' failed to load, the type is "
                "unavailable: %s",
@@ -1125,7 +1132,7 @@ static void abandon(struct ms_bridge *b, int ref, lua_State *co, uint32_t h,
 {
     lua_State *L = b->L;
     int top = lua_gettop(L);
-    char f[256], err[512];
+    char f[ENTITY_FIELDS_MAX], err[512];
     entity_fields(h, f, sizeof f);
     /* stack: on_error, h, e, kind */
     lua_rawgeti(L, LUA_REGISTRYINDEX, b->on_error_fn);
