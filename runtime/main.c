@@ -53,7 +53,6 @@ struct runner {
     uv_loop_t *loop;
     struct ms_node *node;
     struct ms_watch *watch; /* --watch, else NULL */
-    uv_signal_t sigint, sigterm;
     uv_timer_t leave_deadline;
     int stopped;
 };
@@ -65,10 +64,6 @@ static void stop_runner(void *data)
     if (r->stopped)
         return;
     r->stopped = 1;
-    if (!uv_is_closing((uv_handle_t *)&r->sigint)) {
-        uv_close((uv_handle_t *)&r->sigint, NULL);
-        uv_close((uv_handle_t *)&r->sigterm, NULL);
-    }
     uv_close((uv_handle_t *)&r->leave_deadline, NULL);
     ms_watch_close(r->watch);
     r->watch = NULL;
@@ -84,20 +79,19 @@ static void on_leave_deadline(uv_timer_t *t)
     stop_runner(r);
 }
 
-static void on_signal(uv_signal_t *s, int signum)
+/* The first SIGINT or SIGTERM, from the node's watchdog thread. Ctrl-C
+ * under `moonshard run` reaches a node twice (from the terminal and from
+ * the launcher): the graceful stop is bounded, so the watchdog ignores
+ * later signals instead of killing the node half-way, unless a handler
+ * is stuck (then it exits with MS_EXIT_STUCK; SIGKILL still works). */
+static void on_signal(void *data, int signum)
 {
-    struct runner *r = s->data;
+    struct runner *r = data;
+    if (r->stopped)
+        return;
     fprintf(stderr, "moonshard: %s, stopping node %s\n",
             signum == SIGINT ? "interrupted" : "terminated",
             ms_node_name(r->node));
-    uv_close((uv_handle_t *)&r->sigint, NULL);
-    uv_close((uv_handle_t *)&r->sigterm, NULL);
-    /* Ctrl-C under `moonshard run` reaches a node twice (from the terminal
-     * and from the launcher): the graceful stop is bounded, so later
-     * signals are ignored instead of killing it half-way (SIGKILL still
-     * works) */
-    signal(SIGINT, SIG_IGN);
-    signal(SIGTERM, SIG_IGN);
     /* leave the cluster gracefully: the node stops once it is removed
      * (stop_runner, through ms_node_on_stopped), or at the deadline */
     if (ms_node_leave(r->node) == 0) {
@@ -162,12 +156,12 @@ static int run_node(const char *config, const char *name, int watch)
         uv_run(r.loop, UV_RUN_DEFAULT);
         return 1;
     }
-    uv_signal_init(r.loop, &r.sigint);
-    uv_signal_init(r.loop, &r.sigterm);
     uv_timer_init(r.loop, &r.leave_deadline);
-    r.sigint.data = r.sigterm.data = r.leave_deadline.data = &r;
-    uv_signal_start(&r.sigint, on_signal, SIGINT);
-    uv_signal_start(&r.sigterm, on_signal, SIGTERM);
+    r.leave_deadline.data = &r;
+    rc = ms_node_catch_signals(r.node, on_signal, &r);
+    if (rc < 0)
+        fprintf(stderr, "moonshard: cannot catch SIGINT and SIGTERM: %s\n",
+                strerror(-rc));
     ms_node_on_stopped(r.node, stop_runner, &r);
     if (watch && ms_watch_start(&r.watch, r.loop, r.node, config,
                                 MS_WATCH_INTERVAL_MS, err, sizeof err) < 0)
