@@ -51,6 +51,32 @@ struct ms_running_view {
     char text[MS_RUNNING_TEXT_MAX]; /* min(len, MAX) bytes of it */
 };
 
+/* The k bytes at p (1 <= k <= 8), zero-padded, as the word whose memory
+ * holds them in order; reads no byte outside p[0..k). Fixed-size loads
+ * instead of a memcpy of k bytes: this runs once per message. */
+static inline uint64_t ms__running_word(const char *p, size_t k)
+{
+    uint64_t w = 0;
+    if (k == 8) {
+        memcpy(&w, p, 8);
+        return w;
+    }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const unsigned char *u = (const unsigned char *)p;
+    if (k >= 4) { /* two loads that overlap in the middle */
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + k - 4, 4);
+        return a | (uint64_t)b << ((k - 4) * 8);
+    }
+    return u[0] | (uint64_t)u[k / 2] << (k / 2 * 8) |
+           (uint64_t)u[k - 1] << ((k - 1) * 8);
+#else
+    memcpy(&w, p, k);
+    return w;
+#endif
+}
+
 /* Publishes that `kind` runs from `since_ns` on (loop thread only).
  * `text` (an id or a label, `len` bytes) is copied up to
  * MS_RUNNING_TEXT_MAX bytes. */
@@ -67,11 +93,14 @@ static inline void ms_running_set(struct ms_running *r, int kind, int type,
     atomic_store_explicit(&r->len, (uint32_t)len, memory_order_relaxed);
     atomic_store_explicit(&r->since_ns, since_ns, memory_order_relaxed);
     size_t n = len < MS_RUNNING_TEXT_MAX ? len : MS_RUNNING_TEXT_MAX;
-    for (size_t i = 0; i < n; i += 8) {
-        uint64_t w = 0;
-        memcpy(&w, text + i, n - i < 8 ? n - i : 8);
-        atomic_store_explicit(&r->text[i / 8], w, memory_order_relaxed);
-    }
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        atomic_store_explicit(&r->text[i / 8], ms__running_word(text + i, 8),
+                              memory_order_relaxed);
+    if (i < n)
+        atomic_store_explicit(&r->text[i / 8],
+                              ms__running_word(text + i, n - i),
+                              memory_order_relaxed);
     atomic_store_explicit(&r->seq, s + 2, memory_order_release);
 }
 
