@@ -13,6 +13,7 @@
 
 #include "bench.h"
 #include "cli.h"
+#include "core/log.h"
 #include "lua/bridge.h"
 #include "lua/watch.h"
 #include "moonshard.h"
@@ -73,9 +74,9 @@ static void stop_runner(void *data)
 static void on_leave_deadline(uv_timer_t *t)
 {
     struct runner *r = t->data;
-    fprintf(stderr, "moonshard: node %s did not finish leaving within "
-            "%llu s; stopping\n", ms_node_name(r->node),
-            (unsigned long long)ms_node_leave_deadline_ms(r->node) / 1000);
+    ms_log(MS_LOG_WARN, NULL, "did not finish leaving within %llu s; "
+           "stopping",
+           (unsigned long long)ms_node_leave_deadline_ms(r->node) / 1000);
     stop_runner(r);
 }
 
@@ -89,14 +90,12 @@ static void on_signal(void *data, int signum)
     struct runner *r = data;
     if (r->stopped)
         return;
-    fprintf(stderr, "moonshard: %s, stopping node %s\n",
-            signum == SIGINT ? "interrupted" : "terminated",
-            ms_node_name(r->node));
+    ms_log(MS_LOG_INFO, NULL, "%s, stopping",
+           signum == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)");
     /* leave the cluster gracefully: the node stops once it is removed
      * (stop_runner, through ms_node_on_stopped), or at the deadline */
     if (ms_node_leave(r->node) == 0) {
-        fprintf(stderr, "moonshard: node %s is leaving the cluster\n",
-                ms_node_name(r->node));
+        ms_log(MS_LOG_INFO, NULL, "leaving the cluster");
         uv_timer_start(&r->leave_deadline, on_leave_deadline,
                        ms_node_leave_deadline_ms(r->node), 0);
         return;
@@ -160,12 +159,12 @@ static int run_node(const char *config, const char *name, int watch)
     r.leave_deadline.data = &r;
     rc = ms_node_catch_signals(r.node, on_signal, &r);
     if (rc < 0)
-        fprintf(stderr, "moonshard: cannot catch SIGINT and SIGTERM: %s\n",
-                strerror(-rc));
+        ms_log(MS_LOG_ERROR, NULL, "cannot catch SIGINT and SIGTERM: %s",
+               strerror(-rc));
     ms_node_on_stopped(r.node, stop_runner, &r);
     if (watch && ms_watch_start(&r.watch, r.loop, r.node, config,
                                 MS_WATCH_INTERVAL_MS, err, sizeof err) < 0)
-        fprintf(stderr, "moonshard: --watch: %s; not watching\n", err);
+        ms_log(MS_LOG_WARN, NULL, "--watch: %s; not watching", err);
     print_hints(r.node);
     uv_run(r.loop, UV_RUN_DEFAULT);
     uv_loop_close(r.loop);

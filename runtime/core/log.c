@@ -58,14 +58,13 @@ static size_t utf8_printable(const unsigned char *s, size_t n)
 }
 
 /*
- * Writes v[0..len) escaped into out (capacity cap; no NUL), stopping
- * before a character whose escape would not fit. With `quotes` set, '"'
- * and '\' are escaped too (the text goes between quotes); without, only
- * what could break the line is (for fields text made elsewhere). Returns
- * the bytes written and sets *used to the input bytes consumed.
+ * Writes v[0..len) escaped for the inside of a quoted value into out
+ * (capacity cap; no NUL), stopping before a character whose escape would
+ * not fit. Returns the bytes written and sets *used to the input bytes
+ * consumed.
  */
 static size_t escape(char *out, size_t cap, const char *v, size_t len,
-                     int quotes, size_t *used)
+                     size_t *used)
 {
     const unsigned char *s = (const unsigned char *)v;
     size_t o = 0, i = 0;
@@ -75,7 +74,7 @@ static size_t escape(char *out, size_t cap, const char *v, size_t len,
         size_t elen = 0, take = 1;
         const char *src = (const char *)s + i;
         if (c >= 0x20 && c < 0x7f) {
-            if (quotes && (c == '"' || c == '\\')) {
+            if (c == '"' || c == '\\') {
                 e[0] = '\\', e[1] = (char)c, elen = 2, src = e;
             } else {
                 elen = 1;
@@ -112,12 +111,12 @@ static size_t quoted(char *out, size_t cap, const char *v, size_t len,
     size_t used, o = 1;
     out[0] = '"';
     if (!cut) {
-        o += escape(out + 1, cap - 2, v, len, 1, &used);
+        o += escape(out + 1, cap - 2, v, len, &used);
         cut = used < len;
     }
     if (cut) {
         /* again, leaving room for the mark (rare: no need to be clever) */
-        o = 1 + escape(out + 1, cap >= 5 ? cap - 5 : 0, v, len, 1, &used);
+        o = 1 + escape(out + 1, cap >= 5 ? cap - 5 : 0, v, len, &used);
         if (cap >= 5) {
             memcpy(out + o, "...", 3);
             o += 3;
@@ -212,6 +211,58 @@ static void put(const char *buf, size_t len)
 
 #define FIELDS_OUT_MAX 2048 /* bytes of escaped fields text per line */
 
+/* Whether `f` follows the grammar of fields (log.h): what ms_log_field
+ * makes. Text made otherwise is logged as one quoted fields="..." value. */
+static int well_formed(const char *f)
+{
+    const unsigned char *p = (const unsigned char *)f;
+    for (;;) {
+        const unsigned char *k = p;
+        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+               (*p >= '0' && *p <= '9') || *p == '_')
+            p++;
+        if (p == k || *p++ != '=')
+            return 0;
+        if (*p != '"') {
+            const unsigned char *v = p;
+            while (is_bare(*p))
+                p++;
+            if (p == v)
+                return 0;
+        } else {
+            for (p++; *p != '"'; ) {
+                size_t u;
+                if (*p == '\\') {
+                    p++;
+                    if (*p == 'x') {
+                        static const char hexd[] = "0123456789abcdef";
+                        if (!p[1] || !p[2] || !strchr(hexd, p[1]) ||
+                            !strchr(hexd, p[2]))
+                            return 0;
+                        p += 3;
+                    } else if (*p && strchr("\\\"nrt", *p)) {
+                        p++;
+                    } else {
+                        return 0;
+                    }
+                } else if (*p >= 0x20 && *p < 0x7f) {
+                    p++;
+                } else if (*p >= 0x80 &&
+                           (u = utf8_printable(p, strlen((const char *)p)))) {
+                    p += u;
+                } else {
+                    return 0; /* a control byte, bad UTF-8, or the end */
+                }
+            }
+            p++;
+        }
+        if (*p == 0)
+            return 1;
+        if (*p++ != ' ')
+            return 0;
+    }
+}
+
 /* Formats and writes one line; `text` is `len` raw bytes, already cut
  * (`cut` set) when it was longer. */
 static void emit(int level, const char *fields, const char *text, size_t len,
@@ -221,7 +272,7 @@ static void emit(int level, const char *fields, const char *text, size_t len,
         level = MS_LOG_ERROR;
     /* timestamp and level, node, fields, msg and its quotes and mark */
     enum { HEAD = 40, MSG = 6 + 4 * MS_LOG_TEXT_MAX + 5 };
-    char line[HEAD + sizeof node_field + 1 + FIELDS_OUT_MAX + MSG + 1];
+    char line[HEAD + sizeof node_field + 8 + FIELDS_OUT_MAX + MSG + 1];
     struct timeval tv;
     gettimeofday(&tv, NULL);
     struct tm tm;
@@ -234,10 +285,18 @@ static void emit(int level, const char *fields, const char *text, size_t len,
     memcpy(line + o, node_field, nl);
     o += nl;
     if (fields && *fields) {
-        size_t used;
+        size_t flen = strlen(fields);
         line[o++] = ' ';
-        o += escape(line + o, FIELDS_OUT_MAX, fields, strlen(fields), 0,
-                    &used);
+        if (flen <= FIELDS_OUT_MAX && well_formed(fields)) {
+            memcpy(line + o, fields, flen);
+            o += flen;
+        } else {
+            memcpy(line + o, "fields=", 7);
+            o += 7;
+            o += quoted(line + o, FIELDS_OUT_MAX, fields,
+                        flen > MS_LOG_TEXT_MAX ? MS_LOG_TEXT_MAX : flen,
+                        flen > MS_LOG_TEXT_MAX);
+        }
     }
     memcpy(line + o, " msg=", 5);
     o += 5;

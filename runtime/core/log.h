@@ -72,9 +72,9 @@ size_t ms_log_field_u(char *buf, size_t cap, size_t at, const char *key,
 
 /*
  * Logs one line. `fields` is NULL or text built with ms_log_field*; text
- * from elsewhere is still kept on one line (its control characters are
- * escaped) but may not follow the grammar. The formatted message is
- * escaped and written as msg="...".
+ * made otherwise that does not follow the grammar is written whole as one
+ * quoted value, fields="...". The formatted message is escaped and
+ * written as msg="...".
  */
 void ms_log(int level, const char *fields, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -136,4 +136,12 @@ return M
         assert.equal("Echo", hit[1].type)
         assert.same({}, with(list, "node", "n9"))
     end)
+
+    it("keeps every line in the grammar through a graceful stop", function()
+        assert.is_true(n.proc:terminate(10))
+        assert.equal(0, n.proc.code)
+        -- the lines of the stop itself too (records raises on a bad one)
+        local list = records(n)
+        assert.equal(1, #with(list, "msg", "terminated (SIGTERM), stopping"))
+    end)
 end)
