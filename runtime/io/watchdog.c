@@ -44,6 +44,8 @@ struct ms_watchdog {
     struct ms_running_view seen; /* the publication being watched */
     int reported;                /* `seen` was logged as stuck */
     uint64_t next_report_ms;     /* log again when it has run this long */
+    uint64_t last_check_ns;      /* when check() last ran */
+    uint64_t paused_ns;          /* the process stood still while `seen` ran */
 };
 
 static int pipe_fd[2] = {-1, -1}; /* read, write; see the top comment */
@@ -145,46 +147,62 @@ static void die(struct ms_watchdog *w, const struct ms_running_view *v,
 
 /* ---- the thread ------------------------------------------------------- */
 
+/* How long `v` has run, in ms, leaving out when the process stood still. */
+static uint64_t ran_ms(struct ms_watchdog *w,
+                       const struct ms_running_view *v, uint64_t now)
+{
+    uint64_t ran = now > v->since_ns ? now - v->since_ns : 0;
+    ran -= w->paused_ns < ran ? w->paused_ns : ran;
+    return ran / 1000000;
+}
+
 static void check(struct ms_watchdog *w)
 {
+    uint64_t now = clock_ns();
+    uint64_t prev = w->last_check_ns;
+    w->last_check_ns = now;
     struct ms_running_view v;
     if (!ms_running_read(w->running, &v))
         return; /* the loop kept writing: it is not stuck */
-    uint64_t now = clock_ns();
     if (v.seq != w->seen.seq || v.kind == MS_RUN_IDLE) {
         if (w->reported) {
             char f[64 + 4 * MS_LOG_VALUE_MAX + 64];
             const char *what = describe(w, &w->seen, f, sizeof f);
-            uint64_t ran = now > w->seen.since_ns
-                               ? (now - w->seen.since_ns) / 1000000
-                               : 0;
             ms_log(MS_LOG_INFO, f, "%s that was stuck returned after about "
-                   "%llu ms", what, (unsigned long long)ran);
+                   "%llu ms", what,
+                   (unsigned long long)ran_ms(w, &w->seen, now));
         }
         w->seen = v;
         w->reported = 0;
         w->next_report_ms = w->stuck_ms;
+        w->paused_ns = 0;
         if (v.kind == MS_RUN_IDLE)
             return;
     }
-    uint64_t ran_ms = now > v.since_ns ? (now - v.since_ns) / 1000000 : 0;
+    /* A check long overdue means that the whole process stood still
+     * (SIGSTOP, a debugger, a starved machine), not that Lua ran: that
+     * time does not count, so a paused node is not ended on resuming. */
+    const uint64_t tick_ns = MS_WATCHDOG_TICK_MS * 1000000ull;
+    if (prev && now - prev > 4 * tick_ns && v.since_ns < prev)
+        w->paused_ns += now - prev - tick_ns;
+    uint64_t ran = ran_ms(w, &v, now);
     int signum = atomic_load(&w->stop_signal);
-    if (ran_ms >= w->next_report_ms) {
+    if (ran >= w->next_report_ms) {
         char f[64 + 4 * MS_LOG_VALUE_MAX + 64];
         const char *what = describe(w, &v, f, sizeof f);
         ms_log(MS_LOG_WARN, f,
                "%s has run for %llu ms (stuck_handler_ms is %llu): the node "
                "serves nothing else until it returns, and LuaJIT cannot "
-               "preempt it", what, (unsigned long long)ran_ms,
+               "preempt it", what, (unsigned long long)ran,
                (unsigned long long)w->stuck_ms);
         w->reported = 1;
-        while (w->next_report_ms <= ran_ms)
+        while (w->next_report_ms <= ran)
             w->next_report_ms *= 2;
     }
-    if (signum && ran_ms >= w->stuck_ms)
-        die(w, &v, ran_ms, signum);
-    if (w->exit_ms && ran_ms >= w->exit_ms)
-        die(w, &v, ran_ms, 0);
+    if (signum && ran >= w->stuck_ms)
+        die(w, &v, ran, signum);
+    if (w->exit_ms && ran >= w->exit_ms)
+        die(w, &v, ran, 0);
 }
 
 /* A SIGINT or SIGTERM arrived (on the watchdog thread, from the pipe). */
@@ -284,14 +302,17 @@ int ms_watchdog_catch_signals(struct ms_watchdog *w,
     sigemptyset(&sa.sa_mask);
     w->on_signal = cb;
     w->on_signal_data = data;
-    if (sigaction(SIGINT, &sa, &w->old_int) < 0)
+    w->catching = 1; /* before a signal can come */
+    if (sigaction(SIGINT, &sa, &w->old_int) < 0) {
+        w->catching = 0;
         return -errno;
+    }
     if (sigaction(SIGTERM, &sa, &w->old_term) < 0) {
         int e = errno;
         sigaction(SIGINT, &w->old_int, NULL);
+        w->catching = 0;
         return -e;
     }
-    w->catching = 1;
     return 0;
 }
 

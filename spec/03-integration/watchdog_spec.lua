@@ -142,6 +142,29 @@ describe("the watchdog", function()
         assert.is_nil(list[1].shard)
     end)
 
+    it("does not count the time the process stood still (SIGSTOP)",
+       function()
+        local n = start({ stuck_handler_ms = 200,
+                          stuck_handler_exit_ms = 1500 })
+        -- a handler of 1 s, and the process stopped for 2.5 s meanwhile:
+        -- 3 s of wall-clock time, 1 s of running
+        local conn = assert(helpers.tcp_open(n.port))
+        conn:send(helpers.format_request(n.port, "POST",
+            helpers.entity_path("Spin", "paused", "ask"),
+            { type = "spin", ms = 1000 }, true))
+        helpers.sleep(0.3)
+        n:signal(helpers.SIGSTOP)
+        helpers.sleep(2.5)
+        n:signal(helpers.SIGCONT)
+        local reply = conn:read(5, '{"spun":1000}')
+        conn:close()
+        assert.matches('{"spun":1000}', reply, 1, true)
+        helpers.sleep(0.2)
+        assert.is_true(n:alive())
+        assert.is_true(n.proc:terminate(5))
+        assert.equal(0, n.proc.code)
+    end)
+
     it("never stops a node that is busy with many short handlers",
        function()
         local n = start({ stuck_handler_ms = 100,
