@@ -13,7 +13,9 @@
  *     for `stuck_ms` (at once when it already had).
  * Time in which the whole process stood still (SIGSTOP, a debugger, a
  * machine that did not schedule it: a check more than 4 ticks late) does
- * not count as running. A stuck loop cannot run its own signal handlers, so the watchdog owns
+ * not count as running.
+ *
+ * A stuck loop cannot run its own signal handlers, so the watchdog owns
  * SIGINT and SIGTERM once ms_watchdog_catch_signals is called: an
  * async-signal-safe handler writes the signal to a pipe that the watchdog
  * thread reads, and the first one is passed on to the loop (uv_async).
