@@ -14,6 +14,7 @@
 
 #include "bench.h"
 #include "cli.h"
+#include "core/log.h"
 #include "lua/bridge.h"
 #include "lua/watch.h"
 #include "moonshard.h"
@@ -56,7 +57,6 @@ struct runner {
     uv_loop_t *loop;
     struct ms_node *node;
     struct ms_watch *watch; /* --watch, else NULL */
-    uv_signal_t sigint, sigterm;
     uv_timer_t leave_deadline;
     int stopped;
 };
@@ -68,10 +68,6 @@ static void stop_runner(void *data)
     if (r->stopped)
         return;
     r->stopped = 1;
-    if (!uv_is_closing((uv_handle_t *)&r->sigint)) {
-        uv_close((uv_handle_t *)&r->sigint, NULL);
-        uv_close((uv_handle_t *)&r->sigterm, NULL);
-    }
     uv_close((uv_handle_t *)&r->leave_deadline, NULL);
     ms_watch_close(r->watch);
     r->watch = NULL;
@@ -81,31 +77,28 @@ static void stop_runner(void *data)
 static void on_leave_deadline(uv_timer_t *t)
 {
     struct runner *r = t->data;
-    fprintf(stderr, "moonshard: node %s did not finish leaving within "
-            "%llu s; stopping\n", ms_node_name(r->node),
-            (unsigned long long)ms_node_leave_deadline_ms(r->node) / 1000);
+    ms_log(MS_LOG_WARN, NULL, "did not finish leaving within %llu s; "
+           "stopping",
+           (unsigned long long)ms_node_leave_deadline_ms(r->node) / 1000);
     stop_runner(r);
 }
 
-static void on_signal(uv_signal_t *s, int signum)
+/* The first SIGINT or SIGTERM, from the node's watchdog thread. Ctrl-C
+ * under `moonshard run` reaches a node twice (from the terminal and from
+ * the launcher): the graceful stop is bounded, so the watchdog ignores
+ * later signals instead of killing the node half-way, unless a handler
+ * is stuck (then it exits with MS_EXIT_STUCK; SIGKILL still works). */
+static void on_signal(void *data, int signum)
 {
-    struct runner *r = s->data;
-    fprintf(stderr, "moonshard: %s, stopping node %s\n",
-            signum == SIGINT ? "interrupted" : "terminated",
-            ms_node_name(r->node));
-    uv_close((uv_handle_t *)&r->sigint, NULL);
-    uv_close((uv_handle_t *)&r->sigterm, NULL);
-    /* Ctrl-C under `moonshard run` reaches a node twice (from the terminal
-     * and from the launcher): the graceful stop is bounded, so later
-     * signals are ignored instead of killing it half-way (SIGKILL still
-     * works) */
-    signal(SIGINT, SIG_IGN);
-    signal(SIGTERM, SIG_IGN);
+    struct runner *r = data;
+    if (r->stopped)
+        return;
+    ms_log(MS_LOG_INFO, NULL, "%s, stopping",
+           signum == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)");
     /* leave the cluster gracefully: the node stops once it is removed
      * (stop_runner, through ms_node_on_stopped), or at the deadline */
     if (ms_node_leave(r->node) == 0) {
-        fprintf(stderr, "moonshard: node %s is leaving the cluster\n",
-                ms_node_name(r->node));
+        ms_log(MS_LOG_INFO, NULL, "leaving the cluster");
         uv_timer_start(&r->leave_deadline, on_leave_deadline,
                        ms_node_leave_deadline_ms(r->node), 0);
         return;
@@ -205,16 +198,16 @@ static int run_node(const char *config, const char *name, int watch)
                 "will be dropped before the gateway sees them; raise it "
                 "(ulimit -n) or lower limits.http_connections\n",
                 (unsigned long long)fds, http_conns, FD_MARGIN);
-    uv_signal_init(r.loop, &r.sigint);
-    uv_signal_init(r.loop, &r.sigterm);
     uv_timer_init(r.loop, &r.leave_deadline);
-    r.sigint.data = r.sigterm.data = r.leave_deadline.data = &r;
-    uv_signal_start(&r.sigint, on_signal, SIGINT);
-    uv_signal_start(&r.sigterm, on_signal, SIGTERM);
+    r.leave_deadline.data = &r;
+    rc = ms_node_catch_signals(r.node, on_signal, &r);
+    if (rc < 0)
+        ms_log(MS_LOG_ERROR, NULL, "cannot catch SIGINT and SIGTERM: %s",
+               strerror(-rc));
     ms_node_on_stopped(r.node, stop_runner, &r);
     if (watch && ms_watch_start(&r.watch, r.loop, r.node, config,
                                 MS_WATCH_INTERVAL_MS, err, sizeof err) < 0)
-        fprintf(stderr, "moonshard: --watch: %s; not watching\n", err);
+        ms_log(MS_LOG_WARN, NULL, "--watch: %s; not watching", err);
     print_hints(r.node);
     uv_run(r.loop, UV_RUN_DEFAULT);
     uv_loop_close(r.loop);

@@ -38,6 +38,11 @@
 
 #define MS_MAX_ID 512 /* bytes of an entity id */
 
+/* The exit status of a node that the watchdog ended: Lua code (a handler)
+ * was stuck past stuck_handler_exit_ms, or while the node was asked to
+ * stop (runtime/io/watchdog.h). EX_SOFTWARE of sysexits.h. */
+#define MS_EXIT_STUCK 70
+
 /* Returns a static, human-readable text for an MS_E* or libuv code. */
 const char *ms_strerror(int err);
 
@@ -105,6 +110,15 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
  * node (and whatever else keeps the loop alive). Without it the node
  * closes itself. */
 void ms_node_on_stopped(struct ms_node *n, void (*cb)(void *), void *data);
+
+/* Makes the node's watchdog take SIGINT and SIGTERM: the first calls
+ * `cb(data, signum)` on the loop thread (borrowed until the node is
+ * closed), later ones are ignored; while a handler is stuck either one
+ * ends the process with MS_EXIT_STUCK. A signal handler of the loop (such
+ * as uv_signal) would never run while Lua code holds the loop. Returns 0
+ * or a negative errno code. */
+int ms_node_catch_signals(struct ms_node *n,
+                          void (*cb)(void *data, int signum), void *data);
 
 /* Stops accepting work, cancels pending asks (MS_ECANCELED), passivates
  * every entity (calling `stopped`), closes all handles and frees the node

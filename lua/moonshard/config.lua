@@ -633,6 +633,7 @@ local TOP_FIELDS = {
     cluster = true, secret = true, seeds = true, nodes = true,
     entities = true, limits = true, gc_step_kb = true, admin_token = true,
     admin_remote = true, handoff_timeout = true, rebalance_interval = true,
+    stuck_handler_ms = true, stuck_handler_exit_ms = true,
 }
 local NODE_FIELDS = { name = true, listen = true, http = true, roles = true }
 local ENTITY_FIELDS = {
@@ -970,6 +971,31 @@ local function check_secret(cfg)
     end
 end
 
+-- The watchdog (runtime/io/watchdog.h): Lua code that runs this long is
+-- logged as stuck; at stuck_handler_exit_ms (false: never) the process
+-- exits with status 70.
+local MAX_STUCK_MS = 86400000 -- a day
+
+local function check_watchdog(t, root, cfg)
+    cfg.stuck_handler_ms = integer_field(t, "stuck_handler_ms", root, 10,
+                                         MAX_STUCK_MS, 5000)
+    local v = t.stuck_handler_exit_ms
+    if v == false then
+        cfg.stuck_handler_exit_ms = 0
+        return
+    end
+    if v ~= nil and not (is_integer(v) and v >= cfg.stuck_handler_ms
+                         and v <= MAX_STUCK_MS) then
+        fail(child(root, "stuck_handler_exit_ms"), format(
+             "must be an integer of milliseconds in %d..%d (from "
+             .. "stuck_handler_ms on), or false", cfg.stuck_handler_ms,
+             MAX_STUCK_MS), v)
+    end
+    -- the default, 60 s, or stuck_handler_ms when that is longer
+    cfg.stuck_handler_exit_ms = v or (cfg.stuck_handler_ms > 60000
+                                      and cfg.stuck_handler_ms or 60000)
+end
+
 local function check(t)
     local root = {}
     check_known(t, root, TOP_FIELDS)
@@ -1008,6 +1034,7 @@ local function check(t)
                                            0.1, 600, 10)
     cfg.rebalance_interval_ms = seconds_field(t, "rebalance_interval", root,
                                               0.1, 3600, 10)
+    check_watchdog(t, root, cfg)
     return cfg
 end
 

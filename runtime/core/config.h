@@ -45,6 +45,8 @@ struct ms_config {
     int gc_step_kb;
     uint64_t handoff_timeout_ms;    /* deadline of one shard move */
     uint64_t rebalance_interval_ms; /* between rebalance rounds */
+    uint64_t stuck_handler_ms;      /* the watchdog logs Lua stuck this long */
+    uint64_t stuck_handler_exit_ms; /* ... and exits at this; 0: never */
 };
 
 void ms_config_free(struct ms_config *c);

@@ -1,21 +1,187 @@
 /*
- * log.c -- one line per event, key=value, on stderr.
+ * log.c -- one line per event, key=value, on stderr; every value escaped
+ * here (see the grammar in log.h).
  */
 #include "log.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
-static const char *node_name = "-";
+static char node_field[8 + 4 * 64 + 8] = "node=-";
 static int min_level = MS_LOG_INFO;
 static const char *names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
+static const char hex[] = "0123456789abcdef";
+
+/* Whether byte c may appear in a bare (unquoted) value. */
+static int is_bare(unsigned char c)
+{
+    return c > 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '=';
+}
+
+/* The length of the UTF-8 sequence at s (n bytes available) when it is
+ * valid and harmless to print, else 0: invalid or overlong sequences,
+ * surrogates, C1 controls, the line and paragraph separators and the bidi
+ * controls (which make a terminal show text in another order) get 0. */
+static size_t utf8_printable(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    uint32_t cp, min;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2, cp = c & 0x1f, min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3, cp = c & 0x0f, min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4, cp = c & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    if (cp <= 0x9f || cp == 0x200e || cp == 0x200f ||
+        (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069))
+        return 0;
+    return len;
+}
+
+/*
+ * Writes v[0..len) escaped for the inside of a quoted value into out
+ * (capacity cap; no NUL), stopping before a character whose escape would
+ * not fit. Returns the bytes written and sets *used to the input bytes
+ * consumed.
+ */
+static size_t escape(char *out, size_t cap, const char *v, size_t len,
+                     size_t *used)
+{
+    const unsigned char *s = (const unsigned char *)v;
+    size_t o = 0, i = 0;
+    while (i < len) {
+        unsigned char c = s[i];
+        char e[4];
+        size_t elen = 0, take = 1;
+        const char *src = (const char *)s + i;
+        if (c >= 0x20 && c < 0x7f) {
+            if (c == '"' || c == '\\') {
+                e[0] = '\\', e[1] = (char)c, elen = 2, src = e;
+            } else {
+                elen = 1;
+            }
+        } else if (c == '\n' || c == '\r' || c == '\t') {
+            e[0] = '\\', e[1] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+            elen = 2, src = e;
+        } else if (c >= 0x80 && (take = utf8_printable(s + i, len - i))) {
+            elen = take;
+        } else {
+            take = 1;
+            e[0] = '\\', e[1] = 'x', e[2] = hex[c >> 4], e[3] = hex[c & 15];
+            elen = 4, src = e;
+        }
+        if (o + elen > cap)
+            break;
+        memcpy(out + o, src, elen);
+        o += elen;
+        i += take;
+    }
+    *used = i;
+    return o;
+}
+
+/* Writes `"v..."` (quoted, escaped) into out (capacity cap) and returns
+ * its length, or 0 when not even `""` fits. When `cut` is set (the caller
+ * cut v short) or v does not fit, whole characters are dropped from the
+ * end and "..." marks the cut. */
+static size_t quoted(char *out, size_t cap, const char *v, size_t len,
+                     int cut)
+{
+    if (cap < 2)
+        return 0;
+    size_t used, o = 1;
+    out[0] = '"';
+    if (!cut) {
+        o += escape(out + 1, cap - 2, v, len, &used);
+        cut = used < len;
+    }
+    if (cut) {
+        /* again, leaving room for the mark (rare: no need to be clever) */
+        o = 1 + escape(out + 1, cap >= 5 ? cap - 5 : 0, v, len, &used);
+        if (cap >= 5) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+        }
+    }
+    out[o++] = '"';
+    return o;
+}
+
+size_t ms_log_field(char *buf, size_t cap, size_t at, const char *key,
+                    const char *value, size_t len)
+{
+    if (!buf || at >= cap)
+        return at;
+    if (!value)
+        value = "", len = 0;
+    size_t klen = key ? strlen(key) : 0;
+    /* separator, key, '=', at least `""`, NUL */
+    if (at + (at > 0) + klen + 1 + 2 + 1 > cap) {
+        buf[at] = 0;
+        return at;
+    }
+    size_t o = at;
+    if (at > 0)
+        buf[o++] = ' ';
+    for (size_t i = 0; i < klen; i++) {
+        char c = key[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                 (c >= '0' && c <= '9') || c == '_';
+        buf[o++] = ok ? c : '_';
+    }
+    buf[o++] = '=';
+    size_t room = cap - o - 1; /* keep the NUL */
+    int bare = len > 0 && len <= MS_LOG_VALUE_MAX && len <= room;
+    for (size_t i = 0; bare && i < len; i++)
+        bare = is_bare((unsigned char)value[i]);
+    if (bare) {
+        memcpy(buf + o, value, len);
+        o += len;
+    } else {
+        int cut = len > MS_LOG_VALUE_MAX;
+        o += quoted(buf + o, room, value, cut ? MS_LOG_VALUE_MAX : len, cut);
+    }
+    buf[o] = 0;
+    return o;
+}
+
+size_t ms_log_field_s(char *buf, size_t cap, size_t at, const char *key,
+                      const char *value)
+{
+    return ms_log_field(buf, cap, at, key, value, value ? strlen(value) : 0);
+}
+
+size_t ms_log_field_u(char *buf, size_t cap, size_t at, const char *key,
+                      unsigned long long value)
+{
+    char num[24];
+    int n = snprintf(num, sizeof num, "%llu", value);
+    return ms_log_field(buf, cap, at, key, num, (size_t)n);
+}
 
 void ms_log_setup(const char *node, int level)
 {
-    node_name = node ? node : "-";
+    const char *name = node && *node ? node : "-";
+    ms_log_field_s(node_field, sizeof node_field, 0, "node", name);
     min_level = level;
 }
 
@@ -28,28 +194,139 @@ int ms_log_level(const char *name)
     return -1;
 }
 
-void ms_log(int level, const char *fields, const char *fmt, ...)
+/* Writes all of buf to stderr in one write when it can (lines from the
+ * loop and the watchdog thread do not mix). */
+static void put(const char *buf, size_t len)
 {
-    if (level < min_level)
-        return;
+    while (len > 0) {
+        ssize_t w = write(2, buf, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        buf += w;
+        len -= (size_t)w;
+    }
+}
+
+#define FIELDS_OUT_MAX 2048 /* bytes of escaped fields text per line */
+
+/* Whether `f` follows the grammar of fields (log.h): what ms_log_field
+ * makes. Text made otherwise is logged as one quoted fields="..." value. */
+static int well_formed(const char *f)
+{
+    const unsigned char *p = (const unsigned char *)f;
+    for (;;) {
+        const unsigned char *k = p;
+        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+               (*p >= '0' && *p <= '9') || *p == '_')
+            p++;
+        if (p == k || *p++ != '=')
+            return 0;
+        if (*p != '"') {
+            const unsigned char *v = p;
+            while (is_bare(*p))
+                p++;
+            if (p == v)
+                return 0;
+        } else {
+            for (p++; *p != '"'; ) {
+                size_t u;
+                if (*p == '\\') {
+                    p++;
+                    if (*p == 'x') {
+                        static const char hexd[] = "0123456789abcdef";
+                        if (!p[1] || !p[2] || !strchr(hexd, p[1]) ||
+                            !strchr(hexd, p[2]))
+                            return 0;
+                        p += 3;
+                    } else if (*p && strchr("\\\"nrt", *p)) {
+                        p++;
+                    } else {
+                        return 0;
+                    }
+                } else if (*p >= 0x20 && *p < 0x7f) {
+                    p++;
+                } else if (*p >= 0x80 &&
+                           (u = utf8_printable(p, strlen((const char *)p)))) {
+                    p += u;
+                } else {
+                    return 0; /* a control byte, bad UTF-8, or the end */
+                }
+            }
+            p++;
+        }
+        if (*p == 0)
+            return 1;
+        if (*p++ != ' ')
+            return 0;
+    }
+}
+
+/* Formats and writes one line; `text` is `len` raw bytes, already cut
+ * (`cut` set) when it was longer. */
+static void emit(int level, const char *fields, const char *text, size_t len,
+                 int cut)
+{
     if (level < MS_LOG_DEBUG || level > MS_LOG_ERROR)
         level = MS_LOG_ERROR;
-    char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    /* keep one event on one line */
-    for (char *p = msg; *p; p++)
-        if (*p == '\n' || *p == '\r')
-            *p = ' ';
+    /* timestamp and level, node, fields, msg and its quotes and mark */
+    enum { HEAD = 40, MSG = 6 + 4 * MS_LOG_TEXT_MAX + 5 };
+    char line[HEAD + sizeof node_field + 8 + FIELDS_OUT_MAX + MSG + 1];
     struct timeval tv;
     gettimeofday(&tv, NULL);
     struct tm tm;
     gmtime_r(&tv.tv_sec, &tm);
-    char ts[32];
-    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
-    fprintf(stderr, "%s.%03dZ %s node=%s%s%s msg=\"%s\"\n", ts,
-            (int)(tv.tv_usec / 1000), names[level], node_name,
-            fields ? " " : "", fields ? fields : "", msg);
+    size_t o = strftime(line, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    int n = snprintf(line + o, HEAD - o, ".%03dZ %s ",
+                     (int)(tv.tv_usec / 1000), names[level]);
+    o += n > 0 ? (size_t)n : 0;
+    size_t nl = strlen(node_field);
+    memcpy(line + o, node_field, nl);
+    o += nl;
+    if (fields && *fields) {
+        size_t flen = strlen(fields);
+        line[o++] = ' ';
+        if (flen <= FIELDS_OUT_MAX && well_formed(fields)) {
+            memcpy(line + o, fields, flen);
+            o += flen;
+        } else {
+            memcpy(line + o, "fields=", 7);
+            o += 7;
+            o += quoted(line + o, FIELDS_OUT_MAX, fields,
+                        flen > MS_LOG_TEXT_MAX ? MS_LOG_TEXT_MAX : flen,
+                        flen > MS_LOG_TEXT_MAX);
+        }
+    }
+    memcpy(line + o, " msg=", 5);
+    o += 5;
+    o += quoted(line + o, MSG - 5, text, len, cut);
+    line[o++] = '\n';
+    put(line, o);
+}
+
+void ms_log(int level, const char *fields, const char *fmt, ...)
+{
+    if (level < min_level)
+        return;
+    char msg[MS_LOG_TEXT_MAX + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    size_t len = (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
+    emit(level, fields, msg, len, (size_t)n > len);
+}
+
+void ms_log_text(int level, const char *fields, const char *text,
+                 size_t len)
+{
+    if (level < min_level)
+        return;
+    if (!text)
+        text = "", len = 0;
+    int cut = len > MS_LOG_TEXT_MAX;
+    emit(level, fields, text, cut ? MS_LOG_TEXT_MAX : len, cut);
 }

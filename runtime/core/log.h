@@ -1,21 +1,87 @@
 /*
- * log.h -- structured log lines on stderr:
+ * log.h -- structured log lines on stderr, one event per line:
+ *
  *   2026-11-29T16:50:50.123Z INFO node=n1 type=Counter shard=3 id=a msg="..."
+ *
+ * The grammar (what a reader may rely on):
+ *
+ *   line   = timestamp SP level SP field *(SP field) LF
+ *   level  = "DEBUG" / "INFO" / "WARN" / "ERROR"
+ *   field  = key "=" value             ; node= first, msg= last
+ *   key    = 1*( ALPHA / DIGIT / "_" )
+ *   value  = bare / quoted
+ *   bare   = 1*( %x21-7E except DQUOTE, "\" and "=" )
+ *   quoted = DQUOTE *( char / escape ) DQUOTE
+ *   escape = "\\" / "\" DQUOTE / "\n" / "\r" / "\t" / "\x" 2HEXDIG
+ *
+ * A quoted value holds printable ASCII and valid UTF-8 as is; control
+ * characters, bytes that are not valid UTF-8, and the code points that
+ * move text around on a terminal (C1 controls, U+2028/U+2029, bidi
+ * controls) are written as escapes, one \xNN per byte. So no value, however
+ * it was made, can end a line, open a field or close a quote: a line is
+ * forged only by whoever writes the format.
+ *
+ * Field values are escaped by the builder below (ms_log_field): callers pass
+ * keys and raw values, never preformatted "k=v" text. msg= is escaped by
+ * ms_log itself. Values longer than MS_LOG_VALUE_MAX bytes, and messages
+ * longer than MS_LOG_TEXT_MAX bytes, are cut; the quoted text then ends
+ * with "..." before the closing quote.
+ *
+ * Thread safety: ms_log, ms_log_text and the builders may be called from
+ * any thread once ms_log_setup has run (each line is one write(2)).
  */
 #ifndef MS_CORE_LOG_H
 #define MS_CORE_LOG_H
 
+#include <stddef.h>
+
 enum { MS_LOG_DEBUG, MS_LOG_INFO, MS_LOG_WARN, MS_LOG_ERROR };
 
-/* Sets the node name printed on every line (borrowed; must outlive use)
- * and the lowest level printed. */
+#define MS_LOG_VALUE_MAX 128  /* bytes of one field value that are logged */
+#define MS_LOG_TEXT_MAX 4096  /* bytes of one message that are logged */
+
+/* Sets the node name printed on every line (copied, escaped like a field
+ * value) and the lowest level printed. Call before any other thread
+ * logs. */
 void ms_log_setup(const char *node, int min_level);
 
 /* Parses "debug"|"info"|"warn"|"error"; returns -1 when unknown. */
 int ms_log_level(const char *name);
 
-/* Logs one line. `fields` is preformatted "k=v k=v" text or NULL. */
+/*
+ * Appends the field `key=value` to the fields text in `buf` (capacity
+ * `cap`, current length `at`, NUL-terminated), preceded by a space unless
+ * at == 0, and returns the new length (the text stays NUL-terminated).
+ * `value` holds `len` raw bytes (any bytes, NUL included; NULL means "").
+ * A value made only of bare characters (see the grammar) is written as
+ * is; any other is quoted and escaped. `key` should match the grammar;
+ * other characters in it are written as '_'. When the field does not fit
+ * whole, the value is cut (on a character boundary, marked "..."); when
+ * not even `key=""` fits, nothing is written and `at` is returned.
+ */
+size_t ms_log_field(char *buf, size_t cap, size_t at, const char *key,
+                    const char *value, size_t len);
+
+/* ms_log_field for a NUL-terminated string (NULL means ""). */
+size_t ms_log_field_s(char *buf, size_t cap, size_t at, const char *key,
+                      const char *value);
+
+/* ms_log_field for an unsigned integer, written in decimal. */
+size_t ms_log_field_u(char *buf, size_t cap, size_t at, const char *key,
+                      unsigned long long value);
+
+/*
+ * Logs one line. `fields` is NULL or text built with ms_log_field*; text
+ * made otherwise that does not follow the grammar is written whole as one
+ * quoted value, fields="...". The formatted message is escaped and
+ * written as msg="...".
+ */
 void ms_log(int level, const char *fields, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Logs one line whose message is `len` raw bytes (any bytes; cut at
+ * MS_LOG_TEXT_MAX). `fields` as for ms_log. */
+void ms_log_text(int level, const char *fields, const char *text,
+                 size_t len);
 
 #endif

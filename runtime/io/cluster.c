@@ -131,8 +131,10 @@ static void drain(struct ms_cluster *c)
             break;
         case MS_MB_MEMBER_UNREACHABLE:
         case MS_MB_MEMBER_REACHABLE: {
-            char f[400];
-            snprintf(f, sizeof f, "member=%s address=%s", a.name, a.address);
+            char f[800];
+            ms_log_field_s(f, sizeof f,
+                           ms_log_field_s(f, sizeof f, 0, "member", a.name),
+                           "address", a.address);
             ms_log(MS_LOG_WARN, f, "member is %s",
                    a.kind == MS_MB_MEMBER_REACHABLE ? "reachable again"
                                                     : "unreachable");
@@ -140,8 +142,10 @@ static void drain(struct ms_cluster *c)
         }
         default: {
             /* MEMBER_JOINING .. MEMBER_REMOVED */
-            char f[400];
-            snprintf(f, sizeof f, "member=%s address=%s", a.name, a.address);
+            char f[800];
+            ms_log_field_s(f, sizeof f,
+                           ms_log_field_s(f, sizeof f, 0, "member", a.name),
+                           "address", a.address);
             ms_log(MS_LOG_INFO, f, "member is %s%s",
                    ms_mb_status_name(a.status), a.is_self ? " (self)" : "");
             if (a.is_self && a.status == MS_MB_UP && !c->self_up_printed) {
@@ -210,8 +214,9 @@ static void on_peer(void *data, uint64_t uid, const char *name,
                     const char *address, int up)
 {
     struct ms_cluster *c = data;
-    char f[400];
-    snprintf(f, sizeof f, "peer=%s address=%s", name, address);
+    char f[800];
+    ms_log_field_s(f, sizeof f, ms_log_field_s(f, sizeof f, 0, "peer", name),
+                   "address", address);
     ms_log(MS_LOG_INFO, f, "connection %s", up ? "authenticated" : "lost");
     if (!up)
         return;

@@ -21,6 +21,7 @@
 #include "cluster.h"
 #include "http.h"
 #include "router.h"
+#include "watchdog.h"
 
 #define ROUND_BUDGET 4096
 
@@ -32,6 +33,7 @@ struct ms_node {
     struct ms_http *http;
     struct ms_cluster *cluster;
     struct ms_router *router;
+    struct ms_watchdog *wd;
     uv_idle_t work;
     uv_timer_t tick;
     uint64_t tick_at;  /* when tick fires (loop time), while it is active */
@@ -298,6 +300,15 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     rc = ms_bridge_start(n->b, n->d, &n->cfg, err, errlen);
     if (rc < 0)
         goto fail;
+    struct ms_watchdog_options wo = {n->cfg.stuck_handler_ms,
+                                     n->cfg.stuck_handler_exit_ms,
+                                     ms_bridge_running(n->b), &n->cfg};
+    rc = ms_watchdog_start(&n->wd, loop, &wo);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot start the watchdog thread: %s",
+                 ms_strerror(rc));
+        goto fail;
+    }
     uv_idle_init(loop, &n->work);
     uv_timer_init(loop, &n->tick);
     uv_timer_init(loop, &n->gc);
@@ -362,6 +373,9 @@ static void on_closed(uv_handle_t *h)
     struct ms_node *n = h->data;
     if (--n->open_handles > 0)
         return;
+    /* the watchdog reads what the bridge publishes: it goes first */
+    ms_watchdog_stop(n->wd);
+    n->wd = NULL;
     ms_dispatch_free(n->d);
     ms_bridge_free(n->b);
     ms_config_free(&n->cfg);
@@ -641,6 +655,12 @@ void ms_node_on_stopped(struct ms_node *n, void (*cb)(void *), void *data)
 {
     n->on_stopped = cb;
     n->on_stopped_data = data;
+}
+
+int ms_node_catch_signals(struct ms_node *n,
+                          void (*cb)(void *data, int signum), void *data)
+{
+    return ms_watchdog_catch_signals(n->wd, cb, data);
 }
 
 size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)

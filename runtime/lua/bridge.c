@@ -22,8 +22,11 @@
 
 #include "../core/log.h"
 #include "json_encode.h"
+#include "../core/running.h"
 
 #define POOL_MAX 16
+/* type=, shard= and id= of an entity: an id escapes to 4 bytes a byte */
+#define ENTITY_FIELDS_MAX (128 + 4 * MS_LOG_VALUE_MAX)
 
 struct ms_bridge {
     lua_State *L;
@@ -64,6 +67,9 @@ struct ms_bridge {
     size_t pc_len;
     uint32_t pc_shard;
     char pc_id[MS_MAX_ID];
+
+    /* what runs now, for the watchdog thread (see running.h) */
+    struct ms_running running;
 };
 
 /* An entity suspended in an ask: its coroutine, the kind of the message
@@ -81,6 +87,27 @@ static struct ms_bridge *B; /* the leaf functions' bridge */
 /* Sentinels yielded by driver coroutines; their addresses are the keys. */
 static char tok_ask, tok_idle, tok_free;
 
+/* ---- what runs now, for the watchdog --------------------------------- */
+
+static uint64_t clock_ns(void);
+
+/* Publishes Lua code other than a handler as running (see running.h),
+ * unless something is published already (a handler's own calls stay the
+ * handler's). Returns whether it published, for unmark. */
+static int mark(int kind, int type, const char *text, size_t len)
+{
+    if (!ms_running_is_idle(&B->running))
+        return 0;
+    ms_running_set(&B->running, kind, type, 0, text, len, clock_ns());
+    return 1;
+}
+
+static void unmark(int marked)
+{
+    if (marked)
+        ms_running_idle(&B->running);
+}
+
 /* ---- the one protected-call wrapper --------------------------------- */
 
 /* Calls the function below `nargs` arguments on the stack with a
@@ -89,10 +116,13 @@ static char tok_ask, tok_idle, tok_free;
  * stack in: fn, args...   out: results... (or nothing) */
 static int pcall(lua_State *L, int nargs, int nres, char *err, size_t errlen)
 {
+    static const char what[] = "Lua code of the host";
     int base = lua_gettop(L) - nargs;
     lua_rawgeti(L, LUA_REGISTRYINDEX, B->traceback_fn);
     lua_insert(L, base); /* stack: traceback, fn, args... */
+    int marked = mark(MS_RUN_LUA, -1, what, sizeof what - 1);
     int rc = lua_pcall(L, nargs, nres, base);
+    unmark(marked);
     lua_remove(L, base);
     if (rc == 0)
         return 0;
@@ -122,18 +152,21 @@ static uint64_t now_ms(void)
     return uv_now(B->loop);
 }
 
+/* The log fields naming entity h: type=, shard=, id=, each escaped. */
 static void entity_fields(uint32_t h, char *buf, size_t len)
 {
     int type;
     const char *id;
     size_t idlen;
     uint32_t shard;
-    if (ms_dispatch_entity(B->d, h, &type, &id, &idlen, &shard))
-        snprintf(buf, len, "type=%s shard=%u id=%.*s",
-                 ms_dispatch_type_name(B->d, type), shard,
-                 (int)(idlen > 128 ? 128 : idlen), id);
-    else
-        snprintf(buf, len, "handle=%u", h);
+    if (ms_dispatch_entity(B->d, h, &type, &id, &idlen, &shard)) {
+        size_t o = ms_log_field_s(buf, len, 0, "type",
+                                  ms_dispatch_type_name(B->d, type));
+        o = ms_log_field_u(buf, len, o, "shard", shard);
+        ms_log_field(buf, len, o, "id", id, idlen);
+    } else {
+        ms_log_field_u(buf, len, 0, "handle", h);
+    }
 }
 
 static int push_err(lua_State *L, int err)
@@ -155,7 +188,7 @@ static void finish(uint32_t h)
     if (took_ms >= B->min_slow_ms &&
         ms_dispatch_entity(B->d, h, &type, &id, &idlen, &shard) &&
         took_ms >= B->cfg->types[type].slow_handler_ms) {
-        char f[256];
+        char f[ENTITY_FIELDS_MAX];
         entity_fields(h, f, sizeof f);
         ms_log(MS_LOG_WARN, f, "slow handler: %llu ms",
                (unsigned long long)took_ms);
@@ -206,16 +239,18 @@ static uint32_t lua_next_delivery(uint32_t prev, struct ms_lua_delivery *out)
     if (prev)
         finish(prev);
     B->cur_h = 0;
-    if (B->budget <= 0)
-        return 0;
     struct ms_delivery dl;
-    if (!ms_dispatch_next(B->d, &dl))
+    if (B->budget <= 0 || !ms_dispatch_next(B->d, &dl)) {
+        ms_running_idle(&B->running);
         return 0;
+    }
     B->budget--;
     B->cur_h = dl.h;
     B->cur_kind = dl.kind;
     B->ask_corr = 0;
     B->cur_start_ns = clock_ns();
+    ms_running_set(&B->running, MS_RUN_HANDLER, (int)dl.type, dl.shard,
+                   dl.id, dl.idlen, B->cur_start_ns);
     out->h = dl.h;
     out->kind = dl.kind;
     out->init = dl.init;
@@ -518,9 +553,11 @@ static int l_log(lua_State *L)
     if (level < 0)
         return luaL_error(L, "bad log level '%s' (debug, info, warn, error)",
                           lua_tostring(L, 2));
-    char f[256];
+    size_t len;
+    const char *text = luaL_checklstring(L, 3, &len);
+    char f[ENTITY_FIELDS_MAX];
     entity_fields(h, f, sizeof f);
-    ms_log(level, f, "%s", luaL_checkstring(L, 3));
+    ms_log_text(level, f, text, len);
     return 0;
 }
 
@@ -802,7 +839,9 @@ int ms_bridge_partition(void *data, int type, const char *id, size_t idlen,
     lua_pushlstring(L, id, idlen);
     lua_pushinteger(L, (lua_Integer)shard_count);
     b->in_partition = 1;
+    int marked = mark(MS_RUN_PARTITIONER, type, id, idlen);
     int called = pcall(L, 2, 1, err, sizeof err);
+    unmark(marked);
     b->in_partition = 0;
     if (called < 0) {
         err[strcspn(err, "\n")] = 0; /* the message, not the traceback */
@@ -923,6 +962,9 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     cfg->handoff_timeout_ms = (uint64_t)num_field(L, c, "handoff_timeout_ms");
     cfg->rebalance_interval_ms =
         (uint64_t)num_field(L, c, "rebalance_interval_ms");
+    cfg->stuck_handler_ms = (uint64_t)num_field(L, c, "stuck_handler_ms");
+    cfg->stuck_handler_exit_ms =
+        (uint64_t)num_field(L, c, "stuck_handler_exit_ms");
     lua_getfield(L, c, "entity_list");
     int el = lua_gettop(L);
     cfg->ntypes = (int)lua_objlen(L, el);
@@ -1026,8 +1068,8 @@ int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,
         lua_rawgeti(L, -1, i);
         int t = (int)num_field(L, -1, "index");
         lua_getfield(L, -1, "err");
-        char f[128];
-        snprintf(f, sizeof f, "type=%s", cfg->types[t].name);
+        char f[ENTITY_FIELDS_MAX];
+        ms_log_field_s(f, sizeof f, 0, "type", cfg->types[t].name);
         ms_log(MS_LOG_ERROR, f,
                "behavior module '%s' failed to load, the type is "
                "unavailable: %s",
@@ -1048,6 +1090,23 @@ int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,
     b->on_error_fn = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_settop(L, top);
     return 0;
+}
+
+/* call_module, published for the watchdog as "module.fn" (and the entity
+ * type it is for, when not NULL). */
+static int call_labelled(lua_State *L, const char *module, const char *fn,
+                         const char *type_name, int nargs, int nres,
+                         char *err, size_t errlen)
+{
+    char what[MS_RUNNING_TEXT_MAX];
+    int n = snprintf(what, sizeof what, "%s.%s%s%s", module, fn,
+                     type_name ? " of " : "", type_name ? type_name : "");
+    size_t len = n < 0 ? 0 : (size_t)n >= sizeof what ? sizeof what - 1
+                                                       : (size_t)n;
+    int marked = mark(MS_RUN_LUA, -1, what, len);
+    int rc = call_module(L, module, fn, nargs, nres, err, errlen);
+    unmark(marked);
+    return rc;
 }
 
 /* ---- running --------------------------------------------------------- */
@@ -1128,7 +1187,7 @@ static void abandon(struct ms_bridge *b, int ref, lua_State *co, uint32_t h,
 {
     lua_State *L = b->L;
     int top = lua_gettop(L);
-    char f[256], err[512];
+    char f[ENTITY_FIELDS_MAX], err[512];
     entity_fields(h, f, sizeof f);
     /* stack: on_error, h, e, kind */
     lua_rawgeti(L, LUA_REGISTRYINDEX, b->on_error_fn);
@@ -1155,6 +1214,21 @@ static void abandon(struct ms_bridge *b, int ref, lua_State *co, uint32_t h,
     }
     lua_settop(L, top);
     luaL_unref(L, LUA_REGISTRYINDEX, ref);
+}
+
+/* Publishes entity h's handler as running again (an ask answered). */
+static void publish_entity(struct ms_bridge *b, uint32_t h)
+{
+    int type;
+    const char *id;
+    size_t idlen;
+    uint32_t shard;
+    if (ms_dispatch_entity(b->d, h, &type, &id, &idlen, &shard))
+        ms_running_set(&b->running, MS_RUN_HANDLER, type, shard, id, idlen,
+                       b->cur_start_ns);
+    else
+        ms_running_set(&b->running, MS_RUN_HANDLER, -1, 0, "", 0,
+                       b->cur_start_ns);
 }
 
 int ms_bridge_run(struct ms_bridge *b, int budget)
@@ -1184,6 +1258,7 @@ int ms_bridge_run(struct ms_bridge *b, int budget)
         b->ask_corr = 0;
         b->cur_start_ns = clock_ns();
         b->budget = budget;
+        publish_entity(b, r.h);
         switch (resume(b, co, 2)) {
         case R_ASK:
             if (keep_waiting(b, r.h, ref, kind) < 0)
@@ -1196,6 +1271,7 @@ int ms_bridge_run(struct ms_bridge *b, int budget)
             abandon(b, ref, co, r.h, kind);
         }
         b->cur_h = 0;
+        ms_running_idle(&b->running);
     }
     b->budget = budget;
     while (b->budget > 0) {
@@ -1217,6 +1293,7 @@ int ms_bridge_run(struct ms_bridge *b, int budget)
             keep_waiting(b, b->cur_h, ref, b->cur_kind) < 0)
             abandon(b, ref, co, b->cur_h, b->cur_kind);
         b->cur_h = 0;
+        ms_running_idle(&b->running);
     }
     return b->handled;
 }
@@ -1244,9 +1321,13 @@ int ms_bridge_check(struct ms_bridge *b, const char *json, size_t len,
                     char *err, size_t errlen)
 {
     lua_State *L = b->L;
+    static const char what[] = "moonshard.host.check";
     lua_rawgeti(L, LUA_REGISTRYINDEX, b->check_fn);
     lua_pushlstring(L, json, len);
-    if (pcall(L, 1, 2, err, errlen) < 0)
+    int marked = mark(MS_RUN_LUA, -1, what, sizeof what - 1);
+    int called = pcall(L, 1, 2, err, errlen);
+    unmark(marked);
+    if (called < 0)
         return MS_EBADJSON;
     int rc = 0;
     if (!lua_isnil(L, -2)) {
@@ -1264,7 +1345,7 @@ int ms_bridge_call(struct ms_bridge *b, const char *module, const char *fn,
 {
     lua_State *L = b->L;
     lua_pushstring(L, arg ? arg : "");
-    int rc = call_module(L, module, fn, 1, 1, err, errlen);
+    int rc = call_labelled(L, module, fn, NULL, 1, 1, err, errlen);
     if (rc < 0)
         return rc;
     size_t len;
@@ -1287,8 +1368,8 @@ int ms_bridge_allocate(struct ms_bridge *b, const char *type_name,
     lua_pushstring(L, type_name);
     lua_pushinteger(L, shard);
     lua_pushstring(L, view_json);
-    int rc = call_module(L, "moonshard.alloc", "allocate", 3, 2, err,
-                         errlen);
+    int rc = call_labelled(L, "moonshard.alloc", "allocate", type_name, 3, 2,
+                           err, errlen);
     if (rc < 0)
         return rc;
     if (lua_isstring(L, -2)) {
@@ -1311,8 +1392,8 @@ int ms_bridge_eligible(struct ms_bridge *b, const char *type_name,
     lua_pushstring(L, type_name);
     lua_pushstring(L, member_json);
     int yes = 1; /* a strategy that cannot say keeps the owner */
-    if (call_module(L, "moonshard.alloc", "eligible", 2, 1, err,
-                    sizeof err) == 0)
+    if (call_labelled(L, "moonshard.alloc", "eligible", type_name, 2, 1,
+                      err, sizeof err) == 0)
         yes = lua_toboolean(L, -1);
     else
         ms_log(MS_LOG_WARN, NULL, "eligible of %s failed: %s", type_name,
@@ -1329,8 +1410,8 @@ int ms_bridge_rebalance(struct ms_bridge *b, const char *type_name,
     int top = lua_gettop(L);
     lua_pushstring(L, type_name);
     lua_pushstring(L, view_json);
-    int rc = call_module(L, "moonshard.alloc", "rebalance", 2, 2, err,
-                         errlen);
+    int rc = call_labelled(L, "moonshard.alloc", "rebalance", type_name, 2,
+                           2, err, errlen);
     if (rc < 0)
         return rc;
     if (lua_istable(L, -2)) {
@@ -1353,4 +1434,9 @@ int ms_bridge_rebalance(struct ms_bridge *b, const char *type_name,
 uint64_t ms_bridge_slow_count(struct ms_bridge *b)
 {
     return b->slow;
+}
+
+const struct ms_running *ms_bridge_running(struct ms_bridge *b)
+{
+    return &b->running;
 }

@@ -134,4 +134,11 @@ int ms_bridge_allocate(struct ms_bridge *b, const char *type_name,
 /* Slow handlers seen so far are counted here. */
 uint64_t ms_bridge_slow_count(struct ms_bridge *b);
 
+/* What the loop thread runs now: the handler (entity type, shard, id) or
+ * other Lua code, published at every delivery for a reader on another
+ * thread (runtime/core/running.h). Owned by the bridge; valid until
+ * ms_bridge_free. */
+struct ms_running;
+const struct ms_running *ms_bridge_running(struct ms_bridge *b);
+
 #endif

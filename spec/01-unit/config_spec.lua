@@ -180,6 +180,21 @@ cluster = "demo",
             assert.equal(64, cfg.limits.max_message_bytes)
         end)
 
+        it("fills the watchdog's defaults and keeps its settings", function()
+            local cfg = assert(config.load(write_temp(BASE)))
+            assert.equal(5000, cfg.stuck_handler_ms)
+            assert.equal(60000, cfg.stuck_handler_exit_ms)
+            local src = replace(BASE, [[cluster = "demo",]], [[cluster = "demo",
+    stuck_handler_ms = 250, stuck_handler_exit_ms = false,]])
+            cfg = assert(config.load(write_temp(src)))
+            assert.equal(250, cfg.stuck_handler_ms)
+            assert.equal(0, cfg.stuck_handler_exit_ms) -- 0: never
+            src = replace(BASE, [[cluster = "demo",]], [[cluster = "demo",
+    stuck_handler_ms = 90000,]])
+            cfg = assert(config.load(write_temp(src)))
+            assert.equal(90000, cfg.stuck_handler_exit_ms) -- not below it
+        end)
+
         it("lets the script require modules beside it", function()
             -- Both temp files land in the same directory.
             local _, base = write_temp("return { name = 'from-module' }")
@@ -528,6 +543,18 @@ return {
             { "an unknown limits field",
               { { "json_max_depth = 16,", "json_max_depth = 16, frame_bytes = 1, --@" } },
               "limits.frame_bytes: unknown field (got 1)" },
+            { "a stuck_handler_ms below 10",
+              { { [[cluster = "demo",]], [[cluster = "demo", stuck_handler_ms = 5, --@]] } },
+              "stuck_handler_ms: must be an integer in 10..86400000 (got 5)" },
+            { "a stuck_handler_exit_ms below stuck_handler_ms",
+              { { [[cluster = "demo",]], [[cluster = "demo", stuck_handler_ms = 500,
+    stuck_handler_exit_ms = 400, --@]] } },
+              "stuck_handler_exit_ms: must be an integer of milliseconds in "
+                  .. "500..86400000 (from stuck_handler_ms on), or false (got 400)" },
+            { "a stuck_handler_exit_ms of true",
+              { { [[cluster = "demo",]], [[cluster = "demo", stuck_handler_exit_ms = true, --@]] } },
+              "stuck_handler_exit_ms: must be an integer of milliseconds in "
+                  .. "5000..86400000 (from stuck_handler_ms on), or false (got true)" },
         }
 
         for _, case in ipairs(cases) do

@@ -505,13 +505,22 @@ local function config_source(opts, listen_port, http_port)
         lines[#lines + 1] = "    limits = " .. literal(opts.limits, "    ")
             .. ","
     end
+    -- opts.settings: more top-level fields, e.g. stuck_handler_ms
+    local keys = {}
+    for k in pairs(opts.settings or {}) do keys[#keys + 1] = k end
+    sort(keys)
+    for _, k in ipairs(keys) do
+        lines[#lines + 1] = format("    %s = %s,", k,
+                                   literal(opts.settings[k], "    "))
+    end
     lines[#lines + 1] = "}"
     return concat(lines, "\n") .. "\n"
 end
 
 -- Writes a config for `opts` into a fresh temp dir; returns its path, dir.
--- opts.entities (required), opts.limits, opts.name, opts.cluster,
--- opts.files = { ["name.lua"] = text } written beside the config.
+-- opts.entities (required), opts.limits, opts.settings (other top-level
+-- fields), opts.name, opts.cluster, opts.files = { ["name.lua"] = text }
+-- written beside the config.
 function M.write_config(opts, listen_port, http_port)
     local dir = M.tmpdir()
     for name, text in pairs(opts.files or {}) do
@@ -530,12 +539,15 @@ local function launch(opts)
         dir = dir,
         config = path,
         log_path = dir .. "/node.log",
+        -- opts.stderr_apart: the log lines (stderr) in a file of their own
+        stderr_path = opts.stderr_apart and dir .. "/stderr.log" or nil,
         port = http_port,
         address = "127.0.0.1:" .. http_port,
         base = "http://127.0.0.1:" .. http_port,
     }, Node)
     n.proc = M.spawn({ M.bin, "node", path },
-                     { stdout = n.log_path, stderr = "stdout" })
+                     { stdout = n.log_path,
+                       stderr = n.stderr_path or "stdout" })
     n.pid = n.proc.pid
     return n
 end
@@ -577,7 +589,13 @@ end
 
 -- The node's stdout and stderr so far.
 function Node:log()
-    return M.read_file(self.log_path) or ""
+    return (M.read_file(self.log_path) or "")
+        .. (self.stderr_path and M.read_file(self.stderr_path) or "")
+end
+
+-- The node's stderr alone (opts.stderr_apart), else nil.
+function Node:stderr()
+    return self.stderr_path and (M.read_file(self.stderr_path) or "")
 end
 
 function Node:alive()
