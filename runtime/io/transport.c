@@ -606,6 +606,18 @@ static int same_source(const struct conn *a, const struct conn *b)
     return memcmp(&a->src, &b->src, sizeof a->src) == 0;
 }
 
+/* 1 when `a` should be evicted before `b`: one that has sent no frame
+ * yet (a real node sends its HELLO as soon as it is connected) before
+ * one that has, then the older. */
+static int evict_before(const struct conn *a, const struct conn *b)
+{
+    if (!b)
+        return 1;
+    if (a->got_frame != b->got_frame)
+        return !a->got_frame;
+    return a->seq < b->seq;
+}
+
 /* Closes `victim`, an unauthenticated connection, to make room. */
 static void evict(struct conn *victim, const char *why)
 {
@@ -617,9 +629,10 @@ static void evict(struct conn *victim, const char *why)
 /*
  * Makes room for the new incoming connection `c` (already counted in
  * t->handshaking): when its source has MS_TRANSPORT_MAX_HANDSHAKES_PER_
- * SOURCE others in the handshake, the oldest of them goes; else, when
- * MS_TRANSPORT_MAX_HANDSHAKES others are, the oldest of the source that
- * holds the most. `c` itself is never the victim.
+ * SOURCE others in the handshake, one of them goes; else, when
+ * MS_TRANSPORT_MAX_HANDSHAKES others are, one of the source that holds
+ * the most. Of those, the first by evict_before(). `c` itself is never
+ * the victim.
  */
 static void make_room(struct ms_transport *t, struct conn *c)
 {
@@ -629,7 +642,7 @@ static void make_room(struct ms_transport *t, struct conn *c)
         if (a == c || !a->in_handshake || !same_source(a, c))
             continue;
         same++;
-        if (!oldest || a->seq < oldest->seq)
+        if (evict_before(a, oldest))
             oldest = a;
     }
     if (same >= MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE) {
@@ -650,7 +663,7 @@ static void make_room(struct ms_transport *t, struct conn *c)
         int n = 0;
         for (struct conn *b = t->conns; b; b = b->next)
             n += b != c && b->in_handshake && same_source(a, b);
-        if (n > best || (n == best && a->seq < victim->seq)) {
+        if (n > best || (n == best && evict_before(a, victim))) {
             best = n;
             victim = a;
         }

@@ -20,12 +20,15 @@
  *     MS_TRANSPORT_HANDSHAKE_MS); after that it is closed;
  *   - at most MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE incoming connections
  *     of one source address (IPv4 address, or IPv6 /64) may be in the
- *     handshake: a new one from that source closes its oldest;
+ *     handshake: a new one from that source closes one of them;
  *   - at most MS_TRANSPORT_MAX_HANDSHAKES incoming connections may be in
- *     the handshake together: a new one closes the oldest connection of
- *     the source that holds the most of them. A new connection is never
- *     refused, so a real node still gets its turn (its handshake takes
- *     milliseconds) while strangers keep opening connections.
+ *     the handshake together: a new one closes one of the source that
+ *     holds the most of them;
+ *   - the one closed is the oldest that has not sent a frame yet, else
+ *     the oldest. A new connection is never refused, and never evicts
+ *     itself, so a real node (it sends its HELLO at once, and its
+ *     handshake takes milliseconds) still gets its turn while strangers
+ *     keep opening connections.
  *
  * Every incoming connection that ends without authenticating (refused,
  * timed out, evicted, closed by the peer, malformed) is counted in

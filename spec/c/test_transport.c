@@ -472,6 +472,39 @@ static size_t hello_bytes(uint8_t *out, size_t cap)
     return len;
 }
 
+/* Of one source's connections, those that have sent no frame go first:
+ * the oldest, which sent its HELLO, outlives 12 newer idle ones. */
+static void idle_connections_are_evicted_first(uv_loop_t *loop)
+{
+    enum { PER = MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE, IDLE = PER + 4 };
+    struct side a;
+    int pa = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    int talker = raw_open(pa);
+    CHECK(talker >= 0);
+    uint8_t hello[512];
+    raw_write_all(loop, talker, hello, hello_bytes(hello, sizeof hello));
+    spin(loop, 20);
+    int fds[IDLE];
+    for (int i = 0; i < IDLE; i++) {
+        fds[i] = raw_open(pa);
+        CHECK(fds[i] >= 0);
+        spin(loop, 2);
+    }
+    spin(loop, 100);
+    CHECK(!raw_closed(talker));
+    for (int i = 0; i < IDLE; i++)
+        CHECK(raw_closed(fds[i]) == (i < IDLE - (PER - 1)));
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.handshake_evictions == IDLE - (PER - 1));
+    for (int i = 0; i < IDLE; i++)
+        close(fds[i]);
+    close(talker);
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
 /* A connection that sends nothing is closed after the first-frame
  * deadline; one that sent a HELLO but never proves anything, after the
  * whole-handshake deadline (here 4 s). Both are counted. */
@@ -536,6 +569,7 @@ int main(void)
     frames_after_a_refused_hello_are_ignored(loop);
     one_source_holds_at_most_its_share(loop);
     a_peer_connects_while_every_slot_is_held(loop);
+    idle_connections_are_evicted_first(loop);
     handshake_deadlines(loop);
     no_connection_without_handshake_state(loop);
     uv_run(loop, UV_RUN_DEFAULT);
