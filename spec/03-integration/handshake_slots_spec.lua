@@ -229,3 +229,110 @@ describe("warnings about unauthenticated connections", function()
         assert.equal(200, n1:stats().handshake_failures - failures0)
     end)
 end)
+
+-- What a stranger learns from the handshake (runtime/core/auth.h): the
+-- server answers a HELLO with a bare nonce, and refuses with fixed texts.
+-- (Before, the server sent its name, address, cluster and a MAC to anyone
+-- who connected, an offline oracle for the secret, and a HELLO naming
+-- another cluster was refused with a text naming the real one; an attack
+-- pass read the cluster name from it.)
+describe("a stranger's handshake", function()
+    local c, n1
+
+    setup(function()
+        c = helpers.cluster_up({
+            size = 1,
+            cluster = "orchard-7f3a",
+            entities = { Counter = { module = "counter", shard_count = 4 } },
+        })
+        n1 = c:node("n1")
+    end)
+
+    teardown(function()
+        helpers.stop_all_checked()
+    end)
+
+    local function u32(n)
+        return string.char(n % 256, math.floor(n / 256) % 256,
+                           math.floor(n / 65536) % 256,
+                           math.floor(n / 16777216) % 256)
+    end
+
+    local function frame(kind, payload)
+        return string.char(0x53, 0x4D, 1, kind) .. string.rep("\0", 8)
+            .. u32(#payload) .. string.rep("\0", 24) .. payload
+    end
+
+    -- The frames in `bytes`: { {kind =, payload =}, ... }.
+    local function frames(bytes)
+        local out, pos = {}, 1
+        while #bytes - pos + 1 >= 40 do
+            local b = { bytes:byte(pos + 12, pos + 15) }
+            local len = b[1] + b[2] * 256 + b[3] * 65536 + b[4] * 16777216
+            out[#out + 1] = { kind = bytes:byte(pos + 3),
+                              payload = bytes:sub(pos + 40, pos + 39 + len) }
+            pos = pos + 40 + len
+        end
+        return out
+    end
+
+    local function hello(v, extra)
+        return frame(1, string.format(
+            '{"v":%d,%s"name":"mallory","uid":"00000000000000aa",'
+            .. '"addr":"127.0.0.1:1","nonce":"%s"}', v, extra or "",
+            string.format("%064x", math.random(1, 2 ^ 30))))
+    end
+
+    -- Nothing that names the cluster or the node.
+    local function reveals_nothing(bytes)
+        for _, s in ipairs({ "orchard", tostring(n1.listen_port), '"n1"',
+                             '"mac"', '"name"', '"addr"', '"cluster"' }) do
+            assert.is_nil(bytes:find(s, 1, true), s .. " in " .. bytes)
+        end
+    end
+
+    it("gets a nonce and nothing else, and a refusal that names nothing",
+       function()
+        local conn = assert(helpers.tcp_open(n1.listen_port))
+        assert(conn:send(hello(2)))
+        local got = conn:read(3, "}")
+        local f = frames(got)
+        assert.equal(1, #f, got)
+        assert.equal(2, f[1].kind) -- CHALLENGE
+        assert.matches('^{"v":2,"nonce":"%x+"}$', f[1].payload)
+        assert.equal(64, #f[1].payload:match('"nonce":"(%x+)"'))
+        reveals_nothing(got)
+        -- a guess of the MAC
+        assert(conn:send(frame(3, '{"mac":"' .. string.rep("ab", 32)
+                                  .. '"}')))
+        local answer, ended = conn:read(3)
+        conn:close()
+        assert.is_true(ended)
+        f = frames(answer)
+        assert.equal(1, #f, answer)
+        assert.equal(5, f[1].kind) -- AUTH_FAIL
+        assert.equal('{"reason":"authentication failed"}', f[1].payload)
+        reveals_nothing(answer)
+    end)
+
+    it("naming another cluster, or an old protocol, is refused without "
+       .. "naming this one", function()
+        for _, h in ipairs({ hello(1, '"cluster":"other",'),
+                             hello(2, '"cluster":"other",') }) do
+            local conn = assert(helpers.tcp_open(n1.listen_port))
+            assert(conn:send(h))
+            local got = conn:read(3, "}")
+            if h:find('"v":2', 1, true) then
+                -- the cluster is not part of a HELLO any more: ignored
+                assert.equal(2, frames(got)[1].kind, got)
+                assert(conn:send(frame(3, '{"mac":"' .. string.rep("0", 64)
+                                          .. '"}')))
+                got = conn:read(3)
+            end
+            conn:close()
+            local f = frames(got)
+            assert.equal(5, f[#f].kind, got)
+            reveals_nothing(got)
+        end
+    end)
+end)
