@@ -57,6 +57,7 @@ struct conn {
     uint64_t peer_uid;
     uint64_t seq;              /* creation order: smaller is older */
     uint64_t started_ms;       /* accepted or dialed (loop time) */
+    uint64_t first_ms;         /* the first frame's deadline, for the log */
     struct source src;         /* inbound: the peer's source */
     char source[64];           /* inbound: "ip:port" for the log */
     char address[128];         /* dialed address, or the peer's, once known */
@@ -332,7 +333,7 @@ static void on_handshake_timeout(uv_timer_t *timer)
                  (unsigned long long)handshake_ms(c->t));
     else
         snprintf(why, sizeof why, "no handshake frame within %llu ms",
-                 (unsigned long long)uv_timer_get_repeat(timer));
+                 (unsigned long long)c->first_ms);
     note_failure(c, why);
     conn_close(c, NULL);
 }
@@ -412,8 +413,8 @@ static int conn_new(struct ms_transport *t, int outbound, struct conn **out)
     uint64_t deadline = handshake_ms(t);
     if (!outbound && deadline > MS_TRANSPORT_FIRST_FRAME_MS)
         deadline = MS_TRANSPORT_FIRST_FRAME_MS;
-    /* the repeat value only remembers the deadline for the log line */
-    uv_timer_start(&c->timer, on_handshake_timeout, deadline, deadline);
+    c->first_ms = deadline;
+    uv_timer_start(&c->timer, on_handshake_timeout, deadline, 0);
     *out = c;
     return 0;
 }
