@@ -607,15 +607,24 @@ static int same_source(const struct conn *a, const struct conn *b)
     return memcmp(&a->src, &b->src, sizeof a->src) == 0;
 }
 
-/* 1 when `a` should be evicted before `b`: one that has sent no frame
- * yet (a real node sends its HELLO as soon as it is connected) before
- * one that has, then the older. */
-static int evict_before(const struct conn *a, const struct conn *b)
+/* 1 when `c` has sent no frame for MS_TRANSPORT_SILENT_MS since it was
+ * accepted. A younger one may not have had the chance: connections
+ * accepted in one loop turn are all still silent. */
+static int silent(const struct conn *c, uint64_t now)
+{
+    return !c->got_frame && now - c->started_ms >= MS_TRANSPORT_SILENT_MS;
+}
+
+/* 1 when `a` should be evicted before `b`: a silent one (a real node
+ * sends its HELLO as soon as it is connected) before one that is not,
+ * then the older. */
+static int evict_before(const struct conn *a, const struct conn *b,
+                        uint64_t now)
 {
     if (!b)
         return 1;
-    if (a->got_frame != b->got_frame)
-        return !a->got_frame;
+    if (silent(a, now) != silent(b, now))
+        return silent(a, now);
     return a->seq < b->seq;
 }
 
@@ -639,11 +648,12 @@ static void make_room(struct ms_transport *t, struct conn *c)
 {
     struct conn *oldest = NULL, *victim = NULL;
     int same = 0, best = 0;
+    uint64_t now = uv_now(t->loop);
     for (struct conn *a = t->conns; a; a = a->next) {
         if (a == c || !a->in_handshake || !same_source(a, c))
             continue;
         same++;
-        if (evict_before(a, oldest))
+        if (evict_before(a, oldest, now))
             oldest = a;
     }
     if (same >= MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE) {
@@ -664,7 +674,7 @@ static void make_room(struct ms_transport *t, struct conn *c)
         int n = 0;
         for (struct conn *b = t->conns; b; b = b->next)
             n += b != c && b->in_handshake && same_source(a, b);
-        if (n > best || (n == best && evict_before(a, victim))) {
+        if (n > best || (n == best && evict_before(a, victim, now))) {
             best = n;
             victim = a;
         }

@@ -24,11 +24,11 @@
  *   - at most MS_TRANSPORT_MAX_HANDSHAKES incoming connections may be in
  *     the handshake together: a new one closes one of the source that
  *     holds the most of them;
- *   - the one closed is the oldest that has not sent a frame yet, else
- *     the oldest. A new connection is never refused, and never evicts
- *     itself, so a real node (it sends its HELLO at once, and its
- *     handshake takes milliseconds) still gets its turn while strangers
- *     keep opening connections.
+ *   - the one closed is the oldest of those that have sent no frame for
+ *     MS_TRANSPORT_SILENT_MS, else the oldest. A new connection is never
+ *     refused, and never evicts itself, so a real node (it sends its
+ *     HELLO at once, and its handshake takes milliseconds) still gets its
+ *     turn while strangers keep opening connections.
  *
  * Every incoming connection that ends without authenticating (refused,
  * timed out, evicted, closed by the peer, malformed) is counted in
@@ -61,6 +61,11 @@
 /* An incoming connection sends its first frame (HELLO) within this many
  * milliseconds; a real node sends it as soon as it is connected. */
 #define MS_TRANSPORT_FIRST_FRAME_MS 2000
+
+/* An incoming connection that has sent no frame this many milliseconds
+ * after it was accepted is evicted before the others. Younger ones count
+ * as talking: a real node's HELLO may still be on its way. */
+#define MS_TRANSPORT_SILENT_MS 250
 
 /* Default of handshake_timeout_ms: the whole handshake, from accept (or
  * from dialing) to authenticated. */

@@ -472,11 +472,12 @@ static size_t hello_bytes(uint8_t *out, size_t cap)
     return len;
 }
 
-/* Of one source's connections, those that have sent no frame go first:
- * the oldest, which sent its HELLO, outlives 12 newer idle ones. */
-static void idle_connections_are_evicted_first(uv_loop_t *loop)
+/* Of one source's connections, those silent for MS_TRANSPORT_SILENT_MS
+ * go first: the oldest, which sent its HELLO, outlives newer silent
+ * ones. */
+static void silent_connections_are_evicted_first(uv_loop_t *loop)
 {
-    enum { PER = MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE, IDLE = PER + 4 };
+    enum { PER = MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE, MORE = 4 };
     struct side a;
     int pa = free_port();
     CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
@@ -484,23 +485,62 @@ static void idle_connections_are_evicted_first(uv_loop_t *loop)
     CHECK(talker >= 0);
     uint8_t hello[512];
     raw_write_all(loop, talker, hello, hello_bytes(hello, sizeof hello));
-    spin(loop, 20);
-    int fds[IDLE];
-    for (int i = 0; i < IDLE; i++) {
+    int fds[PER - 1 + MORE];
+    for (int i = 0; i < PER - 1; i++) {
+        fds[i] = raw_open(pa);
+        CHECK(fds[i] >= 0);
+        spin(loop, 2);
+    }
+    spin(loop, MS_TRANSPORT_SILENT_MS + 100);
+    for (int i = PER - 1; i < PER - 1 + MORE; i++) {
         fds[i] = raw_open(pa);
         CHECK(fds[i] >= 0);
         spin(loop, 2);
     }
     spin(loop, 300);
     CHECK(!raw_closed(talker));
-    for (int i = 0; i < IDLE; i++)
-        CHECK(raw_closed(fds[i]) == (i < IDLE - (PER - 1)));
+    for (int i = 0; i < PER - 1 + MORE; i++)
+        CHECK(raw_closed(fds[i]) == (i < MORE));
     struct ms_transport_stats st;
     ms_transport_stats(a.t, &st);
-    CHECK(st.handshake_evictions == IDLE - (PER - 1));
-    for (int i = 0; i < IDLE; i++)
+    CHECK(st.handshake_evictions == MORE);
+    for (int i = 0; i < PER - 1 + MORE; i++)
         close(fds[i]);
     close(talker);
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
+/* Connections accepted in one loop turn have all sent nothing yet; a
+ * newcomer among them is not taken for silent: here the source's 8 older
+ * connections have all sent a HELLO, and of two new ones accepted
+ * together, the second evicts the oldest of those, not the first. */
+static void a_newcomer_is_not_taken_for_silent(uv_loop_t *loop)
+{
+    enum { PER = MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE };
+    struct side a;
+    int pa = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    int old[PER];
+    uint8_t hello[512];
+    for (int i = 0; i < PER; i++) {
+        old[i] = raw_open(pa);
+        CHECK(old[i] >= 0);
+        raw_write_all(loop, old[i], hello, hello_bytes(hello, sizeof hello));
+        spin(loop, 2);
+    }
+    spin(loop, MS_TRANSPORT_SILENT_MS + 100);
+    int x = raw_open(pa), y = raw_open(pa); /* no loop turn between */
+    CHECK(x >= 0 && y >= 0);
+    spin(loop, 100);
+    CHECK(!raw_closed(x) && !raw_closed(y));
+    CHECK(raw_closed(old[0]) && raw_closed(old[1]));
+    for (int i = 2; i < PER; i++)
+        CHECK(!raw_closed(old[i]));
+    for (int i = 0; i < PER; i++)
+        close(old[i]);
+    close(x);
+    close(y);
     ms_transport_close(a.t);
     spin(loop, 50);
 }
@@ -586,7 +626,8 @@ int main(void)
     frames_after_a_refused_hello_are_ignored(loop);
     one_source_holds_at_most_its_share(loop);
     a_peer_connects_while_every_slot_is_held(loop);
-    idle_connections_are_evicted_first(loop);
+    silent_connections_are_evicted_first(loop);
+    a_newcomer_is_not_taken_for_silent(loop);
     handshake_deadlines(loop);
     no_connection_without_handshake_state(loop);
     uv_run(loop, UV_RUN_DEFAULT);
