@@ -243,9 +243,9 @@ static void note_failure(struct conn *c, const char *why)
         if (!power_of_two(n))
             return;
         snprintf(f, sizeof f, "peer=%s", c->address);
-        ms_log(MS_LOG_WARN, f, "handshake with a node this node dialed "
-               "failed: %s (%llu such failures so far; logged at powers "
-               "of two)", why, (unsigned long long)n);
+        ms_log(MS_LOG_WARN, f, "handshake with a dialed node failed: %s "
+               "(%llu so far; logged at powers of two)", why,
+               (unsigned long long)n);
         return;
     }
     uint64_t n = ++t->st.handshake_failures;
@@ -475,7 +475,8 @@ static void handshake(struct conn *c, const struct ms_frame *in)
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->t->st.auth_failures++;
         char why[300];
-        snprintf(why, sizeof why, "handshake refused: %s",
+        snprintf(why, sizeof why, "%s%s",
+                 c->outbound ? "" : "handshake refused: ",
                  ms_auth_reason(c->auth));
         note_failure(c, why);
         c->close_after_write = 1;
