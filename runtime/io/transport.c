@@ -659,8 +659,8 @@ static void make_room(struct ms_transport *t, struct conn *c)
     }
     if (same >= MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE) {
         char why[120];
-        snprintf(why, sizeof why, "evicted: %d newer connections from its "
-                 "source are in the handshake",
+        snprintf(why, sizeof why, "evicted: its source has %d other "
+                 "connections in the handshake",
                  MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE);
         evict(oldest, why);
         return;
