@@ -95,8 +95,14 @@ local FIELDS = {
     auth_failures = { "counter", "Peers that failed the handshake." },
     slow_peer_drops = { "counter", "Connections dropped because the peer "
         .. "did not read." },
-    handshake_overflows = { "counter", "Incoming connections closed at "
-        .. "once because 64 others were still in the handshake." },
+    handshake_overflows = { "counter", "Incoming connections that found "
+        .. "64 others in the handshake (the oldest was evicted)." },
+    handshake_evictions = { "counter", "Unauthenticated connections "
+        .. "closed to make room for a newer one." },
+    handshake_timeouts = { "counter", "Connections closed because a "
+        .. "handshake deadline passed." },
+    handshake_failures = { "counter", "Incoming connections that ended "
+        .. "without authenticating." },
 }
 M.FIELDS = FIELDS
 

@@ -1,5 +1,9 @@
 /*
  * auth.c -- the challenge-response handshake of the transport (sans-IO).
+ *
+ * Protocol and rationale: auth.h. What a peer may see before it proved
+ * that it knows the secret is fixed text (PUB_* below); what the local
+ * log gets is a->reason.
  */
 #include "auth.h"
 
@@ -19,7 +23,13 @@
 #define MAX_SECRET 4096
 #define MAX_STRING 255      /* longest string value the parser accepts */
 #define MAX_FIELDS 16
-#define MAX_REASON 200      /* longest reason sent in AUTH_FAIL */
+
+/* The only texts an AUTH_FAIL carries: they name nothing of this node. */
+#define PUB_FAILED "authentication failed"
+#define PUB_MALFORMED "malformed handshake message"
+#define PUB_TOO_LARGE "handshake message too large"
+#define PUB_ORDER "unexpected frame during the handshake"
+#define PUB_INTERNAL "handshake failed on this node"
 
 enum state {
     ST_INIT,            /* client: before start; server: wait HELLO */
@@ -31,7 +41,6 @@ enum state {
 };
 
 struct ident {
-    char cluster[MS_AUTH_MAX_FIELD + 1];
     char name[MS_AUTH_MAX_FIELD + 1];
     char address[MS_AUTH_MAX_FIELD + 1];
     uint64_t uid;
@@ -47,7 +56,8 @@ struct ms_auth {
     enum ms_auth_role role;
     enum state state;
     unsigned version;
-    struct ident self, peer;
+    char cluster[MS_AUTH_MAX_FIELD + 1];
+    struct ident self, peer;    /* peer: claimed until the MAC checked */
     size_t secret_len;
     ms_auth_random_cb random;
     void *random_data;
@@ -251,16 +261,19 @@ static const struct field *get(const struct msg *m, const char *key)
     return NULL;
 }
 
+
 /* --- failure ------------------------------------------------------------- */
 
 /*
- * Fails the handshake with a reason. With a `buf`, also builds the
- * AUTH_FAIL frame telling the peer why (when `buf` can hold it); without
- * one (the peer refused first, or misuse), out->kind is 0.
+ * Fails the handshake. The local reason (for the log) is formatted from
+ * `fmt`; with a `buf`, also builds the AUTH_FAIL frame that tells the
+ * peer only `pub`, one of the fixed PUB_* texts or a text of the same
+ * kind (when `buf` can hold it). Without `buf` (the peer refused first,
+ * misuse, or a client refusing AUTH_OK), out->kind is 0.
  */
-static int __attribute__((format(printf, 6, 7)))
+static int __attribute__((format(printf, 7, 8)))
 refuse(struct ms_auth *a, struct ms_frame *out, uint8_t *buf, size_t cap,
-       int err, const char *fmt, ...)
+       int err, const char *pub, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -270,13 +283,7 @@ refuse(struct ms_auth *a, struct ms_frame *out, uint8_t *buf, size_t cap,
     memset(out, 0, sizeof *out);
     if (!buf)
         return err;
-    char clean[MAX_REASON + 1];
-    size_t n = 0;
-    for (; a->reason[n] && n < MAX_REASON; n++)
-        clean[n] = safe_char((unsigned char)a->reason[n]) ? a->reason[n]
-                                                           : '\'';
-    clean[n] = '\0';
-    int len = snprintf((char *)buf, cap, "{\"reason\":\"%s\"}", clean);
+    int len = snprintf((char *)buf, cap, "{\"reason\":\"%s\"}", pub);
     if (len > 0 && (size_t)len < cap) {
         out->kind = MS_FRAME_AUTH_FAIL;
         out->payload = (const char *)buf;
@@ -302,44 +309,51 @@ static void put_u64(uint8_t *t, size_t *n, uint64_t v)
         t[(*n)++] = (uint8_t)(v >> (8 * i));
 }
 
-/* mac = HMAC-SHA256(secret, transcript(label)); 0 or -1. */
-static int compute_mac(const struct ms_auth *a, const char *label,
+static void put_ident(uint8_t *t, size_t *n, const struct ident *id)
+{
+    put_str(t, n, id->name);
+    put_u64(t, n, id->uid);
+    put_str(t, n, id->address);
+}
+
+/*
+ * mac = HMAC-SHA256(secret, T_client) or (server = 1) T_server, as
+ * auth.h spells them; 0 or -1.
+ */
+static int compute_mac(const struct ms_auth *a, int server,
                        uint8_t mac[MAC_LEN])
 {
     const struct ident *c = a->role == MS_AUTH_CLIENT ? &a->self : &a->peer;
     const struct ident *s = a->role == MS_AUTH_CLIENT ? &a->peer : &a->self;
-    /* label + version + 2 nonces + 6 strings + 2 uids: < 1024 bytes */
+    /* 2 labels + version + 2 nonces + 5 strings + 2 uids: < 1024 bytes */
     uint8_t t[1024];
     size_t n = 0;
     put_str(t, &n, "moonshard-auth");
-    put_str(t, &n, label);
+    put_str(t, &n, server ? "server" : "client");
     t[n++] = (uint8_t)a->version;
     memcpy(t + n, a->nonce_c, MS_AUTH_NONCE);
     n += MS_AUTH_NONCE;
     memcpy(t + n, a->nonce_s, MS_AUTH_NONCE);
     n += MS_AUTH_NONCE;
-    put_str(t, &n, c->name);
-    put_str(t, &n, s->name);
-    put_u64(t, &n, c->uid);
-    put_u64(t, &n, s->uid);
-    put_str(t, &n, a->self.cluster);
-    put_str(t, &n, c->address);
-    put_str(t, &n, s->address);
+    put_str(t, &n, a->cluster);
+    put_ident(t, &n, c);
+    if (server)
+        put_ident(t, &n, s);
     unsigned int mlen = 0;
-    if (!HMAC(EVP_sha256(), a->secret, (int)a->secret_len, t, n, mac,
-              &mlen) || mlen != MAC_LEN)
-        return -1;
-    return 0;
+    int ok = HMAC(EVP_sha256(), a->secret, (int)a->secret_len, t, n, mac,
+                  &mlen) != NULL && mlen == MAC_LEN;
+    OPENSSL_cleanse(t, sizeof t);
+    return ok ? 0 : -1;
 }
 
-/* Checks the hex `mac` a peer sent against HMAC(label) in constant time. */
-static int mac_ok(const struct ms_auth *a, const char *label,
-                  const struct field *f)
+/* Checks the hex `mac` a peer sent against its transcript in constant
+ * time. */
+static int mac_ok(const struct ms_auth *a, int server, const struct field *f)
 {
     uint8_t want[MAC_LEN], got[MAC_LEN];
     if (!f || f->is_num || from_hex(f->str, f->slen, got, MAC_LEN) != 0)
         return 0;
-    if (compute_mac(a, label, want) != 0)
+    if (compute_mac(a, server, want) != 0)
         return 0;
     int ok = CRYPTO_memcmp(want, got, MAC_LEN) == 0;
     OPENSSL_cleanse(want, sizeof want);
@@ -385,7 +399,7 @@ int ms_auth_new(struct ms_auth **out, const struct ms_auth_options *o,
             snprintf(err, errlen, "%s", why);
         return rc;
     }
-    if ((rc = copy_field(a->self.cluster, o->cluster, "cluster name", err,
+    if ((rc = copy_field(a->cluster, o->cluster, "cluster name", err,
                          errlen)) != 0 ||
         (rc = copy_field(a->self.name, o->name, "node name", err,
                          errlen)) != 0 ||
@@ -398,7 +412,7 @@ int ms_auth_new(struct ms_auth **out, const struct ms_auth_options *o,
     a->secret_len = o->secret_len;
     a->role = o->role;
     a->state = ST_INIT;
-    a->version = o->version ? o->version : MS_PROTO_VERSION;
+    a->version = o->version ? o->version : MS_AUTH_VERSION;
     a->self.uid = o->uid;
     a->random = o->random ? o->random : default_random;
     a->random_data = o->random_data;
@@ -447,8 +461,8 @@ static int emit(struct ms_auth *a, struct ms_frame *out, uint8_t *buf,
                 size_t cap, int kind, int len)
 {
     if (len < 0 || (size_t)len >= cap)
-        return refuse(a, out, NULL, 0, MS_E2BIG,
-                    "auth: output buffer of %zu bytes is too small", cap);
+        return refuse(a, out, NULL, 0, MS_E2BIG, PUB_INTERNAL,
+                      "auth: output buffer of %zu bytes is too small", cap);
     memset(out, 0, sizeof *out);
     out->kind = (uint8_t)kind;
     out->payload = (const char *)buf;
@@ -456,131 +470,141 @@ static int emit(struct ms_auth *a, struct ms_frame *out, uint8_t *buf,
     return 0;
 }
 
-/* HELLO and CHALLENGE: this node's identity, nonce and, for the server,
- * mac_s. */
-static int emit_ident(struct ms_auth *a, struct ms_frame *out, uint8_t *buf,
-                      size_t cap, int kind, const uint8_t *nonce,
-                      const uint8_t *mac)
+/* The identity members of HELLO and AUTH_OK: "name","uid","addr". */
+static int put_ident_json(const struct ms_auth *a, char *p, size_t cap)
 {
-    char nhex[2 * MS_AUTH_NONCE + 1], mhex[2 * MAC_LEN + 1];
-    to_hex(nonce, MS_AUTH_NONCE, nhex);
-    if (mac)
-        to_hex(mac, MAC_LEN, mhex);
-    int len = snprintf((char *)buf, cap,
-                       "{\"v\":%u,\"cluster\":\"%s\",\"name\":\"%s\","
-                       "\"uid\":\"%016llx\",\"addr\":\"%s\","
-                       "\"nonce\":\"%s\"%s%s%s}",
-                       a->version, a->self.cluster, a->self.name,
-                       (unsigned long long)a->self.uid, a->self.address,
-                       nhex, mac ? ",\"mac\":\"" : "", mac ? mhex : "",
-                       mac ? "\"" : "");
-    return emit(a, out, buf, cap, kind, len);
+    return snprintf(p, cap, "\"name\":\"%s\",\"uid\":\"%016llx\","
+                    "\"addr\":\"%s\"", a->self.name,
+                    (unsigned long long)a->self.uid, a->self.address);
 }
 
 /*
- * Reads the peer's identity and nonce from a HELLO or CHALLENGE and checks
- * version and cluster. Returns 0 or refuses.
+ * Reads the peer's claimed identity ("name", "uid", "addr") into a->peer.
+ * Returns 0 or -1 (missing or malformed member).
  */
-static int take_ident(struct ms_auth *a, const struct msg *m,
-                      uint8_t nonce[MS_AUTH_NONCE], struct ms_frame *out,
-                      uint8_t *buf, size_t cap, const char *what)
+static int take_ident(struct ms_auth *a, const struct msg *m)
 {
-    const struct field *v = get(m, "v"), *cl = get(m, "cluster"),
-                       *nm = get(m, "name"), *uid = get(m, "uid"),
-                       *ad = get(m, "addr"), *no = get(m, "nonce");
-    if (!v || !v->is_num)
-        return refuse(a, out, buf, cap, MS_EINVAL,
-                      "malformed %s: no protocol version", what);
-    if (v->num != a->version)
-        return refuse(a, out, buf, cap, MS_EINVAL,
-                      "protocol version mismatch: peer speaks %u, this "
-                      "node %u", v->num, a->version);
-    const struct field *s[3] = {cl, nm, ad};
-    for (int i = 0; i < 3; i++)
+    const struct field *nm = get(m, "name"), *uid = get(m, "uid"),
+                       *ad = get(m, "addr");
+    const struct field *s[2] = {nm, ad};
+    for (int i = 0; i < 2; i++)
         if (!s[i] || s[i]->is_num || s[i]->slen == 0 ||
             s[i]->slen > MS_AUTH_MAX_FIELD)
-            return refuse(a, out, buf, cap, MS_EINVAL,
-                          "malformed %s: bad cluster, name or addr", what);
+            return -1;
     uint8_t u[8];
-    if (!uid || uid->is_num || from_hex(uid->str, uid->slen, u, 8) != 0 ||
-        !no || no->is_num ||
-        from_hex(no->str, no->slen, nonce, MS_AUTH_NONCE) != 0)
-        return refuse(a, out, buf, cap, MS_EINVAL,
-                      "malformed %s: bad uid or nonce", what);
+    if (!uid || uid->is_num || from_hex(uid->str, uid->slen, u, 8) != 0)
+        return -1;
     memcpy(a->peer.name, nm->str, nm->slen);
     a->peer.name[nm->slen] = '\0';
     memcpy(a->peer.address, ad->str, ad->slen);
     a->peer.address[ad->slen] = '\0';
-    memcpy(a->peer.cluster, cl->str, cl->slen);
-    a->peer.cluster[cl->slen] = '\0';
     a->peer.uid = 0;
     for (int i = 0; i < 8; i++)
         a->peer.uid = a->peer.uid << 8 | u[i];
-    if (strcmp(a->peer.cluster, a->self.cluster) != 0)
-        return refuse(a, out, buf, cap, MS_EINVAL,
-                      "wrong cluster: '%s' at %s is in cluster '%s', this "
-                      "node in '%s'", a->peer.name, a->peer.address,
-                      a->peer.cluster, a->self.cluster);
     return 0;
+}
+
+/* Reads "nonce" (64 hex digits) into `nonce`; 0 or -1. */
+static int take_nonce(const struct msg *m, uint8_t nonce[MS_AUTH_NONCE])
+{
+    const struct field *no = get(m, "nonce");
+    return no && !no->is_num &&
+                   from_hex(no->str, no->slen, nonce, MS_AUTH_NONCE) == 0
+               ? 0
+               : -1;
+}
+
+/* Checks "v" of a HELLO or CHALLENGE; 0 or refuses. The text tells both
+ * versions: they are public, and an operator upgrading needs them. */
+static int check_version(struct ms_auth *a, const struct msg *m,
+                         struct ms_frame *out, uint8_t *buf, size_t cap,
+                         const char *what)
+{
+    const struct field *v = get(m, "v");
+    if (!v || !v->is_num)
+        return refuse(a, out, buf, cap, MS_EINVAL, PUB_MALFORMED,
+                      "malformed %s: no protocol version", what);
+    if (v->num == a->version)
+        return 0;
+    char pub[100];
+    snprintf(pub, sizeof pub, "protocol version mismatch: peer speaks %u, "
+             "this node %u", v->num, a->version);
+    return refuse(a, out, buf, cap, MS_EINVAL, pub, "%s", pub);
 }
 
 int ms_auth_start(struct ms_auth *a, struct ms_frame *out, uint8_t *buf,
                   size_t cap)
 {
     if (a->role != MS_AUTH_CLIENT || a->state != ST_INIT)
-        return refuse(a, out, NULL, 0, MS_EINVAL,
-                    "auth: ms_auth_start is the client's first step");
+        return refuse(a, out, NULL, 0, MS_EINVAL, PUB_INTERNAL,
+                      "auth: ms_auth_start is the client's first step");
     if (a->random(a->random_data, a->nonce_c, MS_AUTH_NONCE) != 0)
-        return refuse(a, out, NULL, 0, MS_EINVAL,
+        return refuse(a, out, NULL, 0, MS_EINVAL, PUB_INTERNAL,
                       "auth: no random bytes for a nonce");
-    int rc = emit_ident(a, out, buf, cap, MS_FRAME_HELLO, a->nonce_c, NULL);
+    char nhex[2 * MS_AUTH_NONCE + 1], ident[3 * MS_AUTH_MAX_FIELD];
+    to_hex(a->nonce_c, MS_AUTH_NONCE, nhex);
+    put_ident_json(a, ident, sizeof ident);
+    int rc = emit(a, out, buf, cap, MS_FRAME_HELLO,
+                  snprintf((char *)buf, cap, "{\"v\":%u,%s,\"nonce\":\"%s\"}",
+                           a->version, ident, nhex));
     if (rc != 0)
         return rc;
     a->state = ST_HELLO_SENT;
     return MS_AUTH_CONTINUE;
 }
 
-/* Server: HELLO -> CHALLENGE. */
+/* Server: HELLO -> CHALLENGE, which tells nothing about this node. */
 static int on_hello(struct ms_auth *a, const struct msg *m,
                     struct ms_frame *out, uint8_t *buf, size_t cap)
 {
-    int rc = take_ident(a, m, a->nonce_c, out, buf, cap, "HELLO");
+    int rc = check_version(a, m, out, buf, cap, "HELLO");
     if (rc != 0)
         return rc;
+    if (take_ident(a, m) != 0 || take_nonce(m, a->nonce_c) != 0)
+        return refuse(a, out, buf, cap, MS_EINVAL, PUB_MALFORMED,
+                      "malformed HELLO: bad name, uid, addr or nonce");
     if (replay_seen(a->replay, a->nonce_c))
-        return refuse(a, out, buf, cap, MS_EINVAL,
-                      "replayed HELLO from '%s' at %s: its nonce was "
-                      "already used", a->peer.name, a->peer.address);
+        return refuse(a, out, buf, cap, MS_EINVAL, PUB_FAILED,
+                      "replayed HELLO (claiming to be '%s' at %s): its "
+                      "nonce was already used", a->peer.name,
+                      a->peer.address);
     replay_add(a->replay, a->nonce_c);
     if (a->random(a->random_data, a->nonce_s, MS_AUTH_NONCE) != 0)
-        return refuse(a, out, buf, cap, MS_EINVAL,
+        return refuse(a, out, buf, cap, MS_EINVAL, PUB_INTERNAL,
                       "auth: no random bytes for a nonce");
-    uint8_t mac[MAC_LEN];
-    if (compute_mac(a, "server", mac) != 0)
-        return refuse(a, out, buf, cap, MS_EINVAL, "auth: HMAC failed");
-    rc = emit_ident(a, out, buf, cap, MS_FRAME_CHALLENGE, a->nonce_s, mac);
+    char nhex[2 * MS_AUTH_NONCE + 1];
+    to_hex(a->nonce_s, MS_AUTH_NONCE, nhex);
+    rc = emit(a, out, buf, cap, MS_FRAME_CHALLENGE,
+              snprintf((char *)buf, cap, "{\"v\":%u,\"nonce\":\"%s\"}",
+                       a->version, nhex));
     if (rc != 0)
         return rc;
     a->state = ST_CHALLENGE_SENT;
     return MS_AUTH_CONTINUE;
 }
 
-/* Client: CHALLENGE -> AUTH. */
+/* Client: CHALLENGE -> AUTH, the client's proof. */
 static int on_challenge(struct ms_auth *a, const struct msg *m,
                         struct ms_frame *out, uint8_t *buf, size_t cap)
 {
-    int rc = take_ident(a, m, a->nonce_s, out, buf, cap, "CHALLENGE");
+    int rc = check_version(a, m, out, buf, cap, "CHALLENGE");
     if (rc != 0)
         return rc;
-    if (!mac_ok(a, "server", get(m, "mac")))
-        return refuse(a, out, buf, cap, MS_EINVAL,
-                      "bad MAC from server '%s' at %s: wrong cluster "
-                      "secret", a->peer.name, a->peer.address);
+    if (take_nonce(m, a->nonce_s) != 0)
+        return refuse(a, out, buf, cap, MS_EINVAL, PUB_MALFORMED,
+                      "malformed CHALLENGE: bad nonce");
+    /* a server that echoes our nonce back is probably this node itself
+     * or a reflector; the labels would refuse its MAC anyway */
+    if (memcmp(a->nonce_s, a->nonce_c, MS_AUTH_NONCE) == 0)
+        return refuse(a, out, buf, cap, MS_EINVAL, PUB_FAILED,
+                      "the server's CHALLENGE echoes this client's nonce");
     uint8_t mac[MAC_LEN];
     char mhex[2 * MAC_LEN + 1];
-    if (compute_mac(a, "client", mac) != 0)
-        return refuse(a, out, buf, cap, MS_EINVAL, "auth: HMAC failed");
+    if (compute_mac(a, 0, mac) != 0)
+        return refuse(a, out, buf, cap, MS_EINVAL, PUB_INTERNAL,
+                      "auth: HMAC failed");
     to_hex(mac, MAC_LEN, mhex);
+    OPENSSL_cleanse(mac, sizeof mac);
     rc = emit(a, out, buf, cap, MS_FRAME_AUTH,
               snprintf((char *)buf, cap, "{\"mac\":\"%s\"}", mhex));
     if (rc != 0)
@@ -589,19 +613,46 @@ static int on_challenge(struct ms_auth *a, const struct msg *m,
     return MS_AUTH_CONTINUE;
 }
 
-/* Server: AUTH -> AUTH_OK. */
+/* Server: AUTH -> AUTH_OK, only once the client proved. */
 static int on_auth(struct ms_auth *a, const struct msg *m,
                    struct ms_frame *out, uint8_t *buf, size_t cap)
 {
-    if (!mac_ok(a, "client", get(m, "mac")))
-        return refuse(a, out, buf, cap, MS_EINVAL,
-                      "bad MAC from client '%s' at %s: wrong cluster "
-                      "secret, or an AUTH replayed from another session",
-                      a->peer.name, a->peer.address);
+    if (!mac_ok(a, 0, get(m, "mac")))
+        return refuse(a, out, buf, cap, MS_EINVAL, PUB_FAILED,
+                      "bad MAC from a client claiming to be '%s' at %s: "
+                      "wrong cluster secret or cluster name, or an AUTH "
+                      "replayed from another session", a->peer.name,
+                      a->peer.address);
+    uint8_t mac[MAC_LEN];
+    char mhex[2 * MAC_LEN + 1], ident[3 * MS_AUTH_MAX_FIELD];
+    if (compute_mac(a, 1, mac) != 0)
+        return refuse(a, out, buf, cap, MS_EINVAL, PUB_INTERNAL,
+                      "auth: HMAC failed");
+    to_hex(mac, MAC_LEN, mhex);
+    OPENSSL_cleanse(mac, sizeof mac);
+    put_ident_json(a, ident, sizeof ident);
     int rc = emit(a, out, buf, cap, MS_FRAME_AUTH_OK,
-                  snprintf((char *)buf, cap, "{}"));
+                  snprintf((char *)buf, cap, "{%s,\"mac\":\"%s\"}", ident,
+                           mhex));
     if (rc != 0)
         return rc;
+    a->state = ST_DONE;
+    return MS_AUTH_DONE;
+}
+
+/* Client: AUTH_OK, the server's identity and proof. A refusal here sends
+ * nothing: the server has finished its part. */
+static int on_auth_ok(struct ms_auth *a, const struct msg *m,
+                      struct ms_frame *out)
+{
+    if (take_ident(a, m) != 0)
+        return refuse(a, out, NULL, 0, MS_EINVAL, PUB_MALFORMED,
+                      "malformed AUTH_OK: bad name, uid or addr");
+    if (!mac_ok(a, 1, get(m, "mac")))
+        return refuse(a, out, NULL, 0, MS_EINVAL, PUB_FAILED,
+                      "bad MAC in AUTH_OK from a server claiming to be "
+                      "'%s' at %s", a->peer.name, a->peer.address);
+    memset(out, 0, sizeof *out);
     a->state = ST_DONE;
     return MS_AUTH_DONE;
 }
@@ -621,11 +672,13 @@ int ms_auth_on_frame(struct ms_auth *a, const struct ms_frame *in,
         return MS_EINVAL;
     }
     if (a->role == MS_AUTH_CLIENT && a->state == ST_INIT)
-        return refuse(a, out, NULL, 0, MS_EINVAL,
-                    "auth: the client must call ms_auth_start first");
+        return refuse(a, out, NULL, 0, MS_EINVAL, PUB_INTERNAL,
+                      "auth: the client must call ms_auth_start first");
+    /* a client answers nothing once it sent AUTH: see on_auth_ok */
+    uint8_t *fbuf = a->state == ST_AUTH_SENT ? NULL : buf;
     struct msg m;
     if (in->payload_len > MS_AUTH_MAX_PAYLOAD)
-        return refuse(a, out, buf, cap, MS_E2BIG,
+        return refuse(a, out, fbuf, cap, MS_E2BIG, PUB_TOO_LARGE,
                       "%s payload of %zu bytes (limit %d)",
                       ms_frame_kind_name(in->kind), in->payload_len,
                       MS_AUTH_MAX_PAYLOAD);
@@ -633,29 +686,26 @@ int ms_auth_on_frame(struct ms_auth *a, const struct ms_frame *in,
     if (in->kind == MS_FRAME_AUTH_FAIL) {
         const struct field *r = parsed ? get(&m, "reason") : NULL;
         if (!r || r->is_num)
-            return refuse(a, out, NULL, 0, MS_EINVAL,
-                        "peer refused the handshake (no reason given)");
-        return refuse(a, out, NULL, 0, MS_EINVAL,
+            return refuse(a, out, NULL, 0, MS_EINVAL, PUB_FAILED,
+                          "peer refused the handshake (no reason given)");
+        return refuse(a, out, NULL, 0, MS_EINVAL, PUB_FAILED,
                       "peer refused the handshake: %.*s",
                       (int)r->slen, r->str);
     }
     if (in->kind != wants[a->state])
-        return refuse(a, out, buf, cap, MS_EINVAL,
+        return refuse(a, out, fbuf, cap, MS_EINVAL, PUB_ORDER,
                       "unexpected %s frame during the handshake "
                       "(waiting for %s)", ms_frame_kind_name(in->kind),
                       ms_frame_kind_name(wants[a->state]));
     if (!parsed)
-        return refuse(a, out, buf, cap, MS_EBADJSON,
+        return refuse(a, out, fbuf, cap, MS_EBADJSON, PUB_MALFORMED,
                       "malformed %s payload", ms_frame_kind_name(in->kind));
 
     switch (a->state) {
     case ST_INIT: return on_hello(a, &m, out, buf, cap);
     case ST_HELLO_SENT: return on_challenge(a, &m, out, buf, cap);
     case ST_CHALLENGE_SENT: return on_auth(a, &m, out, buf, cap);
-    default: /* ST_AUTH_SENT: AUTH_OK, nothing to answer */
-        memset(out, 0, sizeof *out);
-        a->state = ST_DONE;
-        return MS_AUTH_DONE;
+    default: return on_auth_ok(a, &m, out); /* ST_AUTH_SENT */
     }
 }
 

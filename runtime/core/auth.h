@@ -3,35 +3,70 @@
  *
  * Nodes prove to each other that they know the cluster secret without
  * sending it, with HMAC-SHA256 (OpenSSL libcrypto). The connecting side is
- * the client, the accepting side the server:
+ * the client, the accepting side the server. The client proves first:
  *
- *   client -> HELLO     {"v","cluster","name","uid","addr","nonce"}
- *   server -> CHALLENGE {"v","cluster","name","uid","addr","nonce","mac"}
- *             mac = mac_s = HMAC(secret, transcript("server"))
- *   client -> AUTH      {"mac"}   mac_c = HMAC(secret, transcript("client"))
- *   server -> AUTH_OK   {}
+ *   client -> HELLO     {"v","name","uid","addr","nonce"}     nonce_c
+ *   server -> CHALLENGE {"v","nonce"}                         nonce_s
+ *   client -> AUTH      {"mac"}        mac_c = HMAC(secret, T_client)
+ *   server    checks mac_c (constant time), and only then:
+ *   server -> AUTH_OK   {"name","uid","addr","mac"}
+ *                                      mac_s = HMAC(secret, T_server)
+ *   client    checks mac_s
  *
- * Payloads are flat JSON objects: "v" is the protocol version (integer),
- * "uid" 16 hex digits, "nonce" 32 random bytes and "mac" 32 bytes, both as
- * 64 hex digits; the other values are strings of printable ASCII without
- * '"' or '\' (no escapes), at most MS_AUTH_MAX_FIELD bytes. Unknown keys
- * are ignored. The transcript both MACs cover, with every string prefixed
- * by its length (u16 LE) and every integer little-endian, is:
+ * Why in this order: whoever sends a MAC over a transcript the other side
+ * helped choose hands that side something it can test guesses of the
+ * secret against, offline, as fast as it can compute HMACs. In protocol
+ * version 1 the server sent its MAC first, to anyone who connected. Now
+ * the server reveals nothing before the client has proved that it knows
+ * the secret: a CHALLENGE carries only the version and a fresh random
+ * nonce (no name, no cluster, no MAC), and every refusal a peer can see
+ * before it has proved is one of a few fixed texts ("authentication
+ * failed", "malformed handshake message", ...). The cluster name is never
+ * sent; it is bound into both MACs, so a wrong cluster and a wrong secret
+ * look the same to the peer. The local log line says more.
  *
- *   "moonshard-auth " label, version (u8), nonce_c, nonce_s,
- *   client name, server name, client uid (u64), server uid (u64),
- *   cluster, client address, server address
+ * What remains: a node's own mac_c goes to the nodes it dials, which are
+ * its seeds and the members it learned from authenticated gossip, so only
+ * someone who can take the address of one of those (or sit between the
+ * nodes) can collect a MAC to guess against. Secrets are at least 16
+ * random bytes (the config refuses shorter ones), which puts guessing out
+ * of reach anyway; the order above keeps a mere connection from being an
+ * oracle.
  *
- * so a MAC cannot be replayed in another session (fresh nonces), reflected
- * to the other role (label) or moved to other identities. A server refuses
- * a HELLO that reuses one of the last MS_AUTH_REPLAY_WINDOW client nonces
- * it saw (struct ms_auth_replay, shared by all its connections).
+ * Payloads are flat JSON objects: "v" is the protocol version (integer,
+ * MS_AUTH_VERSION), "uid" 16 hex digits, "nonce" 32 random bytes and
+ * "mac" 32 bytes, both as 64 hex digits; the other values are strings of
+ * printable ASCII without '"' or '\' (no escapes), at most
+ * MS_AUTH_MAX_FIELD bytes. Unknown keys are ignored. The transcripts,
+ * with every string prefixed by its length (u16 LE) and every integer
+ * little-endian, are:
  *
- * A side that refuses builds an AUTH_FAIL frame {"reason": "..."} for the
- * I/O layer to send before it closes, so both ends can log why. Timeouts
- * are the I/O layer's job. The handshake authenticates the peers at
- * connection setup; it does not protect later frames against an active
- * man in the middle (that would need TLS or per-frame MACs).
+ *   T_client = "moonshard-auth", "client", version (u8), nonce_c, nonce_s,
+ *              cluster, client name, client uid (u64), client address
+ *   T_server = "moonshard-auth", "server", version (u8), nonce_c, nonce_s,
+ *              cluster, client name, client uid (u64), client address,
+ *              server name, server uid (u64), server address
+ *
+ * so a MAC cannot be replayed in another session (fresh nonces from both
+ * sides), reflected to the other role (label, and the server's transcript
+ * is longer) or moved to other identities or another cluster. A server
+ * refuses a HELLO that reuses one of the last MS_AUTH_REPLAY_WINDOW
+ * client nonces it saw (struct ms_auth_replay, shared by all its
+ * connections), and a client refuses a CHALLENGE that echoes its nonce.
+ *
+ * A server that refuses builds an AUTH_FAIL frame {"reason": "..."} with
+ * the public text, for the I/O layer to send before it closes;
+ * ms_auth_reason() has the full local reason for the log. A client that
+ * refuses the server's AUTH_OK sends nothing (the server has finished)
+ * and just closes. Timeouts are the I/O layer's job. The handshake
+ * authenticates the peers at connection setup; it does not protect later
+ * frames against an active man in the middle (that would need TLS or
+ * per-frame MACs).
+ *
+ * Version 2 (this one) differs from version 1 in the meaning of every
+ * handshake frame; a node of either version refuses the other's HELLO
+ * with "protocol version mismatch". The frame header's version
+ * (MS_PROTO_VERSION) did not change.
  */
 #ifndef MS_CORE_AUTH_H
 #define MS_CORE_AUTH_H
@@ -42,6 +77,7 @@
 
 #include "frame.h"
 
+#define MS_AUTH_VERSION 2         /* handshake protocol version */
 #define MS_AUTH_NONCE 32          /* bytes of a nonce */
 #define MS_AUTH_MAX_FIELD 127     /* bytes of cluster, name or address */
 #define MS_AUTH_REPLAY_WINDOW 1024
@@ -64,7 +100,7 @@ struct ms_auth_replay;
 
 struct ms_auth_options {
     enum ms_auth_role role;
-    const char *cluster;       /* borrowed during ms_auth_new (copied) */
+    const char *cluster;       /* copied; bound into the MACs, never sent */
     const char *name;          /* this node's name, copied */
     uint64_t uid;              /* this node's incarnation */
     const char *address;       /* this node's host:port, copied */
@@ -74,7 +110,7 @@ struct ms_auth_options {
     void *random_data;
     struct ms_auth_replay *replay; /* server: required, borrowed for the
                                       life of the ms_auth */
-    unsigned version;          /* 0: MS_PROTO_VERSION (tests, upgrades) */
+    unsigned version;          /* 0: MS_AUTH_VERSION (tests, upgrades) */
 };
 
 struct ms_auth;
@@ -119,13 +155,18 @@ int ms_auth_start(struct ms_auth *a, struct ms_frame *out, uint8_t *buf,
  *   MS_AUTH_DONE      the peer is authenticated (accessors below); the
  *                     server sends *out (AUTH_OK), the client sends
  *                     nothing (out->kind == 0);
- *   <0                refused: MS_EINVAL (wrong cluster, version mismatch,
- *                     bad MAC, replayed nonce, unexpected kind or order,
- *                     malformed payload, peer's AUTH_FAIL), MS_E2BIG
- *                     (payload too large, `buf` too small) or MS_ENOMEM;
- *                     ms_auth_reason() tells why. When out->kind is
+ *   <0                refused: MS_EINVAL (version mismatch, bad MAC, wrong
+ *                     cluster, replayed or reflected nonce, unexpected
+ *                     kind or order, malformed payload, peer's
+ *                     AUTH_FAIL), MS_EBADJSON (payload not a flat JSON
+ *                     object), MS_E2BIG (payload too large, `buf` too
+ *                     small) or MS_ENOMEM; ms_auth_reason() tells why,
+ *                     for the local log. When out->kind is
  *                     MS_FRAME_AUTH_FAIL, send it, then close; when it is
- *                     0 (the peer refused first), just close.
+ *                     0 (the peer refused first, or the client refuses
+ *                     the server's AUTH_OK), just close. An AUTH_FAIL
+ *                     carries only fixed texts that name nothing of this
+ *                     node (no cluster, name or address).
  *
  * `*out` and its payload live in `buf` (caller-owned, `cap` bytes). After
  * DONE or an error, every further call returns MS_EINVAL with out->kind 0

@@ -9,9 +9,18 @@
  *
  * Output: two buffers per connection. While a write is in flight new frames
  * go to `pending`; when it completes, `pending` is written as one batch.
+ *
+ * Unauthenticated incoming connections are held to the deadlines and caps
+ * described in transport.h: a timer per connection (first frame, then the
+ * rest of the handshake), and at accept time a scan of the connections in
+ * the handshake (at most MS_TRANSPORT_MAX_HANDSHAKES + 1 of them) to find
+ * the one to evict. Their failures are counted and logged at powers of
+ * two (note_failure).
  */
 #include "transport.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +30,14 @@
 #include "../moonshard.h"
 
 #define READ_BUF (64 * 1024)
-/* While incoming connections are refused for MS_TRANSPORT_MAX_HANDSHAKES,
- * a line is logged at most this often: a flood must not flood the log. */
-#define BUSY_LOG_EVERY_MS 10000
+
+/* Where an incoming connection comes from, for the per-source cap: the
+ * IPv4 address (also when mapped into IPv6), or the first 8 bytes (the
+ * /64) of an IPv6 address, since one host easily has a whole /64. */
+struct source {
+    uint8_t family;            /* 4, 6, or 0: unknown */
+    uint8_t bytes[16];         /* the rest zero */
+};
 
 struct obuf {
     char *p;
@@ -41,9 +55,16 @@ struct conn {
     struct ms_frame_decoder dec;
     struct obuf pending, inflight;
     uint64_t peer_uid;
+    uint64_t seq;              /* creation order: smaller is older */
+    uint64_t started_ms;       /* accepted or dialed (loop time) */
+    uint64_t first_ms;         /* the first frame's deadline, for the log */
+    struct source src;         /* inbound: the peer's source */
+    char source[64];           /* inbound: "ip:port" for the log */
     char address[128];         /* dialed address, or the peer's, once known */
     char peer_name[128];
     int outbound;
+    int got_frame;             /* a whole frame arrived */
+    int noted;                 /* its failed handshake was counted */
     int authed;                /* handshake done */
     int in_handshake;          /* inbound, counted in t->handshaking */
     int refused;               /* handshake refused: reads nothing more */
@@ -65,8 +86,8 @@ struct ms_transport {
     struct conn *conns;
     struct ms_transport_stats st;
     int handshaking;           /* inbound connections in the handshake */
-    int busy_logged;           /* busy_logged_at_ms is set */
-    uint64_t busy_logged_at_ms;
+    uint64_t next_seq;
+    uint64_t dial_failures;    /* this node's dials whose handshake failed */
     int closing;
     int open;                  /* listener + connections not yet freed */
     char rbuf[READ_BUF];
@@ -199,6 +220,45 @@ static void on_handle_closed(uv_handle_t *h)
     }
 }
 
+static int power_of_two(uint64_t n)
+{
+    return n && !(n & (n - 1));
+}
+
+/*
+ * Counts a connection whose handshake failed (once per connection) and
+ * logs why when the count reaches a power of two: a stranger can make
+ * the node count, not write a line per connection. Incoming connections
+ * count in handshake_failures, this node's dials in dial_failures.
+ */
+static void note_failure(struct conn *c, const char *why)
+{
+    struct ms_transport *t = c->t;
+    if (c->noted || c->authed)
+        return;
+    c->noted = 1;
+    char f[200];
+    if (c->outbound) {
+        uint64_t n = ++t->dial_failures;
+        if (!power_of_two(n))
+            return;
+        snprintf(f, sizeof f, "peer=%s", c->address);
+        ms_log(MS_LOG_WARN, f, "handshake with a dialed node failed: %s "
+               "(%llu so far; logged at powers of two)", why,
+               (unsigned long long)n);
+        return;
+    }
+    uint64_t n = ++t->st.handshake_failures;
+    if (!power_of_two(n))
+        return;
+    snprintf(f, sizeof f, "source=%s", c->source);
+    ms_log(MS_LOG_WARN, f, "unauthenticated connection closed: %s (%llu "
+           "so far, %llu evicted, %llu timed out; logged at powers of two)",
+           why, (unsigned long long)n,
+           (unsigned long long)t->st.handshake_evictions,
+           (unsigned long long)t->st.handshake_timeouts);
+}
+
 static void unlink_conn(struct conn *c)
 {
     struct ms_transport *t = c->t;
@@ -226,11 +286,11 @@ static void conn_close(struct conn *c, const char *reason)
         return;
     c->closing = 1;
     struct ms_transport *t = c->t;
-    if (reason) {
+    if (reason && !c->authed) {
+        note_failure(c, reason);
+    } else if (reason) {
         char f[200];
-        snprintf(f, sizeof f, "peer=%s",
-                 c->peer_name[0] ? c->peer_name
-                 : c->address[0] ? c->address : "(inbound, not authenticated)");
+        snprintf(f, sizeof f, "peer=%s", c->peer_name);
         ms_log(MS_LOG_WARN, f, "connection closed: %s", reason);
     }
     unlink_conn(c);
@@ -250,6 +310,12 @@ static struct conn *find_peer(struct ms_transport *t, uint64_t uid)
     return NULL;
 }
 
+static uint64_t handshake_ms(const struct ms_transport *t)
+{
+    return t->cfg.handshake_timeout_ms ? t->cfg.handshake_timeout_ms
+                                       : MS_TRANSPORT_HANDSHAKE_MS;
+}
+
 static void on_handshake_timeout(uv_timer_t *timer)
 {
     struct conn *c = timer->data;
@@ -260,7 +326,29 @@ static void on_handshake_timeout(uv_timer_t *timer)
         return;
     }
     c->t->st.auth_failures++;
-    conn_close(c, "handshake timed out");
+    c->t->st.handshake_timeouts++;
+    char why[100];
+    if (c->outbound || c->got_frame)
+        snprintf(why, sizeof why, "handshake not finished within %llu ms",
+                 (unsigned long long)handshake_ms(c->t));
+    else
+        snprintf(why, sizeof why, "no handshake frame within %llu ms",
+                 (unsigned long long)c->first_ms);
+    note_failure(c, why);
+    conn_close(c, NULL);
+}
+
+/* The first frame arrived: the rest of the handshake is due by the
+ * overall deadline, counted from accept. */
+static void first_frame(struct conn *c)
+{
+    c->got_frame = 1;
+    if (c->outbound)
+        return;
+    uint64_t used = uv_now(c->t->loop) - c->started_ms;
+    uint64_t total = handshake_ms(c->t);
+    uv_timer_start(&c->timer, on_handshake_timeout,
+                   used < total ? total - used : 1, 0);
 }
 
 /* Sets the decoder's limits: until the peer is authenticated it may only
@@ -319,8 +407,14 @@ static int conn_new(struct ms_transport *t, int outbound, struct conn **out)
     if (t->conns)
         t->conns->prev = c;
     t->conns = c;
-    uv_timer_start(&c->timer, on_handshake_timeout,
-                   t->cfg.handshake_timeout_ms, 0);
+    c->seq = ++t->next_seq;
+    c->started_ms = uv_now(t->loop);
+    snprintf(c->source, sizeof c->source, "?");
+    uint64_t deadline = handshake_ms(t);
+    if (!outbound && deadline > MS_TRANSPORT_FIRST_FRAME_MS)
+        deadline = MS_TRANSPORT_FIRST_FRAME_MS;
+    c->first_ms = deadline;
+    uv_timer_start(&c->timer, on_handshake_timeout, deadline, 0);
     *out = c;
     return 0;
 }
@@ -380,10 +474,11 @@ static void handshake(struct conn *c, const struct ms_frame *in)
         c->refused = 1;
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->t->st.auth_failures++;
-        char f[200];
-        snprintf(f, sizeof f, "peer=%s", c->address[0] ? c->address : "?");
-        ms_log(MS_LOG_WARN, f, "handshake refused: %s",
-               ms_auth_reason(c->auth));
+        char why[300];
+        snprintf(why, sizeof why, "%s%s",
+                 c->outbound ? "" : "handshake refused: ",
+                 ms_auth_reason(c->auth));
+        note_failure(c, why);
         c->close_after_write = 1;
         if (!c->pending.len && !c->writing)
             conn_close(c, NULL);
@@ -432,6 +527,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         if (rc == 0)
             break;
         if (!c->authed) {
+            if (!c->got_frame)
+                first_frame(c);
             handshake(c, &f);
             continue;
         }
@@ -473,20 +570,122 @@ static void reject(uv_stream_t *server)
     uv_close((uv_handle_t *)tcp, on_rejected_closed);
 }
 
-/* Counts a connection refused for MS_TRANSPORT_MAX_HANDSHAKES and logs
- * it, at most once every BUSY_LOG_EVERY_MS. */
-static void count_busy(struct ms_transport *t)
+/* Reads the source of an accepted connection into c->src and
+ * c->source. */
+static void take_source(struct conn *c)
 {
-    t->st.handshake_overflows++;
-    uint64_t now = uv_now(t->loop);
-    if (t->busy_logged && now - t->busy_logged_at_ms < BUSY_LOG_EVERY_MS)
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    memset(&c->src, 0, sizeof c->src);
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0)
         return;
-    t->busy_logged = 1;
-    t->busy_logged_at_ms = now;
-    ms_log(MS_LOG_WARN, NULL,
-           "connection refused: %d others are in the handshake (%llu "
-           "refused so far)", MS_TRANSPORT_MAX_HANDSHAKES,
-           (unsigned long long)t->st.handshake_overflows);
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&ss;
+        c->src.family = 4;
+        memcpy(c->src.bytes, &in->sin_addr, 4);
+        uv_ip4_name(in, ip, sizeof ip);
+        snprintf(c->source, sizeof c->source, "%s:%u", ip,
+                 (unsigned)ntohs(in->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&ss;
+        const uint8_t *b = in6->sin6_addr.s6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+            c->src.family = 4;
+            memcpy(c->src.bytes, b + 12, 4);
+        } else {
+            c->src.family = 6;
+            memcpy(c->src.bytes, b, 8);
+        }
+        uv_ip6_name(in6, ip, sizeof ip);
+        snprintf(c->source, sizeof c->source, "[%s]:%u", ip,
+                 (unsigned)ntohs(in6->sin6_port));
+    }
+}
+
+static int same_source(const struct conn *a, const struct conn *b)
+{
+    return memcmp(&a->src, &b->src, sizeof a->src) == 0;
+}
+
+/* 1 when `c` has sent no frame for MS_TRANSPORT_SILENT_MS since it was
+ * accepted. A younger one may not have had the chance: connections
+ * accepted in one loop turn are all still silent. */
+static int silent(const struct conn *c, uint64_t now)
+{
+    return !c->got_frame && now - c->started_ms >= MS_TRANSPORT_SILENT_MS;
+}
+
+/* 1 when `a` should be evicted before `b`: a silent one (a real node
+ * sends its HELLO as soon as it is connected) before one that is not,
+ * then the older. */
+static int evict_before(const struct conn *a, const struct conn *b,
+                        uint64_t now)
+{
+    if (!b)
+        return 1;
+    if (silent(a, now) != silent(b, now))
+        return silent(a, now);
+    return a->seq < b->seq;
+}
+
+/* Closes `victim`, an unauthenticated connection, to make room. */
+static void evict(struct conn *victim, const char *why)
+{
+    victim->t->st.handshake_evictions++;
+    note_failure(victim, why);
+    conn_close(victim, NULL);
+}
+
+/*
+ * Makes room for the new incoming connection `c` (already counted in
+ * t->handshaking): when its source has MS_TRANSPORT_MAX_HANDSHAKES_PER_
+ * SOURCE others in the handshake, one of them goes; else, when
+ * MS_TRANSPORT_MAX_HANDSHAKES others are, one of the source that holds
+ * the most. Of those, the first by evict_before(). `c` itself is never
+ * the victim.
+ */
+static void make_room(struct ms_transport *t, struct conn *c)
+{
+    struct conn *oldest = NULL, *victim = NULL;
+    int same = 0, best = 0;
+    uint64_t now = uv_now(t->loop);
+    for (struct conn *a = t->conns; a; a = a->next) {
+        if (a == c || !a->in_handshake || !same_source(a, c))
+            continue;
+        same++;
+        if (evict_before(a, oldest, now))
+            oldest = a;
+    }
+    if (same >= MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE) {
+        char why[120];
+        snprintf(why, sizeof why, "evicted: its source has %d other "
+                 "connections in the handshake",
+                 MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE);
+        evict(oldest, why);
+        return;
+    }
+    if (t->handshaking - 1 < MS_TRANSPORT_MAX_HANDSHAKES)
+        return;
+    t->st.handshake_overflows++;
+    /* at most 64 + 1 connections in the handshake: 64^2 comparisons */
+    for (struct conn *a = t->conns; a; a = a->next) {
+        if (a == c || !a->in_handshake)
+            continue;
+        int n = 0;
+        for (struct conn *b = t->conns; b; b = b->next)
+            n += b != c && b->in_handshake && same_source(a, b);
+        if (n > best || (n == best && evict_before(a, victim, now))) {
+            best = n;
+            victim = a;
+        }
+    }
+    if (victim) {
+        char why[120];
+        snprintf(why, sizeof why, "evicted: %d connections are in the "
+                 "handshake", MS_TRANSPORT_MAX_HANDSHAKES);
+        evict(victim, why);
+    }
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -494,11 +693,6 @@ static void on_connection(uv_stream_t *server, int status)
     struct ms_transport *t = server->data;
     if (status < 0 || t->closing)
         return;
-    if (t->handshaking >= MS_TRANSPORT_MAX_HANDSHAKES) {
-        count_busy(t);
-        reject(server);
-        return;
-    }
     struct conn *c;
     if (conn_new(t, 0, &c) < 0) {
         reject(server);
@@ -508,6 +702,8 @@ static void on_connection(uv_stream_t *server, int status)
         conn_close(c, "accept failed");
         return;
     }
+    take_source(c);
+    make_room(t, c);
     start_reading(c);
 }
 

@@ -10,11 +10,32 @@
  * logged reason. A peer that stops reading is dropped once its queued bytes
  * pass max_out_bytes.
  *
- * Until a connection is authenticated, it costs the node little: its
- * decoder accepts only handshake-sized frames (MS_AUTH_MAX_PAYLOAD), a
- * refused handshake stops reading at once, and at most
- * MS_TRANSPORT_MAX_HANDSHAKES incoming connections may be in the handshake
- * together; others are closed as soon as they are accepted.
+ * Until a connection is authenticated it costs the node little and cannot
+ * hold a slot for long (the handshake slots, G8):
+ *
+ *   - its decoder accepts only handshake-sized frames (MS_AUTH_MAX_PAYLOAD),
+ *     and a refused handshake stops reading at once;
+ *   - its first frame must arrive within MS_TRANSPORT_FIRST_FRAME_MS, the
+ *     whole handshake must end within handshake_timeout_ms (default
+ *     MS_TRANSPORT_HANDSHAKE_MS); after that it is closed;
+ *   - at most MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE incoming connections
+ *     of one source address (IPv4 address, or IPv6 /64) may be in the
+ *     handshake: a new one from that source closes one of them;
+ *   - at most MS_TRANSPORT_MAX_HANDSHAKES incoming connections may be in
+ *     the handshake together: a new one closes one of the source that
+ *     holds the most of them;
+ *   - the one closed is the oldest of those that have sent no frame for
+ *     MS_TRANSPORT_SILENT_MS, else the oldest. A new connection is never
+ *     refused, and never evicts itself, so a real node (it sends its
+ *     HELLO at once, and its handshake takes milliseconds) still gets its
+ *     turn while strangers keep opening connections.
+ *
+ * Every incoming connection that ends without authenticating (refused,
+ * timed out, evicted, closed by the peer, malformed) is counted in
+ * handshake_failures; a warning is logged only when that count reaches a
+ * power of two (1, 2, 4, 8, ...), with the counts so far. Failures of
+ * this node's own dials are logged the same way, on a counter of their
+ * own. So a flood of strangers writes a few dozen lines at most.
  */
 #ifndef MS_IO_TRANSPORT_H
 #define MS_IO_TRANSPORT_H
@@ -32,6 +53,24 @@
  * can reach the port can make the node hold. */
 #define MS_TRANSPORT_MAX_HANDSHAKES 64
 
+/* Of those, at most this many from one source address (IPv4 address, or
+ * the /64 of an IPv6 one): one host cannot take every slot, and the
+ * connections of other hosts are not evicted by its flood. */
+#define MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE 8
+
+/* An incoming connection sends its first frame (HELLO) within this many
+ * milliseconds; a real node sends it as soon as it is connected. */
+#define MS_TRANSPORT_FIRST_FRAME_MS 2000
+
+/* An incoming connection that has sent no frame this many milliseconds
+ * after it was accepted is evicted before the others. Younger ones count
+ * as talking: a real node's HELLO may still be on its way. */
+#define MS_TRANSPORT_SILENT_MS 250
+
+/* Default of handshake_timeout_ms: the whole handshake, from accept (or
+ * from dialing) to authenticated. */
+#define MS_TRANSPORT_HANDSHAKE_MS 5000
+
 struct ms_transport;
 
 struct ms_transport_config {
@@ -45,7 +84,10 @@ struct ms_transport_config {
     int listen_port;
     size_t max_payload;        /* largest frame payload accepted */
     size_t max_out_bytes;      /* queued bytes per peer before it is dropped */
-    uint64_t handshake_timeout_ms;
+    uint64_t handshake_timeout_ms; /* 0: MS_TRANSPORT_HANDSHAKE_MS; the
+                                      first frame is due within the
+                                      smaller of this and
+                                      MS_TRANSPORT_FIRST_FRAME_MS */
 };
 
 struct ms_transport_callbacks {
@@ -61,12 +103,22 @@ struct ms_transport_callbacks {
 struct ms_transport_stats {
     uint64_t frames_in, frames_out;
     uint64_t rejected_frames;   /* malformed frames (connection closed) */
-    uint64_t auth_failures;     /* refused handshakes, both directions */
+    uint64_t auth_failures;     /* refused or timed out handshakes, both
+                                   directions */
     uint64_t slow_peer_drops;   /* peers dropped for not reading */
     uint64_t connections;       /* authenticated connections made */
-    uint64_t handshake_overflows; /* incoming connections closed at once:
+    uint64_t handshake_overflows; /* incoming connections that found
                                      MS_TRANSPORT_MAX_HANDSHAKES others
-                                     were in the handshake */
+                                     in the handshake (each evicted one) */
+    uint64_t handshake_evictions; /* unauthenticated connections closed to
+                                     make room for a newer one (global or
+                                     per-source cap) */
+    uint64_t handshake_timeouts;  /* connections closed because a
+                                     handshake deadline passed (both
+                                     directions) */
+    uint64_t handshake_failures;  /* incoming connections that ended
+                                     without authenticating, for any
+                                     reason */
 };
 
 /* Binds the listener. Returns 0 and *out, or a negative code with a

@@ -6,7 +6,9 @@
  *   rogue_peer CLUSTER SECRET ADDRESS KIND FIRST_CORR LAST_CORR PAYLOAD
  *              [DELAY_MS]
  *
- * Dials ADDRESS, completes the handshake, waits DELAY_MS, sends one frame
+ * Dials ADDRESS, completes the handshake through the node's own transport
+ * (so it speaks the current protocol: it proves first, handshake v2, see
+ * runtime/core/auth.h), waits DELAY_MS, sends one frame
  * of KIND (a number, as in runtime/core/frame.h) with PAYLOAD for each
  * corr in FIRST_CORR..LAST_CORR, then waits 300 ms and exits 0. Exits 1
  * when the handshake does not finish within 5 s, 2 on bad arguments.
@@ -115,7 +117,7 @@ int main(int argc, char **argv)
     struct ms_transport_config cfg = {
         argv[1], "rogue", self, 0x0bad0bad0bad0badULL,
         (const uint8_t *)argv[2], strlen(argv[2]), "127.0.0.1", port,
-        1 << 20, 4 << 20, 5000};
+        1 << 20, 4 << 20, MS_TRANSPORT_HANDSHAKE_MS};
     struct ms_transport_callbacks cb = {&g, on_peer, on_frame};
     char err[200];
     if (ms_transport_start(&g.t, g.loop, &cfg, &cb, err, sizeof err) < 0) {

@@ -1,4 +1,6 @@
-/* The handshake: success, every refusal, replays and order. */
+/* The handshake (protocol version 2, the client proves first): success,
+ * every refusal and what it tells the peer, replays, reflection and
+ * order. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -116,6 +118,41 @@ static void drop(struct side *c, struct side *s)
     ms_auth_free(s->a);
 }
 
+/* Feeds a frame of `kind` with `payload` to `x`; returns the result. */
+static int feed(struct side *x, int kind, const char *payload)
+{
+    struct ms_frame f = {0};
+    f.kind = (uint8_t)kind;
+    f.payload = payload;
+    f.payload_len = strlen(payload);
+    return ms_auth_on_frame(x->a, &f, &x->out, x->buf, sizeof x->buf);
+}
+
+/* 1 when none of this node's secrets-adjacent facts is in `payload`:
+ * the server's name, address, uid, the cluster name, a "mac" member. */
+static int reveals_nothing(const struct ms_frame *f)
+{
+    const char *bad[] = {"node-a", "7001", "a0a0", "prod", "staging",
+                         "\"mac\"", "\"name\"", "\"addr\"", "\"uid\"",
+                         "\"cluster\""};
+    char text[MS_AUTH_BUF_SIZE + 1];
+    snprintf(text, sizeof text, "%.*s", (int)f->payload_len, f->payload);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (strstr(text, bad[i])) {
+            fprintf(stderr, "  \"%s\" reveals \"%s\"\n", text, bad[i]);
+            return 0;
+        }
+    return 1;
+}
+
+/* The members of a CHALLENGE: exactly the version and a nonce. */
+static int is_bare_challenge(const struct ms_frame *f)
+{
+    return f->kind == MS_FRAME_CHALLENGE && reveals_nothing(f) &&
+           f->payload_len == strlen("{\"v\":2,\"nonce\":\"\"}") + 64 &&
+           memcmp(f->payload, "{\"v\":2,\"nonce\":\"", 16) == 0;
+}
+
 static void test_handshake(void)
 {
     struct side c, s;
@@ -125,14 +162,19 @@ static void test_handshake(void)
     CHECK(ms_auth_start(c.a, &c.out, c.buf, sizeof c.buf) ==
           MS_AUTH_CONTINUE);
     CHECK(c.out.kind == MS_FRAME_HELLO);
-    CHECK(has(c.out.payload, "\"cluster\":\"prod\""));
+    CHECK(has(c.out.payload, "\"v\":2,\"name\":\"node-b\""));
+    CHECK(!strstr(c.out.payload, "prod")); /* the cluster is never sent */
     CHECK(deliver(&c, &s) == MS_AUTH_CONTINUE);
-    CHECK(s.out.kind == MS_FRAME_CHALLENGE);
+    /* the server answers with a nonce and nothing about itself */
+    CHECK(is_bare_challenge(&s.out));
     CHECK(!ms_auth_done(s.a));
     CHECK(deliver(&s, &c) == MS_AUTH_CONTINUE);
     CHECK(c.out.kind == MS_FRAME_AUTH);
+    CHECK(has(c.out.payload, "{\"mac\":\""));
     CHECK(deliver(&c, &s) == MS_AUTH_DONE);
     CHECK(s.out.kind == MS_FRAME_AUTH_OK);
+    CHECK(has(s.out.payload, "\"name\":\"node-a\",\"uid\":\"a0a0000000000001\""
+                             ",\"addr\":\"127.0.0.1:7001\",\"mac\":\""));
     CHECK(ms_auth_done(s.a) && !ms_auth_done(c.a));
     CHECK(deliver(&s, &c) == MS_AUTH_DONE);
     CHECK(c.out.kind == 0);
@@ -145,7 +187,7 @@ static void test_handshake(void)
     CHECK(ms_auth_peer_uid(s.a) == 0xB0B0000000000002ull);
     CHECK(strcmp(ms_auth_reason(c.a), "") == 0);
     /* the secret never crosses the wire */
-    CHECK(strstr(c.out.payload ? c.out.payload : "", "horse") == NULL);
+    CHECK(strstr(s.out.payload, "horse") == NULL);
     /* after DONE the handshake takes no more frames, and stays done */
     struct ms_frame hb = {0};
     hb.kind = MS_FRAME_HEARTBEAT;
@@ -177,34 +219,64 @@ static void test_default_random(void)
     drop(&c, &s);
 }
 
-/* The refusing side sends AUTH_FAIL; the other side reports its reason. */
-static void check_refused(struct side *refuser, struct side *other, int rc,
-                          const char *needle)
+/*
+ * The server refused with the public text `pub` (and its local reason
+ * has `local`); its AUTH_FAIL names nothing of the server or the
+ * cluster; the client reports the public text and sends nothing back.
+ */
+static void check_refused(struct side *s, struct side *c, int rc,
+                          const char *pub, const char *local)
 {
-    CHECK(rc == MS_EINVAL);
-    CHECK(has(ms_auth_reason(refuser->a), needle));
-    CHECK(refuser->out.kind == MS_FRAME_AUTH_FAIL);
-    CHECK(!ms_auth_done(refuser->a));
-    CHECK(ms_auth_peer_name(refuser->a) == NULL);
-    CHECK(deliver(refuser, other) == MS_EINVAL);
-    CHECK(other->out.kind == 0); /* no answer to a refusal */
-    CHECK(has(ms_auth_reason(other->a), "peer refused the handshake: "));
-    CHECK(has(ms_auth_reason(other->a), needle));
-    CHECK(!ms_auth_done(other->a));
+    CHECK(rc == MS_EINVAL || rc == MS_EBADJSON || rc == MS_E2BIG);
+    CHECK(has(ms_auth_reason(s->a), local));
+    CHECK(s->out.kind == MS_FRAME_AUTH_FAIL);
+    CHECK(reveals_nothing(&s->out));
+    char want[200];
+    snprintf(want, sizeof want, "{\"reason\":\"%s\"}", pub);
+    CHECK(s->out.payload_len == strlen(want) &&
+          memcmp(s->out.payload, want, strlen(want)) == 0);
+    CHECK(!ms_auth_done(s->a));
+    CHECK(ms_auth_peer_name(s->a) == NULL);
+    if (c) {
+        CHECK(deliver(s, c) == MS_EINVAL);
+        CHECK(c->out.kind == 0); /* no answer to a refusal */
+        CHECK(has(ms_auth_reason(c->a), "peer refused the handshake: "));
+        CHECK(has(ms_auth_reason(c->a), pub));
+        CHECK(!ms_auth_done(c->a));
+    }
+}
+
+/* Runs HELLO -> CHALLENGE -> AUTH and returns the server's answer. */
+static int to_auth(struct side *c, struct side *s)
+{
+    CHECK(ms_auth_start(c->a, &c->out, c->buf, sizeof c->buf) > 0);
+    CHECK(deliver(c, s) == MS_AUTH_CONTINUE);
+    CHECK(is_bare_challenge(&s->out));
+    CHECK(deliver(s, c) == MS_AUTH_CONTINUE);
+    return deliver(c, s);
 }
 
 static void test_wrong_secret(void)
 {
     struct side c, s;
-    /* the client finds out first: the server's MAC does not verify */
+    /* a client with another secret: the server refuses its proof, and
+     * never sent a MAC of its own */
     client(&c, OTHER);
     server(&s, SECRET);
-    CHECK(ms_auth_start(c.a, &c.out, c.buf, sizeof c.buf) > 0);
-    CHECK(deliver(&c, &s) == MS_AUTH_CONTINUE);
-    check_refused(&c, &s, deliver(&s, &c), "bad MAC from server 'node-a'");
+    check_refused(&s, &c, to_auth(&c, &s), "authentication failed",
+                  "bad MAC from a client claiming to be 'node-b' at "
+                  "127.0.0.1:7002: wrong cluster secret or cluster name");
     drop(&c, &s);
 
-    /* a client that answers anyway is refused by the server */
+    /* a server with another secret: it refuses the same way, so neither
+     * side learns anything it could test a guess against */
+    client(&c, SECRET);
+    server(&s, OTHER);
+    check_refused(&s, &c, to_auth(&c, &s), "authentication failed",
+                  "bad MAC from a client");
+    drop(&c, &s);
+
+    /* a client that answers with a made-up MAC */
     client(&c, OTHER);
     server(&s, SECRET);
     CHECK(ms_auth_start(c.a, &c.out, c.buf, sizeof c.buf) > 0);
@@ -215,18 +287,68 @@ static void test_wrong_secret(void)
                      "00000000000000000000000000000000\"}";
     forged.payload_len = strlen(forged.payload);
     c.out = forged;
-    check_refused(&s, &c, deliver(&c, &s), "bad MAC from client 'node-b'");
+    check_refused(&s, &c, deliver(&c, &s), "authentication failed",
+                  "bad MAC from a client claiming to be 'node-b'");
+    drop(&c, &s);
+}
+
+/* The client checks the server's proof: an AUTH_OK from someone without
+ * the secret (here: one taken from a session under another secret), or
+ * one whose identity was changed, is refused, and the client sends
+ * nothing back. */
+static void test_server_proof(void)
+{
+    struct side c, s, c2, s2;
+    client(&c2, OTHER);
+    make(&s2, MS_AUTH_SERVER, "node-a", 0xA0A0000000000001ull, OTHER,
+         "prod", 0);
+    CHECK(to_auth(&c2, &s2) == MS_AUTH_DONE);
+    client(&c, SECRET);
+    server(&s, SECRET);
+    CHECK(to_auth(&c, &s) == MS_AUTH_DONE);
+    CHECK(deliver(&s2, &c) == MS_EINVAL);
+    CHECK(c.out.kind == 0);
+    CHECK(has(ms_auth_reason(c.a), "bad MAC in AUTH_OK from a server "
+                                   "claiming to be 'node-a'"));
+    CHECK(!ms_auth_done(c.a) && ms_auth_peer_name(c.a) == NULL);
+    drop(&c, &s);
+    drop(&c2, &s2);
+
+    /* the right MAC with another name */
+    client(&c, SECRET);
+    server(&s, SECRET);
+    CHECK(to_auth(&c, &s) == MS_AUTH_DONE);
+    char patched[MS_AUTH_BUF_SIZE];
+    struct ms_frame ok = wire(&s.out);
+    memcpy(patched, ok.payload, ok.payload_len);
+    CHECK(memcmp(patched, "{\"name\":\"node-a\"", 16) == 0);
+    patched[14] = 'z';
+    ok.payload = patched;
+    CHECK(ms_auth_on_frame(c.a, &ok, &c.out, c.buf, sizeof c.buf) ==
+          MS_EINVAL);
+    CHECK(has(ms_auth_reason(c.a), "claiming to be 'node-z'"));
+    drop(&c, &s);
+
+    /* an AUTH_OK without identity */
+    client(&c, SECRET);
+    server(&s, SECRET);
+    CHECK(to_auth(&c, &s) == MS_AUTH_DONE);
+    CHECK(feed(&c, MS_FRAME_AUTH_OK, "{}") == MS_EINVAL);
+    CHECK(has(ms_auth_reason(c.a), "malformed AUTH_OK"));
+    CHECK(c.out.kind == 0);
     drop(&c, &s);
 }
 
 static void test_version_mismatch(void)
 {
     struct side c, s;
-    make(&c, MS_AUTH_CLIENT, "node-b", 2, SECRET, "prod", 2);
+    /* a node of protocol version 1 */
+    make(&c, MS_AUTH_CLIENT, "node-b", 2, SECRET, "prod", 1);
     server(&s, SECRET);
     CHECK(ms_auth_start(c.a, &c.out, c.buf, sizeof c.buf) > 0);
     check_refused(&s, &c, deliver(&c, &s),
-                  "protocol version mismatch: peer speaks 2, this node 1");
+                  "protocol version mismatch: peer speaks 1, this node 2",
+                  "protocol version mismatch: peer speaks 1, this node 2");
     drop(&c, &s);
 
     /* a client checks the server's version too */
@@ -236,25 +358,28 @@ static void test_version_mismatch(void)
     struct ms_frame hello = wire(&c.out);
     char patched[MS_AUTH_BUF_SIZE];
     memcpy(patched, hello.payload, hello.payload_len);
-    CHECK(memcmp(patched, "{\"v\":1,", 7) == 0);
+    CHECK(memcmp(patched, "{\"v\":2,", 7) == 0);
     patched[5] = '3';
     hello.payload = patched;
     CHECK(ms_auth_on_frame(s.a, &hello, &s.out, s.buf, sizeof s.buf) ==
           MS_AUTH_CONTINUE);
-    check_refused(&c, &s, deliver(&s, &c),
-                  "protocol version mismatch: peer speaks 3, this node 1");
+    CHECK(deliver(&s, &c) == MS_EINVAL);
+    CHECK(has(ms_auth_reason(c.a),
+              "protocol version mismatch: peer speaks 3, this node 2"));
+    CHECK(c.out.kind == MS_FRAME_AUTH_FAIL);
     drop(&c, &s);
 }
 
+/* A wrong cluster looks like a wrong secret to the peer: nothing on the
+ * wire names a cluster, and the refusal is the same text. */
 static void test_wrong_cluster(void)
 {
     struct side c, s;
     make(&c, MS_AUTH_CLIENT, "node-b", 2, SECRET, "staging", 0);
     server(&s, SECRET);
-    CHECK(ms_auth_start(c.a, &c.out, c.buf, sizeof c.buf) > 0);
-    check_refused(&s, &c, deliver(&c, &s),
-                  "wrong cluster: 'node-b' at 127.0.0.1:7002 is in "
-                  "cluster 'staging', this node in 'prod'");
+    check_refused(&s, &c, to_auth(&c, &s), "authentication failed",
+                  "wrong cluster secret or cluster name");
+    CHECK(!strstr(ms_auth_reason(c.a), "prod"));
     drop(&c, &s);
 }
 
@@ -271,10 +396,12 @@ static void test_replayed_hello(void)
     CHECK(deliver(&c, &s) == MS_AUTH_CONTINUE);
     /* the same HELLO on a second connection to the same node */
     server(&s2, SECRET);
-    CHECK(ms_auth_on_frame(s2.a, &hello, &s2.out, s2.buf, sizeof s2.buf) ==
-          MS_EINVAL);
-    CHECK(has(ms_auth_reason(s2.a), "replayed HELLO from 'node-b'"));
-    CHECK(s2.out.kind == MS_FRAME_AUTH_FAIL);
+    check_refused(&s2, NULL,
+                  ms_auth_on_frame(s2.a, &hello, &s2.out, s2.buf,
+                                   sizeof s2.buf),
+                  "authentication failed",
+                  "replayed HELLO (claiming to be 'node-b' at "
+                  "127.0.0.1:7002)");
     ms_auth_free(s2.a);
     drop(&c, &s);
 
@@ -334,18 +461,101 @@ static void test_replayed_auth(void)
     CHECK(ms_auth_start(e.a, &e.out, e.buf, sizeof e.buf) > 0);
     CHECK(deliver(&e, &s) == MS_AUTH_CONTINUE);
     e.out = old_auth;
-    check_refused(&s, &e, deliver(&e, &s), "bad MAC from client 'node-b'");
+    check_refused(&s, &e, deliver(&e, &s), "authentication failed",
+                  "bad MAC from a client claiming to be 'node-b'");
     drop(&e, &s);
 }
 
-/* Feeds a frame of `kind` with `payload` to `x`; returns the result. */
-static int feed(struct side *x, int kind, const char *payload)
+/* A second server that draws the nonce_s the first one drew (its seed),
+ * with a replay memory of its own: the same transcript as before. */
+static void twin_server(struct side *s, uint64_t seed,
+                        struct ms_auth_replay *own)
 {
-    struct ms_frame f = {0};
-    f.kind = (uint8_t)kind;
-    f.payload = payload;
-    f.payload_len = strlen(payload);
-    return ms_auth_on_frame(x->a, &f, &x->out, x->buf, sizeof x->buf);
+    struct ms_auth_replay *saved = replay;
+    replay = own;
+    server(s, SECRET);
+    replay = saved;
+    s->rng.s = seed;
+}
+
+/*
+ * Reflection: a MAC made for one role is refused in the other, even over
+ * the very same nonces and identities. A twin server (same nonce_s)
+ * gives an attacker the best case: the server's AUTH_OK MAC from session
+ * 1 offered as the client's AUTH MAC in session 2, which is refused,
+ * while session 1's real AUTH is accepted there. And a client refuses a
+ * CHALLENGE that echoes its own nonce, and its own MAC sent back as the
+ * server's.
+ */
+static void test_reflection(void)
+{
+    struct side c, s1, s2;
+    client(&c, SECRET);
+    server(&s1, SECRET);
+    uint64_t seed = s1.rng.s;
+    CHECK(ms_auth_start(c.a, &c.out, c.buf, sizeof c.buf) > 0);
+    char hello[MS_AUTH_BUF_SIZE], auth[MS_AUTH_BUF_SIZE];
+    snprintf(hello, sizeof hello, "%.*s", (int)c.out.payload_len,
+             c.out.payload);
+    CHECK(deliver(&c, &s1) == MS_AUTH_CONTINUE);
+    CHECK(deliver(&s1, &c) == MS_AUTH_CONTINUE);
+    snprintf(auth, sizeof auth, "%.*s", (int)c.out.payload_len,
+             c.out.payload);
+    CHECK(deliver(&c, &s1) == MS_AUTH_DONE);
+    const char *m = strstr((const char *)s1.buf, "\"mac\":\"");
+    CHECK(m != NULL);
+    char as_auth[100];
+    snprintf(as_auth, sizeof as_auth, "{%.*s}", 7 + 64 + 1, m);
+    drop(&c, &s1);
+
+    struct ms_auth_replay *own = ms_auth_replay_new();
+    twin_server(&s2, seed, own);
+    CHECK(feed(&s2, MS_FRAME_HELLO, hello) == MS_AUTH_CONTINUE);
+    CHECK(feed(&s2, MS_FRAME_AUTH, as_auth) == MS_EINVAL);
+    CHECK(has(ms_auth_reason(s2.a), "bad MAC from a client"));
+    ms_auth_free(s2.a);
+    ms_auth_replay_free(own);
+    own = ms_auth_replay_new();
+    twin_server(&s2, seed, own);
+    CHECK(feed(&s2, MS_FRAME_HELLO, hello) == MS_AUTH_CONTINUE);
+    CHECK(feed(&s2, MS_FRAME_AUTH, auth) == MS_AUTH_DONE);
+    ms_auth_free(s2.a);
+    ms_auth_replay_free(own);
+
+    /* a CHALLENGE that echoes the client's nonce */
+    client(&c, SECRET);
+    CHECK(ms_auth_start(c.a, &c.out, c.buf, sizeof c.buf) > 0);
+    const char *n = strstr(c.out.payload, "\"nonce\":\"");
+    CHECK(n != NULL);
+    char echo[120];
+    snprintf(echo, sizeof echo, "{\"v\":2,%.*s}", 9 + 64 + 1, n);
+    CHECK(feed(&c, MS_FRAME_CHALLENGE, echo) == MS_EINVAL);
+    CHECK(has(ms_auth_reason(c.a), "echoes this client's nonce"));
+    ms_auth_free(c.a);
+
+    /* the client's own MAC, with its own or the server's identity, as
+     * the server's proof */
+    const char *ids[] = {
+        "\"name\":\"node-b\",\"uid\":\"b0b0000000000002\","
+        "\"addr\":\"127.0.0.1:7002\"",
+        "\"name\":\"node-a\",\"uid\":\"a0a0000000000001\","
+        "\"addr\":\"127.0.0.1:7001\""};
+    for (int i = 0; i < 2; i++) {
+        struct side s;
+        client(&c, SECRET);
+        server(&s, SECRET);
+        CHECK(ms_auth_start(c.a, &c.out, c.buf, sizeof c.buf) > 0);
+        CHECK(deliver(&c, &s) == MS_AUTH_CONTINUE);
+        CHECK(deliver(&s, &c) == MS_AUTH_CONTINUE);
+        char back[400];
+        const char *mc = strstr(c.out.payload, "\"mac\":\"");
+        CHECK(mc != NULL);
+        snprintf(back, sizeof back, "{%s,%.*s}", ids[i], 7 + 64 + 1, mc);
+        CHECK(feed(&c, MS_FRAME_AUTH_OK, back) == MS_EINVAL);
+        CHECK(has(ms_auth_reason(c.a), "bad MAC in AUTH_OK"));
+        CHECK(c.out.kind == 0);
+        drop(&c, &s);
+    }
 }
 
 static void test_out_of_order(void)
@@ -414,6 +624,7 @@ static void bad_hello(const char *payload, int err, const char *needle)
     CHECK(feed(&s, MS_FRAME_HELLO, payload) == err);
     CHECK(has(ms_auth_reason(s.a), needle));
     CHECK(s.out.kind == MS_FRAME_AUTH_FAIL);
+    CHECK(reveals_nothing(&s.out));
     ms_auth_free(s.a);
 }
 
@@ -428,16 +639,19 @@ static void test_malformed(void)
     bad_hello("{\"v\":1} x", MS_EBADJSON, "malformed");
     bad_hello("{\"v\":1234567890}", MS_EBADJSON, "malformed");
     bad_hello("[1]", MS_EBADJSON, "malformed");
-    bad_hello("{\"cluster\":\"prod\"}", MS_EINVAL, "no protocol version");
-    bad_hello("{\"v\":1,\"cluster\":\"prod\",\"name\":\"\",\"uid\":\"01\","
+    bad_hello("{\"name\":\"b\"}", MS_EINVAL, "no protocol version");
+    bad_hello("{\"v\":2,\"name\":\"\",\"uid\":\"00000000000000FF\","
               "\"addr\":\"x\",\"nonce\":\"" N64 "\"}",
-              MS_EINVAL, "bad cluster, name or addr");
-    bad_hello("{\"v\":1,\"cluster\":\"prod\",\"name\":\"b\",\"uid\":\"01\","
+              MS_EINVAL, "bad name, uid, addr or nonce");
+    bad_hello("{\"v\":2,\"name\":\"b\",\"uid\":\"01\","
               "\"addr\":\"x\",\"nonce\":\"" N64 "\"}",
-              MS_EINVAL, "bad uid or nonce");
-    bad_hello("{\"v\":1,\"cluster\":\"prod\",\"name\":\"b\","
+              MS_EINVAL, "bad name, uid, addr or nonce");
+    bad_hello("{\"v\":2,\"name\":\"b\","
               "\"uid\":\"000000000000000g\",\"addr\":\"x\",\"nonce\":\"" N64
-              "\"}", MS_EINVAL, "bad uid or nonce");
+              "\"}", MS_EINVAL, "bad name, uid, addr or nonce");
+    bad_hello("{\"v\":2,\"name\":\"b\",\"uid\":\"00000000000000FF\","
+              "\"addr\":\"x\",\"nonce\":\"00\"}",
+              MS_EINVAL, "bad name, uid, addr or nonce");
     /* too many members */
     bad_hello("{\"a\":1,\"b\":1,\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1,"
               "\"h\":1,\"i\":1,\"j\":1,\"k\":1,\"l\":1,\"m\":1,\"n\":1,"
@@ -446,7 +660,7 @@ static void test_malformed(void)
     struct side s;
     server(&s, SECRET);
     CHECK(feed(&s, MS_FRAME_HELLO,
-               " { \"v\" : 1 , \"cluster\":\"prod\",\"name\":\"b\","
+               " { \"v\" : 2 , \"cluster\":\"old\",\"name\":\"b\","
                "\"uid\":\"00000000000000FF\",\"future\":7,\"addr\":\"x\","
                "\"nonce\":\"" N64 "\" } ") == MS_AUTH_CONTINUE);
     ms_auth_free(s.a);
@@ -581,10 +795,12 @@ int main(void)
     test_loopback();
     test_default_random();
     test_wrong_secret();
+    test_server_proof();
     test_version_mismatch();
     test_wrong_cluster();
     test_replayed_hello();
     test_replayed_auth();
+    test_reflection();
     test_out_of_order();
     test_malformed();
     test_options_and_resources();

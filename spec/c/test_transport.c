@@ -45,14 +45,15 @@ static void on_frame(void *data, uint64_t uid, const struct ms_frame *f)
              f->payload);
 }
 
-static int start(struct side *s, uv_loop_t *loop, const char *name,
-                 uint64_t uid, int port, const char *secret)
+static int start_with(struct side *s, uv_loop_t *loop, const char *name,
+                      uint64_t uid, int port, const char *secret,
+                      uint64_t handshake_ms)
 {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     struct ms_transport_config cfg = {
         "test", name, addr, uid, (const uint8_t *)secret, strlen(secret),
-        "127.0.0.1", port, 1 << 16, 4 << 20, 2000};
+        "127.0.0.1", port, 1 << 16, 4 << 20, handshake_ms};
     struct ms_transport_callbacks cb = {s, on_peer, on_frame};
     char err[200];
     memset(s, 0, sizeof *s);
@@ -60,6 +61,12 @@ static int start(struct side *s, uv_loop_t *loop, const char *name,
     if (rc < 0)
         fprintf(stderr, "start: %s\n", err);
     return rc;
+}
+
+static int start(struct side *s, uv_loop_t *loop, const char *name,
+                 uint64_t uid, int port, const char *secret)
+{
+    return start_with(s, loop, name, uid, port, secret, 2000);
 }
 
 static void spin(uv_loop_t *loop, int ms)
@@ -220,12 +227,20 @@ static void a_peer_that_stops_reading_is_dropped(uv_loop_t *loop)
     CHECK(uv_loop_close(&other) == 0);
 }
 
-/* A raw TCP client of 127.0.0.1:port, non-blocking, or -1. */
-static int raw_open(int port)
+/* A raw TCP client of 127.0.0.1:port from the loopback address `from`
+ * (NULL: any), non-blocking, or -1. */
+static int raw_open_from(int port, const char *from)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
+    struct sockaddr_in a, src;
     uv_ip4_addr("127.0.0.1", port, &a);
+    if (fd >= 0 && from) {
+        uv_ip4_addr(from, 0, &src);
+        if (bind(fd, (struct sockaddr *)&src, sizeof src) < 0) {
+            close(fd);
+            return -1;
+        }
+    }
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
         if (fd >= 0)
             close(fd);
@@ -233,6 +248,11 @@ static int raw_open(int port)
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     return fd;
+}
+
+static int raw_open(int port)
+{
+    return raw_open_from(port, NULL);
 }
 
 /* Writes all `n` bytes, running the loop while the socket is full. Stops
@@ -331,49 +351,245 @@ static void frames_after_a_refused_hello_are_ignored(uv_loop_t *loop)
     spin(loop, 50);
 }
 
-/* Past MS_TRANSPORT_MAX_HANDSHAKES idle clients, a new connection is
- * closed at once and counted, a real peer's too; once the idle ones are
- * gone, a peer connects again. */
-static void handshakes_in_progress_are_capped(uv_loop_t *loop)
+/* More idle clients from one source than MS_TRANSPORT_MAX_HANDSHAKES_
+ * PER_SOURCE: each new one closes the oldest of that source, so that
+ * source never holds more; nobody else is touched, and a real peer from
+ * the same source still connects. */
+static void one_source_holds_at_most_its_share(uv_loop_t *loop)
 {
-    enum { EXTRA = 8, ALL = MS_TRANSPORT_MAX_HANDSHAKES + EXTRA };
+    enum { PER = MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE, ALL = PER + 12 };
     struct side a, b;
     int pa = free_port(), pb = free_port();
     CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
     CHECK(start(&b, loop, "b", 2, pb, "s") == 0);
+    int other = raw_open_from(pa, "127.0.0.2");
+    CHECK(other >= 0);
     int fds[ALL];
     for (int i = 0; i < ALL; i++) {
-        fds[i] = raw_open(pa);
+        fds[i] = raw_open_from(pa, "127.0.0.1");
         CHECK(fds[i] >= 0);
-        uv_run(loop, UV_RUN_NOWAIT);
+        spin(loop, 2); /* accepted one by one: a known order */
     }
-    spin(loop, 200); /* far below the 2 s handshake timeout */
-    int closed = 0;
+    spin(loop, 300); /* far below the 2 s first-frame deadline */
     for (int i = 0; i < ALL; i++)
-        closed += fds[i] >= 0 && raw_closed(fds[i]);
-    CHECK(closed == EXTRA);
+        CHECK(raw_closed(fds[i]) == (i < ALL - PER));
+    CHECK(!raw_closed(other));
     struct ms_transport_stats st;
     ms_transport_stats(a.t, &st);
-    CHECK(st.handshake_overflows == EXTRA);
+    CHECK(st.handshake_evictions == ALL - PER);
+    CHECK(st.handshake_overflows == 0);
+    CHECK(st.handshake_failures == ALL - PER);
+
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pa);
+    CHECK(ms_transport_connect(b.t, addr) == 0);
+    spin(loop, 300);
+    CHECK(a.ups == 1 && b.ups == 1);
+    ms_transport_stats(a.t, &st);
+    CHECK(st.handshake_evictions == ALL - PER + 1);
+    for (int i = 0; i < ALL; i++)
+        close(fds[i]);
+    close(other);
+    ms_transport_close(a.t);
+    ms_transport_close(b.t);
+    spin(loop, 50);
+}
+
+/* Every handshake slot is held (MS_TRANSPORT_MAX_HANDSHAKES idle clients
+ * from 9 sources, and more): each new connection closes the oldest of
+ * the busiest source instead of being refused, so a real peer still
+ * connects; a source with few connections keeps them. (Before, a new
+ * connection, a real peer's too, was closed at once.) */
+static void a_peer_connects_while_every_slot_is_held(uv_loop_t *loop)
+{
+    enum {
+        PER = MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE,
+        SOURCES = MS_TRANSPORT_MAX_HANDSHAKES / PER + 1,
+        ALL = SOURCES * PER,
+        EXTRA = ALL - MS_TRANSPORT_MAX_HANDSHAKES
+    };
+    struct side a, b;
+    int pa = free_port(), pb = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    CHECK(start(&b, loop, "b", 2, pb, "s") == 0);
+    /* one lone connection from 127.0.0.100, the oldest of all */
+    int lone = raw_open_from(pa, "127.0.0.100");
+    CHECK(lone >= 0);
+    spin(loop, 2);
+    int fds[ALL];
+    for (int i = 0; i < ALL; i++) {
+        char from[32];
+        snprintf(from, sizeof from, "127.0.0.%d", 1 + i / PER);
+        fds[i] = raw_open_from(pa, from);
+        CHECK(fds[i] >= 0);
+        spin(loop, 2);
+    }
+    spin(loop, 300);
+    int closed = 0;
+    for (int i = 0; i < ALL; i++)
+        closed += raw_closed(fds[i]);
+    CHECK(closed == EXTRA + 1);
+    CHECK(!raw_closed(lone));
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.handshake_overflows == EXTRA + 1);
+    CHECK(st.handshake_evictions == EXTRA + 1);
     CHECK(st.auth_failures == 0);
 
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pa);
     CHECK(ms_transport_connect(b.t, addr) == 0);
-    spin(loop, 200);
-    CHECK(a.ups == 0 && b.ups == 0);
-    ms_transport_stats(a.t, &st);
-    CHECK(st.handshake_overflows == EXTRA + 1);
-
-    for (int i = 0; i < ALL; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-    spin(loop, 200);
-    CHECK(ms_transport_connect(b.t, addr) == 0);
     spin(loop, 300);
     CHECK(a.ups == 1 && b.ups == 1);
+    CHECK(!raw_closed(lone));
+    ms_transport_stats(a.t, &st);
+    CHECK(st.handshake_evictions == EXTRA + 2);
+    for (int i = 0; i < ALL; i++)
+        close(fds[i]);
+    close(lone);
     ms_transport_close(a.t);
     ms_transport_close(b.t);
+    spin(loop, 50);
+}
+
+/* A HELLO (well formed, from anyone) as the first frame. */
+static size_t hello_bytes(uint8_t *out, size_t cap)
+{
+    static int n;
+    char payload[300];
+    n++;
+    snprintf(payload, sizeof payload,
+             "{\"v\":%d,\"name\":\"x\",\"uid\":\"00000000000000%02x\","
+             "\"addr\":\"127.0.0.1:1\",\"nonce\":\"%064x\"}",
+             MS_AUTH_VERSION, n & 0xff, n);
+    struct ms_frame f;
+    memset(&f, 0, sizeof f);
+    f.kind = MS_FRAME_HELLO;
+    f.payload = payload;
+    f.payload_len = strlen(payload);
+    size_t len = 0;
+    CHECK(ms_frame_encode(&f, out, cap, &len) == 0);
+    return len;
+}
+
+/* Of one source's connections, those silent for MS_TRANSPORT_SILENT_MS
+ * go first: the oldest, which sent its HELLO, outlives newer silent
+ * ones. */
+static void silent_connections_are_evicted_first(uv_loop_t *loop)
+{
+    enum { PER = MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE, MORE = 4 };
+    struct side a;
+    int pa = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    int talker = raw_open(pa);
+    CHECK(talker >= 0);
+    uint8_t hello[512];
+    raw_write_all(loop, talker, hello, hello_bytes(hello, sizeof hello));
+    int fds[PER - 1 + MORE];
+    for (int i = 0; i < PER - 1; i++) {
+        fds[i] = raw_open(pa);
+        CHECK(fds[i] >= 0);
+        spin(loop, 2);
+    }
+    spin(loop, MS_TRANSPORT_SILENT_MS + 100);
+    for (int i = PER - 1; i < PER - 1 + MORE; i++) {
+        fds[i] = raw_open(pa);
+        CHECK(fds[i] >= 0);
+        spin(loop, 2);
+    }
+    spin(loop, 300);
+    CHECK(!raw_closed(talker));
+    for (int i = 0; i < PER - 1 + MORE; i++)
+        CHECK(raw_closed(fds[i]) == (i < MORE));
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.handshake_evictions == MORE);
+    for (int i = 0; i < PER - 1 + MORE; i++)
+        close(fds[i]);
+    close(talker);
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
+/* Connections accepted in one loop turn have all sent nothing yet; a
+ * newcomer among them is not taken for silent: here the source's 8 older
+ * connections have all sent a HELLO, and of two new ones accepted
+ * together, the second evicts the oldest of those, not the first. */
+static void a_newcomer_is_not_taken_for_silent(uv_loop_t *loop)
+{
+    enum { PER = MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE };
+    struct side a;
+    int pa = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    int old[PER];
+    uint8_t hello[512];
+    for (int i = 0; i < PER; i++) {
+        old[i] = raw_open(pa);
+        CHECK(old[i] >= 0);
+        raw_write_all(loop, old[i], hello, hello_bytes(hello, sizeof hello));
+        spin(loop, 2);
+    }
+    spin(loop, MS_TRANSPORT_SILENT_MS + 100);
+    int x = raw_open(pa), y = raw_open(pa); /* no loop turn between */
+    CHECK(x >= 0 && y >= 0);
+    spin(loop, 100);
+    CHECK(!raw_closed(x) && !raw_closed(y));
+    CHECK(raw_closed(old[0]) && raw_closed(old[1]));
+    for (int i = 2; i < PER; i++)
+        CHECK(!raw_closed(old[i]));
+    for (int i = 0; i < PER; i++)
+        close(old[i]);
+    close(x);
+    close(y);
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
+/* Runs the loop until the node closed `fd` or `max_ms` passed; returns
+ * the milliseconds since `t0_ns` (uv_hrtime) at that point. */
+static uint64_t wait_closed(uv_loop_t *loop, int fd, uint64_t t0_ns,
+                            int max_ms)
+{
+    uint64_t end = uv_hrtime() + (uint64_t)max_ms * 1000000u;
+    while (!raw_closed(fd) && uv_hrtime() < end) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    return (uv_hrtime() - t0_ns) / 1000000u;
+}
+
+/* A connection that sends nothing is closed at the first-frame deadline;
+ * one that sent a HELLO but never proves anything, at the whole
+ * handshake's deadline (here 4 s), not before. Both are counted. The
+ * upper bounds are generous: a loaded machine runs the loop late. */
+static void handshake_deadlines(uv_loop_t *loop)
+{
+    enum { WHOLE = 4000, EARLY = 200, LATE = 2000 };
+    struct side a;
+    int pa = free_port();
+    CHECK(start_with(&a, loop, "a", 1, pa, "s", WHOLE) == 0);
+    uint64_t t0 = uv_hrtime();
+    int idle = raw_open(pa), talker = raw_open(pa);
+    CHECK(idle >= 0 && talker >= 0);
+    uint8_t hello[512];
+    raw_write_all(loop, talker, hello, hello_bytes(hello, sizeof hello));
+    uint64_t idle_ms = wait_closed(loop, idle, t0,
+                                   MS_TRANSPORT_FIRST_FRAME_MS + LATE);
+    CHECK(raw_closed(idle));
+    CHECK(idle_ms >= MS_TRANSPORT_FIRST_FRAME_MS - EARLY);
+    CHECK(!raw_closed(talker)); /* it got its CHALLENGE and may answer */
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.handshake_timeouts == 1 && st.handshake_failures == 1);
+    uint64_t talker_ms = wait_closed(loop, talker, t0, WHOLE + LATE);
+    CHECK(raw_closed(talker));
+    CHECK(talker_ms >= WHOLE - EARLY);
+    ms_transport_stats(a.t, &st);
+    CHECK(st.handshake_timeouts == 2 && st.handshake_failures == 2);
+    CHECK(st.auth_failures == 2);
+    close(idle);
+    close(talker);
+    ms_transport_close(a.t);
     spin(loop, 50);
 }
 
@@ -408,7 +624,11 @@ int main(void)
     a_peer_that_stops_reading_is_dropped(loop);
     large_frame_before_authentication_is_refused(loop);
     frames_after_a_refused_hello_are_ignored(loop);
-    handshakes_in_progress_are_capped(loop);
+    one_source_holds_at_most_its_share(loop);
+    a_peer_connects_while_every_slot_is_held(loop);
+    silent_connections_are_evicted_first(loop);
+    a_newcomer_is_not_taken_for_silent(loop);
+    handshake_deadlines(loop);
     no_connection_without_handshake_state(loop);
     uv_run(loop, UV_RUN_DEFAULT);
     CHECK(uv_loop_close(loop) == 0);
