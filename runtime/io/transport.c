@@ -242,7 +242,7 @@ static void note_failure(struct conn *c, const char *why)
         uint64_t n = ++t->dial_failures;
         if (!power_of_two(n))
             return;
-        snprintf(f, sizeof f, "peer=%s", c->address);
+        ms_log_field_s(f, sizeof f, 0, "peer", c->address);
         ms_log(MS_LOG_WARN, f, "handshake with a dialed node failed: %s "
                "(%llu so far; logged at powers of two)", why,
                (unsigned long long)n);
@@ -251,7 +251,7 @@ static void note_failure(struct conn *c, const char *why)
     uint64_t n = ++t->st.handshake_failures;
     if (!power_of_two(n))
         return;
-    snprintf(f, sizeof f, "source=%s", c->source);
+    ms_log_field_s(f, sizeof f, 0, "source", c->source);
     ms_log(MS_LOG_WARN, f, "unauthenticated connection closed: %s (%llu "
            "so far, %llu evicted, %llu timed out; logged at powers of two)",
            why, (unsigned long long)n,
@@ -290,7 +290,7 @@ static void conn_close(struct conn *c, const char *reason)
         note_failure(c, reason);
     } else if (reason) {
         char f[200];
-        snprintf(f, sizeof f, "peer=%s", c->peer_name);
+        ms_log_field_s(f, sizeof f, 0, "peer", c->peer_name);
         ms_log(MS_LOG_WARN, f, "connection closed: %s", reason);
     }
     unlink_conn(c);
