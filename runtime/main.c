@@ -126,8 +126,10 @@ static void print_hints(struct ms_node *n)
     const char *node_arg = *node_opt ? addr : "";
     printf("moonshard: node %s is up, HTTP gateway on http://%s\n",
            ms_node_name(n), addr);
-    if (ms_node_index(n) != 0)
+    if (ms_node_index(n) != 0) {
+        fflush(stdout); /* a log file must see the line now */
         return; /* the first node of the config prints the hints */
+    }
     if (ms_node_type(n, "Counter", 7) >= 0) {
         printf("  try, in another terminal:\n"
                "    %s tell%s%s Counter c1 '{\"type\":\"incr\",\"by\":2}'\n"

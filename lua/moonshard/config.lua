@@ -417,11 +417,16 @@ end
 -- Error reporting
 
 local Failure = {}
+-- A value an error must not show (a credential): shown as its description.
+local Concealed = {}
 
 local ESCAPES = { ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t",
                   ["\""] = "\\\"", ["\\"] = "\\\\" }
 
 local function show(v)
+    if getmetatable(v) == Concealed then
+        return v.what
+    end
     local t = type(v)
     if t == "string" then
         local s = v
@@ -563,6 +568,10 @@ local function string_field(t, key, path, opts)
         return opts.default
     end
     if type(v) ~= "string" or v == "" then
+        -- a credential given as a number is the credential: name its type
+        if opts.conceal and type(v) ~= "string" then
+            v = setmetatable({ what = "a " .. type(v) }, Concealed)
+        end
         fail(p, "must be a non-empty string", v)
     end
     if opts.pattern and not find(v, opts.pattern) then
@@ -1004,8 +1013,10 @@ local function check(t)
         required = true, pattern = NAME_PATTERN, pattern_reason = NAME_REASON,
     })
     -- the host keeps them in fixed buffers (runtime/core/config.h)
-    cfg.secret = string_field(t, "secret", root, { max_len = 255 })
-    cfg.admin_token = string_field(t, "admin_token", root, { max_len = 127 })
+    cfg.secret = string_field(t, "secret", root, { max_len = 255,
+                                                   conceal = true })
+    cfg.admin_token = string_field(t, "admin_token", root, { max_len = 127,
+                                                             conceal = true })
     -- the admin endpoints answer clients on other hosts only when asked
     if t.admin_remote ~= nil and type(t.admin_remote) ~= "boolean" then
         fail(child(root, "admin_remote"), "must be true or false",

@@ -52,12 +52,10 @@ static int digits(struct scan *s)
 static int fits_double(const unsigned char *start, const unsigned char *end,
                        int has_exp)
 {
-    char buf[400];
-    size_t n = (size_t)(end - start);
+    char buf[MS_JSON_MAX_NUMBER + 1];
+    size_t n = (size_t)(end - start); /* at most MS_JSON_MAX_NUMBER */
     if (!has_exp && n < 300)
         return 1;
-    if (n >= sizeof buf)
-        return 0;
     memcpy(buf, start, n);
     buf[n] = 0;
     return isfinite(strtod(buf, NULL));
@@ -85,6 +83,8 @@ static int number(struct scan *s)
         if (!digits(s))
             return bad(s, "an exponent needs digits");
     }
+    if (s->p - start > MS_JSON_MAX_NUMBER)
+        return bad(s, "a number is longer than 399 characters");
     if (!fits_double(start, s->p, has_exp))
         return bad(s, "a number is too large for a double");
     return 1;

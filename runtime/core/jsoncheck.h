@@ -21,6 +21,12 @@
 
 #include <stddef.h>
 
+/* Longest number text accepted, in bytes (sign, digits, point and
+ * exponent): far beyond the 17 significant digits a double keeps, and
+ * short enough to be converted on the stack. A longer one is refused as
+ * such ("a number is longer than 399 characters"). */
+#define MS_JSON_MAX_NUMBER 399
+
 #define MS_JSON_OBJECT 0 /* one JSON object */
 #define MS_JSON_VALUE 1  /* one JSON value that is not an object */
 #define MS_JSON_BAD (-1) /* not one strict JSON value */

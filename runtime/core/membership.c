@@ -421,6 +421,16 @@ static int may_bootstrap(const struct ms_membership *m, uint64_t now_ms,
     return 1;
 }
 
+/* 1 when a member of the view has been Up (has an up_number): the cluster
+ * exists, and its leader, or a later one, can author a leave. */
+static int ever_up(const struct ms_membership *m)
+{
+    for (uint32_t i = 0; i < m->st.n; i++)
+        if (m->st.recs[i].pub.up_number)
+            return 1;
+    return 0;
+}
+
 /* The member that authors status changes of others (membership.h). */
 static const struct mrec *author(const struct ms_membership *m,
                                  uint64_t now_ms)
@@ -430,9 +440,8 @@ static const struct mrec *author(const struct ms_membership *m,
         r = oldest(m, MS_MB_LEAVING, MS_MB_EXITING, 1);
     if (r)
         return r;
-    for (uint32_t i = 0; i < m->st.n; i++)
-        if (m->st.recs[i].pub.up_number)
-            return NULL; /* it had Up members; they are all gone */
+    if (ever_up(m))
+        return NULL; /* it had Up members; they are all gone */
     const struct mrec *self = find(&m->st, m->self_uid);
     if (self && self->pub.status == MS_MB_JOINING &&
         may_bootstrap(m, now_ms, self))
@@ -766,7 +775,7 @@ void ms_mb_tick(struct ms_membership *m, uint64_t now_ms)
     }
     if (m->lone_leave_at_ms) {
         struct mrec *self = find(&m->st, m->self_uid);
-        if (m->st.n > 1) {
+        if (ever_up(m)) {
             m->lone_leave_at_ms = 0; /* it met the cluster: leave as usual */
         } else if (self && now_ms >= m->lone_leave_at_ms) {
             /* nobody answered: nobody made this node Up or gave it
@@ -835,7 +844,7 @@ int ms_mb_leave(struct ms_membership *m, uint64_t now_ms)
         return MS_EINVAL;
     int was = self->pub.status;
     set_status(m, self, MS_MB_LEAVING);
-    if (was == MS_MB_JOINING && m->st.n == 1 && !m->lone_leave_at_ms) {
+    if (was == MS_MB_JOINING && !ever_up(m) && !m->lone_leave_at_ms) {
         m->lone_leave_at_ms = now_ms + m->lone_leave_ms;
         knock_seeds(m);
     }

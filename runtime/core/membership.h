@@ -294,10 +294,12 @@ int ms_mb_gossip_merge(struct ms_membership *m, const char *json,
  * may already have made it Up and the coordinator given it shards, which
  * it learns only through gossip, so it must hand them off like any member
  * (a Leaving member the leader never made Up goes straight to Exiting).
- * Only a node that knows no other member at all -- no seed has answered
- * it, so nobody can have made it Up -- tells the seeds that it is leaving
- * and, when still alone after lone_leave_ms, removes itself (a self
- * MEMBER_REMOVED). If an answer brings it the cluster's state first, the
+ * Only a node that knows no member that was ever Up -- no seed has
+ * answered it, or it met only nodes that are still joining, as when a
+ * fresh cluster is stopped at once, so nobody can have made it Up and
+ * nobody may ever lead -- tells the seeds that it is leaving and, when it
+ * still knows no such member after lone_leave_ms, removes itself (a self
+ * MEMBER_REMOVED). If gossip brings it the cluster's state first, the
  * leave goes on as above.
  */
 int ms_mb_leave(struct ms_membership *m, uint64_t now_ms);

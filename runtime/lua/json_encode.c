@@ -8,6 +8,7 @@
  */
 #include "json_encode.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -156,7 +157,10 @@ static int short_decimal(double ax, char *dig, int *ex)
 
 /* The general path: the 17 significant digits of |x| from one snprintf,
  * rounded to 15 and to 16 and each checked with strtod, else all 17
- * (which always read back). */
+ * (which always read back). Any decimal of at most 15 digits that reads
+ * back as a normal double is its 15-digit rounding, so 15 is enough to
+ * start from; a subnormal has fewer significant bits and may need only
+ * one digit (5e-324), so its search starts from 1. */
 static int checked_digits(double x, char *dig, int *ex)
 {
     char m[40];
@@ -167,7 +171,7 @@ static int checked_digits(double x, char *dig, int *ex)
     memcpy(d17 + 1, m + 2, 16);
     d17[17] = 0;
     int ex17 = atoi(m + 19); /* after the e */
-    for (int nd = 15; nd < 17; nd++) {
+    for (int nd = fabs(x) < DBL_MIN ? 1 : 15; nd < 17; nd++) {
         *ex = round_digits(d17, ex17, nd, dig);
         if (reads_back(dig, nd, *ex, x))
             return nd;

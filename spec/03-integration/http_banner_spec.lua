@@ -36,4 +36,40 @@ return {
                        1, true)
         assert.matches("--node [::1]:" .. port, text, 1, true)
     end)
+
+    it("is written at once by every node, not only the config's first",
+       function()
+        -- nodes after the first print no hints; their banner line must
+        -- still reach a log file while the node runs (stdout to a file is
+        -- fully buffered)
+        local dir = helpers.tmpdir()
+        local port = helpers.free_port()
+        local config = dir .. "/cluster.lua"
+        helpers.write_file(config, ([[
+return {
+    cluster = "banner",
+    secret = "spec-secret-7f3a9c2e41b8",
+    nodes = {
+        { name = "n1", listen = "127.0.0.1:%d", http = "127.0.0.1:%d" },
+        { name = "n2", listen = "127.0.0.1:%d", http = "[::1]:%d" },
+    },
+    entities = { Counter = { module = "counter" } },
+}
+]]):format(helpers.free_port(), helpers.free_port(), helpers.free_port(),
+           port))
+        local log = dir .. "/n2.log"
+        local proc = helpers.spawn({ helpers.bin, "node", config, "--name",
+                                     "n2" },
+                                   { stdout = log, stderr = "stdout" })
+        local text = helpers.wait_until(function()
+            local t = helpers.read_file(log) or ""
+            if proc:poll() then
+                error("the node exited:\n" .. t)
+            end
+            return t:find("gateway on http", 1, true) and t
+        end, 10, "the banner of n2")
+        assert.is_true(proc:terminate(5))
+        assert.matches("node n2 is up, HTTP gateway on http://[::1]:" .. port
+                       .. "\n", text, 1, true)
+    end)
 end)

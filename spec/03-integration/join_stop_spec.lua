@@ -192,4 +192,46 @@ describe("a fresh cluster stopped at once", function()
                                             .. "%.1f s to stop", round, took))
         end
     end)
+
+    it("a cluster that never formed (no node was ever Up) stops within "
+       .. "seconds", function()
+        -- n1, the first seed, alone may found the cluster; without it n2
+        -- and n3 meet and stay Joining. Stopped then, no one can lead
+        -- their leave: each must see that and go, not wait for its 25 s
+        -- stop deadline (nor stay a member).
+        local c = helpers.cluster({
+            size = 3,
+            entities = { Counter = { module = "counter", shard_count = 16 } },
+        })
+        c:start({ "n2", "n3" })
+        helpers.wait_until(function()
+            for _, name in ipairs({ "n2", "n3" }) do
+                local st, view = c:node(name):http("GET", "/v1/members",
+                                                   nil, { max_time = 1 })
+                if st ~= 200 or type(view) ~= "table"
+                    or #view.members ~= 2 then
+                    return nil
+                end
+                for _, m in ipairs(view.members) do
+                    assert.are.equal("joining", m.status)
+                end
+            end
+            return true
+        end, 15, "n2 and n3 to know each other")
+        -- one by Ctrl-C, one through the admin endpoint (once answered
+        -- 404 "this node cannot leave now" while Joining)
+        local t0 = helpers.now()
+        c:node("n2"):signal(SIGINT)
+        local status, _, raw = c:node("n3"):admin("leave")
+        assert.are.equal(202, status, raw)
+        for _, name in ipairs({ "n2", "n3" }) do
+            local n = c:node(name)
+            assert.is_true(n.proc:wait(20), n.name .. " did not exit:\n"
+                           .. n:log())
+            assert.are.equal(0, n.proc.code, n:log())
+        end
+        local took = helpers.now() - t0
+        assert.is_true(took < 8, format("the nodes took %.1f s to stop",
+                                        took))
+    end)
 end)

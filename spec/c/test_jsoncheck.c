@@ -107,6 +107,20 @@ int main(void)
         CHECK(KIND("1.e2") == MS_JSON_BAD);
         CHECK(KIND("{\"a\":1e999}") == MS_JSON_BAD &&
               strstr(why, "too large"));
+        {
+            /* a long number that a double holds (about 1e-451): refused
+             * for its length, and said so, not "too large" */
+            char t[480] = "{\"a\":0.";
+            size_t n = strlen(t);
+            memset(t + n, '0', 450);
+            memcpy(t + n + 450, "1}", 3);
+            CHECK(ms_json_check(t, strlen(t), 8, &why, &at) ==
+                      MS_JSON_BAD && strstr(why, "longer than 399"));
+            /* 399 characters (0., 396 zeros, 1) are fine */
+            memcpy(t + n + 396, "1}", 3);
+            CHECK(ms_json_check(t, strlen(t), 8, &why, &at) ==
+                  MS_JSON_OBJECT);
+        }
         CHECK(KIND("[[[[[[[[[]]]]]]]]]") == MS_JSON_BAD &&
               strstr(why, "nested deeper"));
         CHECK(KIND("") == MS_JSON_BAD && at == 0);

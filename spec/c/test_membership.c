@@ -765,6 +765,51 @@ static void test_leave_alone(void)
     ms_mb_free(m);
 }
 
+/* A fresh cluster stopped at once (issue 9: Ctrl-C right after `moonshard
+ * run`): every node has met the others, none was ever Up, and each
+ * leaves. Nobody can have shards and nobody will ever lead, so each
+ * removes itself after lone_leave_ms, as a node that met no one does,
+ * rather than wait for a leader until its stop deadline. */
+static void test_fresh_cluster_leaves(void)
+{
+    struct sim s;
+    sim_init(&s, 0x7a7a);
+    for (int i = 0; i < 3; i++) {
+        char name[8], addr[32];
+        snprintf(name, sizeof name, "n%d", i + 1);
+        snprintf(addr, sizeof addr, "127.0.0.1:710%d", i + 1);
+        add_node(&s, name, addr);
+    }
+    int met = 0;
+    for (int k = 0; k < 2000 && !met; k++) {
+        step(&s);
+        met = 1;
+        for (int i = 0; i < 3; i++)
+            met &= ms_mb_member_count(s.n[i].m) == 3;
+    }
+    CHECK(met);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            CHECK(status_in(&s, i, j) == MS_MB_JOINING);
+    uint64_t t0 = s.now;
+    for (int i = 0; i < 3; i++) {
+        CHECK(ms_mb_leave(s.n[i].m, s.now) == 0);
+        drain(&s, i);
+    }
+    int gone = 0;
+    while (gone < 3 && s.now - t0 < 10000) {
+        step(&s);
+        gone = 0;
+        for (int i = 0; i < 3; i++)
+            gone += s.n[i].self_removed;
+    }
+    CHECK(gone == 3);
+    CHECK(s.now - t0 < 2500);
+    for (int i = 0; i < 3; i++)
+        CHECK(!s.n[0].seen_ev[i][MS_MB_UP]);
+    sim_free(&s);
+}
+
 /* A partition makes members unreachable on both sides, never changes a
  * status, and heals. */
 static void test_partition_heals(void)
@@ -1249,6 +1294,7 @@ int main(void)
     test_converge_join_leave();
     test_leave_while_joining();
     test_leave_alone();
+    test_fresh_cluster_leaves();
     test_partition_heals();
     test_kill_then_down();
     test_restart();
