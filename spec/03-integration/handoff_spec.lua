@@ -38,22 +38,7 @@ describe("handoff", function()
             total = total + r.accepted
         end
         for _, id in ipairs(id_list or ids) do
-            local state = helpers.wait_until(function()
-                local st, body = via:ask("Seq", id, { type = "get" }, 5)
-                if st ~= 200 then
-                    return nil, id .. ": " .. tostring(st)
-                end
-                for sender, r in pairs(results) do
-                    local want = r.last[id] or 0
-                    local got = body.last[sender] or 0
-                    if got ~= want then
-                        return nil, format("%s has %s up to %d, the sender "
-                                           .. "had %d accepted", id, sender,
-                                           got, want)
-                    end
-                end
-                return body
-            end, 15, "every accepted tell to arrive")
+            local state = seqload.arrived(results, via, id)
             if state.gaps ~= 0 or state.reorders ~= 0 or state.double ~= 0 then
                 -- say what the nodes counted and logged, for the diagnosis
                 local lines = {}

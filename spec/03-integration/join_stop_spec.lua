@@ -116,19 +116,7 @@ describe("a node stopped during its join", function()
         end
         assert.is_true(total > 100, total .. " tells accepted")
         for _, id in ipairs(ids) do
-            local state = helpers.wait_until(function()
-                local st, body = n1:ask("Seq", id, { type = "get" }, 5)
-                if st ~= 200 then return nil, id .. ": " .. tostring(st) end
-                for sender, r in pairs(results) do
-                    local want = r.last[id] or 0
-                    if (body.last[sender] or 0) ~= want then
-                        return nil, format("%s has %s up to %s of %d", id,
-                                           sender, tostring(body.last[sender]),
-                                           want)
-                    end
-                end
-                return body
-            end, 15, "every accepted tell to arrive")
+            local state = seqload.arrived(results, n1, id)
             assert.are.equal(0, state.gaps, id .. " saw gaps")
             assert.are.equal(0, state.reorders, id .. " saw reorders")
             assert.are.equal(0, state.double, id .. " was active twice")

@@ -50,4 +50,25 @@ function M.finish(run)
     return results
 end
 
+-- Waits until Seq entity `id`, asked through node `via`, holds every
+-- number each sender of `results` (from finish) had accepted for it;
+-- returns its state (raises after `timeout` seconds, 15).
+function M.arrived(results, via, id, timeout)
+    return helpers.wait_until(function()
+        local st, body = via:ask("Seq", id, { type = "get" }, 5)
+        if st ~= 200 then
+            return nil, id .. ": " .. tostring(st)
+        end
+        for sender, r in pairs(results) do
+            local want = r.last[id] or 0
+            local got = body.last[sender] or 0
+            if got ~= want then
+                return nil, format("%s has %s up to %d, the sender had %d "
+                                   .. "accepted", id, sender, got, want)
+            end
+        end
+        return body
+    end, timeout or 15, "every accepted tell to arrive")
+end
+
 return M
