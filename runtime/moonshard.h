@@ -144,9 +144,10 @@ int ms_node_move(struct ms_node *n, const char *name, size_t len,
 /* HTTP address the gateway listens on ("127.0.0.1:7201"), or "". */
 const char *ms_node_http_address(struct ms_node *n);
 
-/* Writes the folder that holds lua/ and entities/ into buf:
- * $MOONSHARD_HOME, else the source tree the binary was built from, else
- * the folder above the binary. */
+/* Writes the folder that holds lua/ and entities/ into buf (len bytes):
+ * $MOONSHARD_HOME, else <binary's folder>/../share/moonshard (an
+ * installed binary), else the source tree the binary was built from, else
+ * the folder above the binary (runtime/home.c). */
 void ms_home(char *buf, size_t len);
 
 /* Folder holding lua/ and entities/ (MOONSHARD_HOME or the build's

@@ -55,35 +55,6 @@ void ms_config_free(struct ms_config *c)
     c->types = NULL;
 }
 
-/* Where lua/ and entities/ live: $MOONSHARD_HOME, else the source tree
- * the binary was built from, else the folder above the binary. */
-void ms_home(char *buf, size_t len)
-{
-    const char *env = getenv("MOONSHARD_HOME");
-    if (env && *env) {
-        snprintf(buf, len, "%s", env);
-        return;
-    }
-#ifdef MS_SOURCE_DIR
-    char probe[PATH_MAX];
-    snprintf(probe, sizeof probe, "%s/lua/moonshard/host.lua", MS_SOURCE_DIR);
-    if (access(probe, R_OK) == 0) {
-        snprintf(buf, len, "%s", MS_SOURCE_DIR);
-        return;
-    }
-#endif
-    char exe[PATH_MAX - 16];
-    size_t n = sizeof exe;
-    if (uv_exepath(exe, &n) == 0) {
-        char *s = strrchr(exe, '/');
-        if (s)
-            *s = 0;
-        snprintf(buf, len, "%s/..", exe);
-        return;
-    }
-    snprintf(buf, len, ".");
-}
-
 static void arm(struct ms_node *n);
 
 static void on_work(uv_idle_t *h)

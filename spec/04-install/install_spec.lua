@@ -1,0 +1,160 @@
+-- spec/04-install/install_spec.lua: a build users can install (issue 10,
+-- point 6). From a copy of the source tree it configures a Release build
+-- with -Werror, installs it into a temporary prefix and packs a .deb, then
+-- removes both the build tree and the source copy, and runs the installed
+-- binary from a fresh folder, without MOONSHARD_HOME: the node must find
+-- its Lua library and the shipped `counter` behavior from its own location
+-- (<prefix>/share/moonshard). Its own ctest (install), apart from the
+-- integration layer: the build takes about a minute on two cores.
+
+local helpers = require "helpers.node"
+
+local format, find = string.format, string.find
+
+-- Runs argv; raises with its output unless it exits 0. Returns stdout.
+local function must(argv, timeout)
+    local code, out, err = helpers.run(argv, timeout)
+    if code ~= 0 then
+        error(format("%s exited %s:\n%s\n%s", table.concat(argv, " "),
+                     tostring(code), out, err), 2)
+    end
+    return out
+end
+
+local function exists(path)
+    return helpers.run({ "test", "-e", path }) == 0
+end
+
+describe("install", function()
+    local root, prefix, deb_dir
+
+    setup(function()
+        root = helpers.tmpdir()
+        local src, build = root .. "/src", root .. "/build"
+        prefix, deb_dir = root .. "/prefix", root .. "/deb"
+        -- a copy of what a clone holds, so that the source tree can go too
+        must({ "mkdir", src })
+        must({ "cp", "-R", helpers.home .. "/CMakeLists.txt",
+               helpers.home .. "/runtime", helpers.home .. "/lua",
+               helpers.home .. "/entities", helpers.home .. "/spec", src })
+        -- Release with -Werror: the default flags of a standard build type
+        -- build clean. Only the binary is built (the install and the
+        -- package need nothing else).
+        must({ "cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
+               "-DMS_WERROR=ON", "-DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON" },
+             120)
+        must({ "cmake", "--build", build, "-j2", "--target", "moonshard" },
+             900)
+        must({ "cmake", "--install", build, "--prefix", prefix }, 120)
+        must({ "cpack", "-G", "DEB", "-B", deb_dir, "--config",
+               build .. "/CPackConfig.cmake" }, 300)
+        must({ "rm", "-rf", build, src })
+    end)
+
+    teardown(function()
+        helpers.stop_all_checked()
+        helpers.cleanup()
+    end)
+
+    it("puts the binary in bin/ and the Lua files in share/moonshard/",
+       function()
+        assert.is_true(exists(prefix .. "/bin/moonshard"))
+        assert.is_true(exists(prefix
+            .. "/share/moonshard/lua/moonshard/host.lua"))
+        assert.is_true(exists(prefix
+            .. "/share/moonshard/lua/moonshard/strategy/least_loaded.lua"))
+        assert.is_true(exists(prefix .. "/share/moonshard/entities/counter.lua"))
+        assert.is_true(exists(prefix
+            .. "/lib/systemd/system/moonshard@.service"))
+        assert.is_false(exists(root .. "/src"))
+        assert.is_false(exists(root .. "/build"))
+    end)
+
+    it("runs a node from another folder once the build tree is gone",
+       function()
+        local bin = prefix .. "/bin/moonshard"
+        local cwd = helpers.tmpdir()
+        local listen, http = helpers.free_port(), helpers.free_port()
+        local conf_dir = helpers.tmpdir()
+        local config = conf_dir .. "/cluster.lua"
+        helpers.write_file(config, format([[
+return {
+    cluster = "install-spec",
+    secret = "spec-secret-7f3a9c2e41b8",
+    nodes = { { name = "n1", listen = "127.0.0.1:%d",
+                http = "127.0.0.1:%d" } },
+    entities = { Counter = { module = "counter" } },
+}
+]], listen, http))
+        -- env(1) execs the node in place (same PID), in cwd, without
+        -- MOONSHARD_HOME
+        local log = cwd .. "/node.log"
+        local proc = helpers.spawn({ "env", "-u", "MOONSHARD_HOME",
+                                     "-C", cwd, bin, "node", config,
+                                     "--name", "n1" },
+                                   { stdout = log, stderr = "stdout" })
+        helpers.wait_until(function()
+            if proc:poll() then
+                error("the installed node exited (code "
+                      .. tostring(proc.code) .. "):\n"
+                      .. (helpers.read_file(log) or ""))
+            end
+            return helpers.request(http, "GET", "/v1/health", nil,
+                                   { max_time = 1 }) == 200
+        end, 10, "the installed node's health")
+
+        local path = helpers.entity_path("Counter", "c1", "ask")
+        local status, body = helpers.request(http, "POST",
+            helpers.entity_path("Counter", "c1", "tell"),
+            { type = "incr", by = 5 })
+        assert.are.equal(202, status)
+        status, body = helpers.request(http, "POST", path, { type = "get" })
+        assert.are.equal(200, status)
+        assert.are.same({ value = 5 }, body)
+
+        -- the installed CLI finds its Lua files too (status lays out its
+        -- text with lua/moonshard/status.lua)
+        local code, out, err = helpers.run({ "env", "-u", "MOONSHARD_HOME",
+            "-C", cwd, bin, "status", "--node", "127.0.0.1:" .. http })
+        assert.are.equal(0, code, err)
+        assert.is_truthy(find(out, "n1", 1, true), out)
+
+        proc:terminate(5)
+        assert.are.equal(0, proc.code)
+    end)
+
+    it("packs a .deb with its dependencies, the binary, the library and "
+       .. "the unit", function()
+        local ls = must({ "ls", deb_dir })
+        local name = ls:match("(moonshard_[%w.~+-]+_[%w]+%.deb)")
+        assert.is_truthy(name, ls)
+        local deb = deb_dir .. "/" .. name
+        local info = must({ "dpkg-deb", "-I", deb })
+        assert.is_truthy(info:find("Package: moonshard", 1, true), info)
+        local depends = info:match("Depends: ([^\n]+)")
+        assert.is_truthy(depends, info)
+        for _, pkg in ipairs({ "libluajit2-5.1-2", "libuv1",
+                               "libhttp-parser2.9", "libssl3",
+                               "lua-cjson" }) do
+            assert.is_truthy(depends:find(pkg, 1, true), pkg .. " in "
+                             .. depends)
+        end
+        local files = must({ "dpkg-deb", "-c", deb })
+        for _, f in ipairs({ "./usr/bin/moonshard",
+                             "./usr/share/moonshard/lua/moonshard/host.lua",
+                             "./usr/share/moonshard/entities/counter.lua",
+                             "./usr/lib/systemd/system/moonshard@.service" })
+        do
+            assert.is_truthy(files:find(f, 1, true), f .. " in\n" .. files)
+        end
+        local tree = helpers.tmpdir()
+        must({ "dpkg-deb", "-x", deb, tree })
+        local unit = helpers.read_file(tree
+            .. "/usr/lib/systemd/system/moonshard@.service")
+        assert.is_truthy(unit)
+        assert.is_truthy(unit:find("Restart=on-failure", 1, true))
+        assert.is_truthy(unit:find(
+            "ExecStart=/usr/bin/moonshard node /etc/moonshard/cluster.lua"
+            .. " --name %i", 1, true))
+    end)
+end)
