@@ -104,10 +104,11 @@ return {
         end, 10, "the installed node's health")
 
         local path = helpers.entity_path("Counter", "c1", "ask")
-        local status, body = helpers.request(http, "POST",
+        local status = helpers.request(http, "POST",
             helpers.entity_path("Counter", "c1", "tell"),
             { type = "incr", by = 5 })
         assert.are.equal(202, status)
+        local body
         status, body = helpers.request(http, "POST", path, { type = "get" })
         assert.are.equal(200, status)
         assert.are.same({ value = 5 }, body)
