@@ -4,12 +4,17 @@
  *
  * Order (the README's "Install" section states it too):
  *   1. $MOONSHARD_HOME, when set and not empty, as is;
- *   2. <folder of the binary>/../share/moonshard (MS_SHARE_FROM_BIN),
- *      when it holds the library: an installed binary (cmake --install, the .deb) finds its
- *      files from its own location, from any working folder;
- *   3. the source tree the binary was built from (MS_SOURCE_DIR), when it
- *      still holds the library: build/moonshard run from a checkout;
- *   4. <folder of the binary>/.., the last guess.
+ *   2. for a binary still in its build folder (MS_BINARY_DIR), the source
+ *      tree it was built from (MS_SOURCE_DIR), when that holds the library:
+ *      build/moonshard of a checkout uses the checkout's files, even when
+ *      an older install sits at build/../share/moonshard;
+ *   3. <folder of the binary>/../share/moonshard (MS_SHARE_FROM_BIN),
+ *      when it holds the library: an installed binary (cmake --install,
+ *      the .deb) finds its files from its own location, from any working
+ *      folder, and never reads the source tree it was built from;
+ *   4. the source tree, when it holds the library (a binary copied out of
+ *      its build folder);
+ *   5. <folder of the binary>/.., the last guess.
  * "Holds the library" means <dir>/lua/moonshard/host.lua is readable.
  */
 #include <limits.h>
@@ -38,6 +43,19 @@ static int holds_library(const char *dir)
     return access(probe, R_OK) == 0;
 }
 
+/* Whether the folder exe_dir is the build folder (both canonical). */
+static int in_build_dir(const char *exe_dir)
+{
+#ifdef MS_BINARY_DIR
+    char a[PATH_MAX], b[PATH_MAX];
+    return realpath(exe_dir, a) && realpath(MS_BINARY_DIR, b)
+        && strcmp(a, b) == 0;
+#else
+    (void)exe_dir;
+    return 0;
+#endif
+}
+
 /* Copies dir into buf (canonical when realpath can resolve it); 0 when it
  * does not fit. */
 static int take(char *buf, size_t len, const char *dir)
@@ -62,6 +80,11 @@ void ms_home(char *buf, size_t len)
         char *slash = strrchr(exe, '/');
         if (slash)
             *slash = 0;
+#ifdef MS_SOURCE_DIR
+        if (in_build_dir(exe) && holds_library(MS_SOURCE_DIR)
+            && take(buf, len, MS_SOURCE_DIR))
+            return;
+#endif
         int w = snprintf(dir, sizeof dir, "%s/%s", exe, MS_SHARE_FROM_BIN);
         if (w >= 0 && (size_t)w < sizeof dir && holds_library(dir)
             && take(buf, len, dir))

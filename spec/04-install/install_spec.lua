@@ -25,8 +25,43 @@ local function exists(path)
     return helpers.run({ "test", "-e", path }) == 0
 end
 
+-- A 1-node config with the shipped counter, in a fresh folder.
+local function write_config(listen, http)
+    local path = helpers.tmpdir() .. "/cluster.lua"
+    helpers.write_file(path, format([[
+return {
+    cluster = "install-spec",
+    secret = "spec-secret-7f3a9c2e41b8",
+    nodes = { { name = "n1", listen = "127.0.0.1:%d",
+                http = "127.0.0.1:%d" } },
+    entities = { Counter = { module = "counter" } },
+}
+]], listen, http))
+    return path
+end
+
+-- A Lua library that only fails: where `moonshard shard --config` must
+-- not look.
+local function write_decoy(dir)
+    must({ "mkdir", "-p", dir .. "/lua/moonshard" })
+    helpers.write_file(dir .. "/lua/moonshard/host.lua",
+                       "error('decoy library')\n")
+    helpers.write_file(dir .. "/lua/moonshard/config.lua",
+                       "error('decoy library')\n")
+end
+
+-- `BIN shard --config CONFIG --type Counter c1` from a fresh folder,
+-- without MOONSHARD_HOME: loading the config needs the Lua library.
+local function shard_with(bin, config)
+    local code, out, err = helpers.run({ "env", "-u", "MOONSHARD_HOME",
+        "-C", helpers.tmpdir(), bin, "shard", "--config", config, "--type",
+        "Counter", "c1" })
+    return { code = code, out = out, err = err }
+end
+
 describe("install", function()
     local root, prefix, deb_dir
+    local from_build, from_install -- shard_with results, before the rm
 
     setup(function()
         root = helpers.tmpdir()
@@ -48,6 +83,16 @@ describe("install", function()
         must({ "cmake", "--install", build, "--prefix", prefix }, 120)
         must({ "cpack", "-G", "DEB", "-B", deb_dir, "--config",
                build .. "/CPackConfig.cmake" }, 300)
+        -- Which library each binary picks while both trees exist: the
+        -- build's binary its source tree, not an install beside its build
+        -- folder (root/share/moonshard); the installed binary its share
+        -- folder, not the source tree it was built from.
+        local config = write_config(helpers.free_port(), helpers.free_port())
+        write_decoy(root .. "/share/moonshard")
+        from_build = shard_with(build .. "/moonshard", config)
+        must({ "rm", "-rf", root .. "/share" })
+        write_decoy(src)
+        from_install = shard_with(prefix .. "/bin/moonshard", config)
         must({ "rm", "-rf", build, src })
     end)
 
@@ -70,22 +115,20 @@ describe("install", function()
         assert.is_false(exists(root .. "/build"))
     end)
 
+    it("a build's binary reads its source tree, an installed one its "
+       .. "share folder", function()
+        assert.are.equal(0, from_build.code, from_build.err)
+        assert.is_truthy(from_build.out:match("%d"), from_build.out)
+        assert.are.equal(0, from_install.code, from_install.err)
+        assert.are.same(from_build.out, from_install.out)
+    end)
+
     it("runs a node from another folder once the build tree is gone",
        function()
         local bin = prefix .. "/bin/moonshard"
         local cwd = helpers.tmpdir()
         local listen, http = helpers.free_port(), helpers.free_port()
-        local conf_dir = helpers.tmpdir()
-        local config = conf_dir .. "/cluster.lua"
-        helpers.write_file(config, format([[
-return {
-    cluster = "install-spec",
-    secret = "spec-secret-7f3a9c2e41b8",
-    nodes = { { name = "n1", listen = "127.0.0.1:%d",
-                http = "127.0.0.1:%d" } },
-    entities = { Counter = { module = "counter" } },
-}
-]], listen, http))
+        local config = write_config(listen, http)
         -- env(1) execs the node in place (same PID), in cwd, without
         -- MOONSHARD_HOME
         local log = cwd .. "/node.log"
