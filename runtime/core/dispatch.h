@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../moonshard.h"
+#include "base.h"
 
 /* ACTIVATE: an ask that only activates the entity (runs init if it is not
  * active) and is answered {"created":true|false} by the dispatcher. */
