@@ -12,7 +12,9 @@
 #       another header; a file that does not preprocess fails too.
 #   core_purity.sh symbols NM ARCHIVE
 #       fails when the archive references (nm -u) a symbol of libuv
-#       (uv_), Lua (lua_, luaL_, luaJIT_, luaopen_) or libpq (PQ, pg_).
+#       (uv_), Lua (lua_, luaL_, luaJIT_, luaopen_) or libpq (PQ, pg_),
+#       or one that writes or reads the clock (write, fprintf, stderr,
+#       clock_gettime, gettimeofday, time, ...).
 set -u
 
 die() {
@@ -59,6 +61,16 @@ symbols)
         grep -E '^(uv_|lua_|luaL_|luaJIT_|luaopen_|PQ|pg_)' | sort -u)
     if [ -n "$hits" ]; then
         echo "core_purity: $3 references:" >&2
+        printf '    %s\n' $hits >&2
+        exit 1
+    fi
+    # nor does it read the clock or write anywhere itself: the host gives
+    # the log its sink and its clock (runtime/core/log.h)
+    hits=$(printf '%s\n' "$undef" | awk 'NF >= 2 && $(NF-1) == "U" {print $NF}' |
+        grep -E '^(write|writev|fwrite|fputs|fputc|puts|printf|fprintf|vfprintf|dprintf|stdout|stderr|clock_gettime|gettimeofday|time)$' |
+        sort -u)
+    if [ -n "$hits" ]; then
+        echo "core_purity: $3 does I/O or reads the clock itself:" >&2
         printf '    %s\n' $hits >&2
         exit 1
     fi
