@@ -16,7 +16,8 @@
 #ifndef MS_CORE_ERRORS_H
 #define MS_CORE_ERRORS_H
 
-/* X(constant, value, name, text) -- one row per line, as the spec parses. */
+/* X(constant, value, name, text): one row each; the spec reads the
+ * constant, value and name of every row. */
 #define MS_ERRORS(X)                                                        \
     X(MS_EOVERFLOW, -4100, "overflow", "the shard's mailbox is full")       \
     X(MS_ENOTYPE, -4101, "unknown_type", "unknown entity type")             \
