@@ -15,6 +15,7 @@
 #include "bench.h"
 #include "cli.h"
 #include "core/log.h"
+#include "io/logsink.h"
 #include "lua/bridge.h"
 #include "lua/watch.h"
 #include "moonshard.h"
@@ -447,6 +448,7 @@ static int cmd_shard(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    ms_io_log_install();
     if (argc < 2) {
         usage(stderr);
         return 2;

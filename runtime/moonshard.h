@@ -16,75 +16,20 @@
 
 #include <uv.h>
 
+#include "core/base.h"
+
 #define MS_VERSION "0.1.0"
 
-/* Error codes: 0 or negative. libuv's codes are reused where they fit. */
-#define MS_ETIMEDOUT UV_ETIMEDOUT   /* an ask ran out of time */
-#define MS_ECANCELED UV_ECANCELED   /* an ask was cancelled (node stopping) */
-#define MS_EINVAL UV_EINVAL         /* bad argument (timeout <= 0, ...) */
-#define MS_E2BIG UV_E2BIG           /* payload or id above its limit */
-#define MS_ENOMEM UV_ENOMEM         /* out of memory */
-#define MS_EBUSY UV_EBUSY           /* already under way (a shard move) */
-#define MS_EOVERFLOW (-4100)        /* shard mailbox full */
-#define MS_ENOTYPE (-4101)          /* unknown entity type */
-#define MS_EHANDLER (-4102)         /* the entity's handler raised */
-#define MS_ENOREPLY (-4103)         /* handler finished an ask without reply */
-#define MS_EBADJSON (-4104)         /* payload is not valid JSON */
-#define MS_ENOTTABLE (-4105)        /* payload is JSON but not an object */
-#define MS_EUNAVAIL (-4106)         /* behavior module failed to load */
-#define MS_ESELF (-4107)            /* an entity asked itself (deadlock) */
-#define MS_ECONFIG (-4108)          /* configuration error */
-#define MS_EPARTITION (-4109)       /* the type's partitioner failed */
-
-#define MS_MAX_ID 512 /* bytes of an entity id */
+/* Error codes (MS_E*, 0 or negative), ms_strerror, ms_errname, MS_MAX_ID,
+ * the shard hash, struct ms_stats and ms_ask_cb come from the core:
+ * runtime/core/base.h. */
 
 /* The exit status of a node that the watchdog ended: Lua code (a handler)
  * was stuck past stuck_handler_exit_ms, or while the node was asked to
  * stop (runtime/io/watchdog.h). EX_SOFTWARE of sysexits.h. */
 #define MS_EXIT_STUCK 70
 
-/* Returns a static, human-readable text for an MS_E* or libuv code. */
-const char *ms_strerror(int err);
-
-/* Returns the stable snake_case name of an error code ("timeout",
- * "handler_error", ...), used as the `code` field of error tables. */
-const char *ms_errname(int err);
-
-/* The 64-bit FNV-1a hash of `len` bytes at `p`. */
-uint64_t ms_fnv1a64(const void *p, size_t len);
-
-/* The shard of an entity id: ms_fnv1a64(id) % shard_count. */
-uint32_t ms_shard_of(const void *id, size_t len, uint32_t shard_count);
-
 struct ms_node;
-
-/* Counters of one node; all monotonic except active_entities. */
-struct ms_stats {
-    uint64_t routed;          /* tells and asks accepted */
-    uint64_t delivered;       /* messages handed to a handler */
-    uint64_t activations;
-    uint64_t passivations;
-    uint64_t active_entities; /* gauge */
-    uint64_t handler_errors;
-    uint64_t asks_started;
-    uint64_t asks_timed_out;
-    uint64_t overflows;       /* sends refused because a mailbox was full */
-    uint64_t slow_handlers;
-    uint64_t timers_fired;
-    uint64_t shutdown_drops;  /* messages dropped because the node stopped */
-    uint64_t handoff_drops;   /* reached a shard after its stop (failed) */
-    uint64_t shards_stopped;  /* shard stops (handoff) finished */
-};
-
-/*
- * Called exactly once when an ask ends. `err` is 0 and `payload` the reply
- * JSON, or `err` is negative and `payload` a JSON object
- * {"code": ..., "message": ...} describing the failure. `payload` is borrowed
- * until the callback returns. The callback may call ms_node_tell/ask/stop
- * (they only enqueue) but must not free the node.
- */
-typedef void (*ms_ask_cb)(void *data, int err, const char *payload,
-                          size_t len);
 
 /* Options of ms_node_new; see lua/moonshard/config.lua for their meaning. */
 struct ms_node_options {

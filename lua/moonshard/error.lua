@@ -16,19 +16,30 @@ local setmetatable = setmetatable
 
 local M = {}
 
--- Codes the runtime itself produces. User code may use its own codes too.
+-- Codes the runtime itself produces, one per row of the C table in
+-- runtime/core/errors.h (spec/01-unit/error_spec.lua checks that both list
+-- the same names). User code may use its own codes too.
 M.codes = {
-    timeout       = "timeout",       -- an ask got no reply in time
-    handler_error = "handler_error", -- the handler raised a Lua error
-    no_reply      = "no_reply",      -- the handler returned without replying
     overflow      = "overflow",      -- a mailbox or buffer bound was hit
     unknown_type  = "unknown_type",  -- no such entity type is configured
+    handler_error = "handler_error", -- the handler raised a Lua error
+    no_reply      = "no_reply",      -- the handler returned without replying
     bad_json      = "bad_json",      -- a payload did not decode
     not_object    = "not_object",    -- a message decoded to a non-object
-    unavailable   = "unavailable",   -- no owner can be reached for the shard
-    cancelled     = "cancelled",     -- the ask was cancelled (stop, handoff)
+    unavailable   = "unavailable",   -- the type's behavior module failed
+                                     -- to load
     ask_self      = "ask_self",      -- an entity asked itself (would deadlock)
+    config        = "config",        -- the configuration was refused
+    partitioner   = "partitioner",   -- the type's partitioner failed
+    timeout       = "timeout",       -- an ask got no reply in time
+    cancelled     = "cancelled",     -- the ask was cancelled (stop, handoff)
+    invalid       = "invalid",       -- a bad argument (a request the node
+                                     -- cannot take as it is)
     too_large     = "too_large",     -- a message exceeded max_message_bytes
+    no_memory     = "no_memory",     -- the node ran out of memory
+    busy          = "busy",          -- already under way (a shard move)
+    no_owner      = "no_owner",      -- no node takes the message as the
+                                     -- owner of its shard (it is moving)
     bad_timeout   = "bad_timeout",   -- an ask timeout was not a positive number
 }
 

@@ -1485,7 +1485,7 @@ static void shard_stop_msg(struct ms_dispatch *d, struct shard *sh,
     }
     d->st.handoff_drops++;
     if (m->kind == MS_KIND_ASK || m->kind == MS_KIND_ACTIVATE)
-        fail_ask(d, m->corr, MS_EUNAVAIL, "the entity's shard is moving to "
+        fail_ask(d, m->corr, MS_ENOOWNER, "the entity's shard is moving to "
                  "another node");
     msg_free(d, m);
     shard_check_stopped(d, type, shard);

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../moonshard.h"
+#include "base.h"
 
 /* ACTIVATE: an ask that only activates the entity (runs init if it is not
  * active) and is answered {"created":true|false} by the dispatcher. */
@@ -219,7 +219,7 @@ uint64_t ms_dispatch_shutdown(struct ms_dispatch *d);
  * has no entity left, it is reported by ms_dispatch_next_stopped(). The
  * caller must not enqueue for the shard meanwhile: what reaches its FIFO
  * after the marker (a ctx:after timer firing) is failed and counted
- * (handoff_drops). Returns 0 (also when a stop is under way), MS_EINVAL
+ * (handoff_drops; an ask ends with MS_ENOOWNER). Returns 0 (also when a stop is under way), MS_EINVAL
  * or MS_ENOMEM.
  */
 int ms_dispatch_shard_stop(struct ms_dispatch *d, int type, uint32_t shard);

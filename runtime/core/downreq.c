@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "../moonshard.h"
+#include "base.h"
 
 struct scan {
     const char *p, *end;

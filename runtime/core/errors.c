@@ -1,7 +1,10 @@
 /*
- * errors.c -- names and texts of the MS_E* codes.
+ * errors.c -- names and texts of the MS_E* codes, from the table in
+ * errors.h.
  */
-#include "../moonshard.h"
+#include "errors.h"
+
+#include <stddef.h>
 
 struct row {
     int code;
@@ -10,23 +13,9 @@ struct row {
 };
 
 static const struct row rows[] = {
-    {MS_ETIMEDOUT, "timeout", "the ask timed out"},
-    {MS_ECANCELED, "cancelled", "cancelled: the node is stopping"},
-    {MS_EINVAL, "invalid", "invalid argument"},
-    {MS_E2BIG, "too_large", "id or message above its size limit"},
-    {MS_ENOMEM, "no_memory", "out of memory"},
-    {MS_EBUSY, "busy", "already under way"},
-    {MS_EOVERFLOW, "overflow", "the shard's mailbox is full"},
-    {MS_ENOTYPE, "unknown_type", "unknown entity type"},
-    {MS_EHANDLER, "handler_error", "the entity's handler raised an error"},
-    {MS_ENOREPLY, "no_reply", "the handler finished without replying"},
-    {MS_EBADJSON, "bad_json", "the message is not valid JSON"},
-    {MS_ENOTTABLE, "not_object", "the message is not a JSON object"},
-    {MS_EUNAVAIL, "unavailable",
-     "the entity type's behavior module failed to load"},
-    {MS_ESELF, "ask_self", "an entity cannot ask itself (deadlock)"},
-    {MS_ECONFIG, "config", "configuration error"},
-    {MS_EPARTITION, "partitioner", "the entity type's partitioner failed"},
+#define MS_ERROR_ROW(c, v, name, text) {c, name, text},
+    MS_ERRORS(MS_ERROR_ROW)
+#undef MS_ERROR_ROW
 };
 
 static const struct row *find(int err)
@@ -40,7 +29,7 @@ static const struct row *find(int err)
 const char *ms_strerror(int err)
 {
     const struct row *r = find(err);
-    return r ? r->text : uv_strerror(err);
+    return r ? r->text : "unknown error";
 }
 
 const char *ms_errname(int err)

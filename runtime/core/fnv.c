@@ -2,7 +2,7 @@
  * fnv.c -- the default partitioner: 64-bit FNV-1a, identical to
  * lua/moonshard/partition.lua.
  */
-#include "../moonshard.h"
+#include "base.h"
 
 uint64_t ms_fnv1a64(const void *p, size_t len)
 {

@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../moonshard.h"
+#include "base.h"
 
 #define MS_FRAME_MAGIC 0x4D53
 #define MS_PROTO_VERSION 1

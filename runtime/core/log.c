@@ -1,22 +1,36 @@
 /*
- * log.c -- one line per event, key=value, on stderr; every value escaped
- * here (see the grammar in log.h).
+ * log.c -- one line per event, key=value; every value escaped here (see
+ * the grammar in log.h). The line goes to the sink and its time comes
+ * from the clock that the host installed: no I/O and no clock here.
  */
 #include "log.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
-#include <unistd.h>
 
 static char node_field[8 + 4 * 64 + 8] = "node=-";
 static int min_level = MS_LOG_INFO;
 static const char *names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
 static const char hex[] = "0123456789abcdef";
+static ms_log_sink_fn sink;
+static void *sink_data;
+static ms_log_clock_fn clock_fn;
+static void *clock_data;
+
+void ms_log_set_sink(ms_log_sink_fn fn, void *data)
+{
+    sink = fn;
+    sink_data = data;
+}
+
+void ms_log_set_clock(ms_log_clock_fn fn, void *data)
+{
+    clock_fn = fn;
+    clock_data = data;
+}
 
 /* Whether byte c may appear in a bare (unquoted) value. */
 static int is_bare(unsigned char c)
@@ -194,21 +208,6 @@ int ms_log_level(const char *name)
     return -1;
 }
 
-/* Writes all of buf to stderr in one write when it can (lines from the
- * loop and the watchdog thread do not mix). */
-static void put(const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(2, buf, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return;
-        buf += w;
-        len -= (size_t)w;
-    }
-}
-
 #define FIELDS_OUT_MAX 2048 /* bytes of escaped fields text per line */
 
 /* Whether `f` follows the grammar of fields (log.h): what ms_log_field
@@ -273,14 +272,20 @@ static void emit(int level, const char *fields, const char *text, size_t len,
     /* timestamp and level, node, fields, msg and its quotes and mark */
     enum { HEAD = 40, MSG = 6 + 4 * MS_LOG_TEXT_MAX + 5 };
     char line[HEAD + sizeof node_field + 8 + FIELDS_OUT_MAX + MSG + 1];
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
+    int64_t ms = clock_fn ? clock_fn(clock_data) : 0;
+    if (ms < 0)
+        ms = 0;
+    time_t sec = (time_t)(ms / 1000);
     struct tm tm;
-    gmtime_r(&tv.tv_sec, &tm);
-    size_t o = strftime(line, 32, "%Y-%m-%dT%H:%M:%S", &tm);
-    int n = snprintf(line + o, HEAD - o, ".%03dZ %s ",
-                     (int)(tv.tv_usec / 1000), names[level]);
-    o += n > 0 ? (size_t)n : 0;
+    size_t o = 0;
+    if (gmtime_r(&sec, &tm))
+        o = strftime(line, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (o == 0) /* a year strftime cannot write in 31 bytes */
+        o = (size_t)snprintf(line, 32, "1970-01-01T00:00:00");
+    int n = snprintf(line + o, HEAD - o, ".%03dZ %s ", (int)(ms % 1000),
+                     names[level]);
+    if (n > 0)
+        o += (size_t)n < HEAD - o ? (size_t)n : HEAD - o - 1;
     size_t nl = strlen(node_field);
     memcpy(line + o, node_field, nl);
     o += nl;
@@ -302,7 +307,8 @@ static void emit(int level, const char *fields, const char *text, size_t len,
     o += 5;
     o += quoted(line + o, MSG - 5, text, len, cut);
     line[o++] = '\n';
-    put(line, o);
+    if (sink)
+        sink(sink_data, line, o);
 }
 
 void ms_log(int level, const char *fields, const char *fmt, ...)

@@ -1,5 +1,5 @@
 /*
- * log.h -- structured log lines on stderr, one event per line:
+ * log.h -- structured log lines, one event per line:
  *
  *   2026-11-29T16:50:50.123Z INFO node=n1 type=Counter shard=3 id=a msg="..."
  *
@@ -27,13 +27,22 @@
  * longer than MS_LOG_TEXT_MAX bytes, are cut; the quoted text then ends
  * with "..." before the closing quote.
  *
+ * Where lines go and what time they carry is the host's business: the
+ * core does no I/O and reads no clock. The host installs a sink (the I/O
+ * layer's writes each line to stderr with one write(2):
+ * runtime/io/logsink.h) and a clock; until it does, lines are formatted
+ * and dropped, and their time is the epoch. C tests install their own.
+ *
  * Thread safety: ms_log, ms_log_text and the builders may be called from
- * any thread once ms_log_setup has run (each line is one write(2)).
+ * any thread once ms_log_setup, ms_log_set_sink and ms_log_set_clock have
+ * run; the sink and the clock are then called from those threads too, one
+ * whole line per sink call.
  */
 #ifndef MS_CORE_LOG_H
 #define MS_CORE_LOG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 enum { MS_LOG_DEBUG, MS_LOG_INFO, MS_LOG_WARN, MS_LOG_ERROR };
 
@@ -44,6 +53,23 @@ enum { MS_LOG_DEBUG, MS_LOG_INFO, MS_LOG_WARN, MS_LOG_ERROR };
  * value) and the lowest level printed. Call before any other thread
  * logs. */
 void ms_log_setup(const char *node, int min_level);
+
+/* Receives one whole line (`len` bytes at `line`, ending in '\n', not
+ * NUL-terminated; borrowed for the call). Called from any thread that
+ * logs: it must be safe for that, and should write the line at once so
+ * that lines of two threads do not mix. */
+typedef void (*ms_log_sink_fn)(void *data, const char *line, size_t len);
+
+/* Returns the wall clock in milliseconds since the Unix epoch (UTC). */
+typedef int64_t (*ms_log_clock_fn)(void *data);
+
+/* Installs the sink of every line (NULL: lines are dropped); `data` is
+ * passed back to it. Call before any other thread logs. */
+void ms_log_set_sink(ms_log_sink_fn fn, void *data);
+
+/* Installs the clock of the timestamps (NULL: the epoch); `data` is passed
+ * back to it. Call before any other thread logs. */
+void ms_log_set_clock(ms_log_clock_fn fn, void *data);
 
 /* Parses "debug"|"info"|"warn"|"error"; returns -1 when unknown. */
 int ms_log_level(const char *name);

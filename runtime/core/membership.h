@@ -105,7 +105,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../moonshard.h"
+#include "base.h"
 
 #define MS_MB_MAX_MEMBERS 1024    /* members in one view (self included) */
 #define MS_MB_MAX_TOMBSTONES 1024 /* removed uids remembered */

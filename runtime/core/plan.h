@@ -117,7 +117,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../moonshard.h"
+#include "base.h"
 
 #define MS_PLAN_MAX_SHARDS 65536     /* shards of one entity type */
 #define MS_PLAN_MAX_TYPES 64         /* entity types of a cluster */

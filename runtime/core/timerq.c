@@ -5,7 +5,7 @@
 
 #include <stdlib.h>
 
-#include "../moonshard.h"
+#include "base.h"
 
 static int less(const struct ms_timer *a, const struct ms_timer *b)
 {

@@ -117,6 +117,7 @@ static int err_status(int err)
         return 502;
     case MS_EOVERFLOW:
     case MS_EUNAVAIL:
+    case MS_ENOOWNER:
     case MS_ECANCELED:
         return 503;
     case MS_ETIMEDOUT:
@@ -506,7 +507,7 @@ static void post_entity(struct conn *c, char *seg, size_t len,
     }
 
     if (action[0] == 'a' && parse_timeout(query, qlen, &timeout_ms) != 0) {
-        respond_error(c, 400, "bad_timeout",
+        respond_error(c, 400, ms_errname(MS_EBADTIMEOUT),
                       "timeout must be a number of seconds, > 0 and <= %g",
                       TIMEOUT_MAX_S);
         return;

@@ -44,6 +44,7 @@
 #include "../core/auth.h"
 #include "../core/jsoncheck.h"
 #include "../core/log.h"
+#include "uverr.h"
 
 /*
  * URL plus header names and values of one request, in bytes. A larger head
@@ -889,14 +890,14 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
     if (host == NULL || port < 0 || port > 65535) {
         set_err(err, errlen, "bad HTTP address %s:%d", host ? host : "",
                 port);
-        return UV_EINVAL;
+        return MS_EINVAL;
     }
     memset(&ss, 0, sizeof ss);
     if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
         uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0) {
         set_err(err, errlen,
                 "HTTP host '%s' is not an IPv4 or IPv6 address", host);
-        return UV_EINVAL;
+        return MS_EINVAL;
     }
     /* libuv writes without MSG_NOSIGNAL: a client that goes away while
      * its response is written must not kill the node with SIGPIPE. */
@@ -904,7 +905,7 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
     h = calloc(1, sizeof *h);
     if (h == NULL) {
         set_err(err, errlen, "out of memory");
-        return UV_ENOMEM;
+        return MS_ENOMEM;
     }
     h->loop = loop;
     h->node = node;
@@ -917,7 +918,7 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
     if (rc != 0) {
         set_err(err, errlen, "HTTP listener: %s", uv_strerror(rc));
         free(h);
-        return rc;
+        return ms_uv_error(rc);
     }
     h->listener.data = h;
     h->handles = 1;
@@ -931,7 +932,7 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
                 uv_strerror(rc));
         h->closing = 1;
         uv_close((uv_handle_t *)&h->listener, on_listener_closed);
-        return rc;
+        return ms_uv_error(rc);
     }
     if (ss.ss_family == AF_INET6) {
         uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip);

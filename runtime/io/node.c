@@ -21,6 +21,7 @@
 #include "cluster.h"
 #include "http.h"
 #include "router.h"
+#include "uverr.h"
 #include "watchdog.h"
 
 #define ROUND_BUDGET 4096
@@ -277,7 +278,7 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     rc = ms_watchdog_start(&n->wd, loop, &wo);
     if (rc < 0) {
         snprintf(err, errlen, "cannot start the watchdog thread: %s",
-                 ms_strerror(rc));
+                 ms_io_strerror(rc));
         goto fail;
     }
     uv_idle_init(loop, &n->work);

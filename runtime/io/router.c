@@ -945,7 +945,7 @@ static void on_not_owner(struct ms_router *r, uint64_t uid,
                "settings of %.*s; the request is dropped",
                (int)(f->type_len > 64 ? 64 : f->type_len), f->type);
         if (kind == MS_FRAME_ASK)
-            fail_ask(r, corr, MS_EUNAVAIL, "the owner disagrees on the "
+            fail_ask(r, corr, MS_ENOOWNER, "the owner disagrees on the "
                      "type's settings");
         return;
     }

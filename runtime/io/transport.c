@@ -28,6 +28,7 @@
 #include "../core/auth.h"
 #include "../core/log.h"
 #include "../moonshard.h"
+#include "uverr.h"
 
 #define READ_BUF (64 * 1024)
 
@@ -103,20 +104,22 @@ static int parse_addr(const char *address, struct sockaddr_storage *ss)
     char host[128];
     const char *colon = strrchr(address, ':');
     if (!colon || colon == address || strlen(address) >= sizeof host)
-        return UV_EINVAL;
+        return MS_EINVAL;
     size_t hl = (size_t)(colon - address);
     memcpy(host, address, hl);
     host[hl] = 0;
     int port = atoi(colon + 1);
     if (port < 1 || port > 65535)
-        return UV_EINVAL;
+        return MS_EINVAL;
     if (strcmp(host, "localhost") == 0)
-        return uv_ip4_addr("127.0.0.1", port, (struct sockaddr_in *)ss);
+        return ms_uv_error(
+            uv_ip4_addr("127.0.0.1", port, (struct sockaddr_in *)ss));
     if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
         host[hl - 1] = 0;
-        return uv_ip6_addr(host + 1, port, (struct sockaddr_in6 *)ss);
+        return ms_uv_error(
+            uv_ip6_addr(host + 1, port, (struct sockaddr_in6 *)ss));
     }
-    return uv_ip4_addr(host, port, (struct sockaddr_in *)ss);
+    return ms_uv_error(uv_ip4_addr(host, port, (struct sockaddr_in *)ss));
 }
 
 /* ---- output ------------------------------------------------------------ */

@@ -25,6 +25,7 @@
 
 #include "../core/log.h"
 #include "../moonshard.h"
+#include "uverr.h"
 
 struct ms_watchdog {
     uv_loop_t *loop;
@@ -252,7 +253,7 @@ int ms_watchdog_start(struct ms_watchdog **out, uv_loop_t *loop,
 {
     int rc = make_pipe();
     if (rc < 0)
-        return rc;
+        return ms_uv_error(rc);
     drain_pipe(); /* a signal or stop left over from an earlier node */
     struct ms_watchdog *w = calloc(1, sizeof *w);
     if (!w)
@@ -269,7 +270,7 @@ int ms_watchdog_start(struct ms_watchdog **out, uv_loop_t *loop,
     rc = uv_async_init(loop, &w->async, on_async);
     if (rc < 0) {
         free(w);
-        return rc;
+        return ms_uv_error(rc);
     }
     w->async.data = w;
     uv_unref((uv_handle_t *)&w->async); /* it does not keep a loop alive */
@@ -285,7 +286,7 @@ int ms_watchdog_start(struct ms_watchdog **out, uv_loop_t *loop,
     pthread_attr_destroy(&attr);
     if (rc != 0) {
         uv_close((uv_handle_t *)&w->async, on_closed);
-        return -rc;
+        return ms_uv_error(-rc); /* an errno: libuv's code on Unix */
     }
     w->started = 1;
     *out = w;

@@ -109,7 +109,7 @@ describe("a node stopped during its join", function()
         for sender, r in pairs(results) do
             total = total + r.accepted
             for code in pairs(r.errors) do
-                assert.is_truthy(code == "overflow" or code == "unavailable"
+                assert.is_truthy(code == "overflow" or code == "no_owner"
                                  or code == "timeout",
                                  sender .. " got error " .. code)
             end

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../runtime/io/logsink.h"
 #include "../../runtime/io/transport.h"
 #include "free_port.h"
 #include "../../runtime/moonshard.h"
@@ -88,6 +89,7 @@ static void on_timeout(uv_timer_t *tm)
 
 int main(int argc, char **argv)
 {
+    ms_io_log_install();
     if (argc < 8) {
         fprintf(stderr, "usage: rogue_peer CLUSTER SECRET ADDRESS KIND "
                         "FIRST_CORR LAST_CORR PAYLOAD [DELAY_MS]\n");

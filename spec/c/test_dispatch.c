@@ -496,6 +496,33 @@ static void asks_remember_where_they_went(void)
     ms_dispatch_free(d);
 }
 
+/* The two ways a send finds nobody to serve it get two codes: a type
+ * whose module failed to load is `unavailable`; an ask that reaches a
+ * shard after its stop (the shard moves away) is `no_owner`. */
+static void unavailable_and_no_owner_differ(void)
+{
+    struct ms_dispatch *d = make(1, 100, 0);
+    struct ms_waiter w = {on_ask, NULL, 0};
+    struct ms_delivery dl;
+    ms_dispatch_set_unavailable(d, 0, 1);
+    CHECK(TELL(d, "a", "{}") == MS_EUNAVAIL);
+    CHECK(ms_dispatch_ask(d, 0, "a", 1, "{}", 2, 1000, 0, &w) ==
+          MS_EUNAVAIL);
+    ms_dispatch_set_unavailable(d, 0, 0);
+    TELL(d, "a", "{}");
+    CHECK(ms_dispatch_next(d, &dl) == 1); /* a busy: the stop waits */
+    CHECK(ms_dispatch_shard_stop(d, 0, 0) == 0);
+    cb_calls = 0;
+    CHECK(ms_dispatch_ask(d, 0, "b", 1, "{}", 2, 1000, 0, &w) > 0);
+    ms_dispatch_done(d, dl.h, 0);
+    while (ms_dispatch_next(d, &dl) == 1)
+        ms_dispatch_done(d, dl.h, 0);
+    CHECK(cb_calls == 1 && cb_err == MS_ENOOWNER);
+    CHECK(strstr(cb_payload, "\"code\":\"no_owner\"") != NULL);
+    CHECK(strcmp(ms_errname(MS_EUNAVAIL), "unavailable") == 0);
+    ms_dispatch_free(d);
+}
+
 int main(void)
 {
     mailboxes_count_against_the_shard_bound();
@@ -511,5 +538,6 @@ int main(void)
     timers_fire_and_cancel();
     custom_partitioner_places_messages();
     asks_remember_where_they_went();
+    unavailable_and_no_owner_differ();
     CHECK_DONE();
 }

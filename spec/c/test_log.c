@@ -227,21 +227,46 @@ static void round_trip(void)
 
 /* ---- whole lines -------------------------------------------------------- */
 
-/* Captures what ms_log writes to fd 2 while fn runs. */
+/* What the sink got: the lines, one sink call each. */
+struct got {
+    char *buf;
+    size_t cap, len;
+    int calls, partial; /* partial: a call that was not one whole line */
+};
+
+static void to_buffer(void *data, const char *line, size_t len)
+{
+    struct got *g = data;
+    g->calls++;
+    if (len == 0 || line[len - 1] != '\n' ||
+        memchr(line, '\n', len - 1) != NULL)
+        g->partial++;
+    size_t n = len < g->cap - 1 - g->len ? len : g->cap - 1 - g->len;
+    memcpy(g->buf + g->len, line, n);
+    g->len += n;
+    g->buf[g->len] = 0;
+}
+
+static int64_t clock_ms = 1764620000123; /* 2025-12-01T20:13:20.123Z */
+
+static int64_t fixed_clock(void *data)
+{
+    (void)data;
+    return clock_ms;
+}
+
+/* Captures what ms_log hands its sink while fn runs; every line must come
+ * whole, in one call. */
 static size_t capture(void (*fn)(void), char *buf, size_t cap)
 {
-    FILE *t = tmpfile();
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(fileno(t), 2);
+    struct got g = {buf, cap, 0, 0, 0};
+    buf[0] = 0;
+    ms_log_set_clock(fixed_clock, NULL);
+    ms_log_set_sink(to_buffer, &g);
     fn();
-    dup2(saved, 2);
-    close(saved);
-    rewind(t);
-    size_t n = fread(buf, 1, cap - 1, t);
-    buf[n] = 0;
-    fclose(t);
-    return n;
+    ms_log_set_sink(NULL, NULL);
+    CHECK(g.partial == 0);
+    return g.len;
 }
 
 static void emit_lines(void)
@@ -423,6 +448,39 @@ static void node_names(void)
     CHECK(strstr(buf, " node=- ") != NULL);
 }
 
+static void one_line(void)
+{
+    ms_log(MS_LOG_WARN, NULL, "tick");
+}
+
+/* The time on a line is the host's clock, never the system's; without a
+ * sink a line goes nowhere (and nothing breaks). */
+static void host_clock_and_sink(void)
+{
+    static char buf[4096];
+    ms_log_setup("n1", MS_LOG_INFO);
+    capture(one_line, buf, sizeof buf);
+    CHECK(strcmp(buf, "2025-12-01T20:13:20.123Z WARN node=n1 "
+                      "msg=\"tick\"\n") == 0);
+    clock_ms = 0;
+    capture(one_line, buf, sizeof buf);
+    CHECK(strncmp(buf, "1970-01-01T00:00:00.000Z WARN ", 30) == 0);
+    clock_ms = -5; /* a clock before the epoch: the epoch */
+    capture(one_line, buf, sizeof buf);
+    CHECK(strncmp(buf, "1970-01-01T00:00:00.000Z WARN ", 30) == 0);
+    clock_ms = 1764620000123;
+    /* no clock: the epoch */
+    ms_log_set_clock(NULL, NULL);
+    struct got g = {buf, sizeof buf, 0, 0, 0};
+    ms_log_set_sink(to_buffer, &g);
+    one_line();
+    ms_log_set_sink(NULL, NULL);
+    CHECK(strncmp(buf, "1970-01-01T00:00:00.000Z WARN ", 30) == 0);
+    /* no sink: dropped */
+    one_line();
+    ms_log_text(MS_LOG_ERROR, NULL, "x", 1);
+}
+
 int main(void)
 {
     bare_and_quoted();
@@ -432,5 +490,6 @@ int main(void)
     lines();
     random_lines();
     node_names();
+    host_clock_and_sink();
     CHECK_DONE();
 }

@@ -10,6 +10,7 @@
 
 #include "../../runtime/core/auth.h"
 #include "../../runtime/core/log.h"
+#include "../../runtime/io/logsink.h"
 #include "../../runtime/io/transport.h"
 #include "free_port.h"
 #include "../../runtime/moonshard.h"
@@ -616,6 +617,7 @@ static void no_connection_without_handshake_state(uv_loop_t *loop)
 
 int main(void)
 {
+    ms_io_log_install();
     ms_log_setup("test", getenv("VERBOSE") ? 0 : MS_LOG_ERROR + 1);
     uv_loop_t *loop = uv_default_loop();
     handshake_and_frames(loop);

@@ -26,7 +26,7 @@
 --   ctx.logs             {level =, message =} per ctx:log
 -- Programmable, in the options:
 --   responder(type, id, msg, seconds) -> reply | nil, err   (for ref:ask;
---       default: nil, an "unavailable" error)
+--       default: nil, a "no_owner" error)
 --   teller(type, id, msg) -> true | nil, err                (default: true)
 --   now                   initial clock in seconds (default 1000)
 --   ask_timeout           ref:ask's timeout when none is given (default 5)
@@ -188,7 +188,7 @@ function Ctx:tells_to(entity_type, id)
 end
 
 local function unavailable()
-    return nil, errors.new("unavailable", "fake_ctx has no responder")
+    return nil, errors.new("no_owner", "fake_ctx has no responder")
 end
 
 function M.new(opts)
