@@ -10,8 +10,9 @@
 -- The accounting is exact: a tell answered 202 either reaches its entity
 -- (which counts what it got from each sender) or is counted once as
 -- dropped (forward_drops, route_expired); a refusal the loaders saw is
--- counted once as an overflow. A gap is allowed only on an id of the
--- paused owner, and only as far as the counted drops explain it.
+-- counted once as an overflow. A gap is allowed only as far as the tells
+-- that never arrived explain it, and those only as far as the drops that
+-- their owner (forward_drops) or a sender (route_expired) counted.
 
 local helpers = require "helpers.node"
 local logline = require "helpers.logline"
