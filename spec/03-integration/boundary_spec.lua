@@ -220,8 +220,11 @@ describe("a hot reload while an entity's init waits in an ask", function()
     end)
 
     it("migrates the entity before the new code handles it", function()
+        local asks = n:stats().asks_started
         assert.equal(202, (n:tell("Evolving", "e1", { type = "incr" })))
-        helpers.sleep(0.5) -- init is waiting in its ask now
+        helpers.wait_until(function() -- until init waits in its ask
+            return n:stats().asks_started > asks
+        end, 5, "init to ask")
         helpers.write_file(path, V2)
         helpers.wait_until(function()
             return n:log():find("reload", 1, true)
