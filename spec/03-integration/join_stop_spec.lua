@@ -64,6 +64,7 @@ describe("a node stopped during its join", function()
         -- moment n1 first lists n3 Up (n3 may not know it yet)
         local moments = { "up", 0.3, "up", 0.8, "up", 1.5, "owns", "up" }
         local caught_joining = 0
+        local n3_drops = 0
         for round, moment in ipairs(moments) do
             n3:launch()
             if moment == "up" or moment == "owns" then
@@ -82,7 +83,20 @@ describe("a node stopped during its join", function()
             end
             n3:signal(round % 2 == 0 and SIGINT or helpers.SIGTERM)
             local t0 = helpers.now()
-            assert.is_true(n3.proc:wait(20),
+            -- until it exits, n3's own drops: a stalled owner whose shard
+            -- mailbox is full drops tells forwarded to it, counted there
+            local seen = 0
+            while not n3.proc:poll() and helpers.now() - t0 < 20 do
+                local st, body = n3:http("GET", "/v1/stats", nil,
+                                         { max_time = 0.5 })
+                if st == 200 and type(body) == "table" then
+                    seen = body.forward_drops
+                    assert.are.equal(0, body.route_expired + body.handoff_drops)
+                end
+                helpers.sleep(0.02)
+            end
+            n3_drops = n3_drops + seen
+            assert.is_true(n3.proc:poll(),
                            format("round %d (%s): n3 did not exit:\n%s",
                                   round, tostring(moment), n3:log()))
             assert.are.equal(0, n3.proc.code,
@@ -115,16 +129,47 @@ describe("a node stopped during its join", function()
             end
         end
         assert.is_true(total > 100, total .. " tells accepted")
+        local lost, gaps = 0, 0
         for _, id in ipairs(ids) do
             local state = seqload.arrived(results, n1, id)
-            assert.are.equal(0, state.gaps, id .. " saw gaps")
+            if state.gaps ~= 0 or state.reorders ~= 0 or state.double ~= 0 then
+                -- what the nodes logged, for the diagnosis
+                print(id .. ": " .. helpers.json.encode(state) .. "\n"
+                      .. "owner: " .. helpers.json.encode(n1:owner("Seq", id)))
+                for _, n in ipairs(c.nodes) do
+                    for k = 1, n.runs do
+                        local log = helpers.read_file(format("%s/%s.%d.log",
+                            n.dir, n.name, k)) or ""
+                        for line in log:gmatch("[^\n]*WARN[^\n]*") do
+                            print(format("%s.%d: %s", n.name, k, line))
+                        end
+                    end
+                end
+            end
+            for sender, r in pairs(results) do
+                lost = lost + (r.last[id] or 0) - (state.got[sender] or 0)
+            end
+            gaps = gaps + state.gaps
             assert.are.equal(0, state.reorders, id .. " saw reorders")
             assert.are.equal(0, state.double, id .. " was active twice")
         end
+        -- the handoffs lose nothing (no tell expired or dropped on the
+        -- way); the one loss allowed is a tell dropped, and counted, by an
+        -- owner whose mailbox was full (G3, G5), and every lost tell is
+        -- one of those
+        local counted = n3_drops
         for _, n in ipairs({ n1, n2 }) do
             local st = n:stats()
             assert.are.equal(0, st.route_expired, n.name .. " expired tells")
             assert.are.equal(0, st.handoff_drops, n.name .. " dropped tells")
+            counted = counted + st.forward_drops
+        end
+        assert.are.equal(counted, lost, format("%d tells lost, %d counted "
+                                               .. "as dropped", lost, counted))
+        assert.is_true(gaps <= lost, gaps .. " gaps, " .. lost .. " lost")
+        if lost > 0 then
+            print(format("join_stop: %d tells dropped by a full mailbox, "
+                         .. "all counted", lost))
         end
         -- the window this is about: at least once n3 was stopped while it
         -- still saw itself Joining (printed, not asserted: it is a race)
