@@ -73,14 +73,7 @@ describe("handoff", function()
         return total
     end
 
-    local function owned(n, name)
-        local a = n:allocations("Seq")
-        local k = 0
-        for _, s in ipairs(a.shards) do
-            if s.owner == name then k = k + 1 end
-        end
-        return k, a
-    end
+    local owned = seqload.owned
 
     local function stats(n)
         return n:stats()
@@ -142,17 +135,8 @@ describe("handoff", function()
     end
 
     setup(function()
-        c = helpers.cluster({
-            size = 4,
-            entities = {
-                Seq = { module = "seqcheck", shard_count = SHARDS,
-                        idle_timeout = 600 },
-            },
-            settings = { handoff_timeout = 2, rebalance_interval = 0.5 },
-        })
-        seqload.use(c)
-        c:start({ "n1", "n2" })
-        c:wait_converged({ "n1", "n2" })
+        c = seqload.cluster(4, SHARDS, { handoff_timeout = 2,
+                                         rebalance_interval = 0.5 })
     end)
 
     teardown(function()

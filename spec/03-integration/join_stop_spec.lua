@@ -24,14 +24,7 @@ local function status_of(n, name)
     return m and m.status or nil
 end
 
--- Shards of type Seq that n1's plan gives to `name`.
-local function owned(n1, name)
-    local k = 0
-    for _, s in ipairs(n1:allocations("Seq").shards) do
-        if s.owner == name then k = k + 1 end
-    end
-    return k
-end
+local owned = seqload.owned
 
 describe("a node stopped during its join", function()
     local c
@@ -39,17 +32,8 @@ describe("a node stopped during its join", function()
     for i = 1, 40 do ids[i] = "j" .. i end
 
     setup(function()
-        c = helpers.cluster({
-            size = 3,
-            entities = {
-                Seq = { module = "seqcheck", shard_count = SHARDS,
-                        idle_timeout = 600 },
-            },
-            settings = { handoff_timeout = 3, rebalance_interval = 0.2 },
-        })
-        seqload.use(c)
-        c:start({ "n1", "n2" })
-        c:wait_converged({ "n1", "n2" })
+        c = seqload.cluster(3, SHARDS, { handoff_timeout = 3,
+                                         rebalance_interval = 0.2 })
     end)
 
     teardown(function()

@@ -50,6 +50,35 @@ function M.finish(run)
     return results
 end
 
+-- A cluster of `size` nodes running Seq (`shards` shards, idle_timeout
+-- 600) with `settings`, whose Seq state lives in its dir (use), with n1
+-- and n2 started and converged. Returns it.
+function M.cluster(size, shards, settings)
+    local c = helpers.cluster({
+        size = size,
+        entities = {
+            Seq = { module = "seqcheck", shard_count = shards,
+                    idle_timeout = 600 },
+        },
+        settings = settings,
+    })
+    M.use(c)
+    c:start({ "n1", "n2" })
+    c:wait_converged({ "n1", "n2" })
+    return c
+end
+
+-- The number of Seq shards that node n's plan gives to member `name`, and
+-- the plan.
+function M.owned(n, name)
+    local a = n:allocations("Seq")
+    local k = 0
+    for _, s in ipairs(a.shards) do
+        if s.owner == name then k = k + 1 end
+    end
+    return k, a
+end
+
 -- Waits until Seq entity `id`, asked through node `via`, holds every
 -- number each sender of `results` (from finish) had accepted for it;
 -- returns its state (raises after `timeout` seconds, 15).
