@@ -96,6 +96,14 @@ size_t ms_log_field_s(char *buf, size_t cap, size_t at, const char *key,
 size_t ms_log_field_u(char *buf, size_t cap, size_t at, const char *key,
                       unsigned long long value);
 
+/* 1 when a count of repeated events has reached 1, 2, 4, 8, ...: an event
+ * that a peer or a client can repeat at will is logged only then (with
+ * the count), so it can make the node count but not write a line each. */
+static inline int ms_log_due(unsigned long long n)
+{
+    return n && !(n & (n - 1));
+}
+
 /*
  * Logs one line. `fields` is NULL or text built with ms_log_field*; text
  * made otherwise that does not follow the grammar is written whole as one

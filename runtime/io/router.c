@@ -771,7 +771,7 @@ static void deliver_request(struct ms_router *r, uint64_t uid, int type,
              * the first ones, then every power of two (a full mailbox
              * refuses a burst at once) */
             uint64_t n = ++r->st.forward_drops;
-            if ((n & (n - 1)) == 0)
+            if (ms_log_due(n))
                 ms_log(MS_LOG_WARN, NULL, "a tell for %s from another node "
                        "was dropped: %s (%llu so far, counted in "
                        "forward_drops)", tname(r, type), ms_strerror(rc),
@@ -844,7 +844,7 @@ static int payload_ok(struct ms_router *r, uint64_t uid,
                                 f->kind == MS_FRAME_REPLY_ERROR)))
         return 1;
     uint64_t n = ++r->st.bad_payloads;
-    if ((n & (n - 1)) == 0)
+    if (ms_log_due(n))
         ms_log(MS_LOG_WARN, NULL, "a %s from %016llx carries a payload that "
                "is not strict JSON (%s at byte %zu; %llu so far, counted in "
                "bad_payloads); refused", ms_frame_kind_name(f->kind),
@@ -1238,7 +1238,7 @@ static void stray_answer(struct ms_router *r, uint64_t uid,
                          const struct ms_frame *f)
 {
     uint64_t n = ++r->st.stray_answers;
-    if ((n & (n - 1)) == 0)
+    if (ms_log_due(n))
         ms_log(MS_LOG_WARN, NULL, "a %s from %016llx answers no ask sent "
                "there (%llu so far, counted in stray_answers); dropped",
                ms_frame_kind_name(f->kind), (unsigned long long)uid,

@@ -223,11 +223,6 @@ static void on_handle_closed(uv_handle_t *h)
     }
 }
 
-static int power_of_two(uint64_t n)
-{
-    return n && !(n & (n - 1));
-}
-
 /*
  * Counts a connection whose handshake failed (once per connection) and
  * logs why when the count reaches a power of two: a stranger can make
@@ -243,7 +238,7 @@ static void note_failure(struct conn *c, const char *why)
     char f[200];
     if (c->outbound) {
         uint64_t n = ++t->dial_failures;
-        if (!power_of_two(n))
+        if (!ms_log_due(n))
             return;
         ms_log_field_s(f, sizeof f, 0, "peer", c->address);
         ms_log(MS_LOG_WARN, f, "handshake with a dialed node failed: %s "
@@ -252,7 +247,7 @@ static void note_failure(struct conn *c, const char *why)
         return;
     }
     uint64_t n = ++t->st.handshake_failures;
-    if (!power_of_two(n))
+    if (!ms_log_due(n))
         return;
     ms_log_field_s(f, sizeof f, 0, "source", c->source);
     ms_log(MS_LOG_WARN, f, "unauthenticated connection closed: %s (%llu "

@@ -800,7 +800,7 @@ static int part_fail(struct ms_bridge *b, int type, const char *id,
                      size_t idlen, const char *fmt, const char *what)
 {
     uint64_t n = ++b->part_fails[type];
-    if ((n & (n - 1)) == 0) {
+    if (ms_log_due(n)) {
         char why[400]; /* fmt's words and `what` (< 300 bytes) */
         snprintf(why, sizeof why, fmt, what);
         ms_log(MS_LOG_ERROR, NULL, "the partitioner of %s failed for id "
