@@ -274,12 +274,12 @@ static int read_response(struct ms_httpc *c, struct ms_httpc_parser *ps,
             snprintf(err, errlen, "out of memory");
             return rc;
         }
-        if (rc < 0) {
+        if (rc < 0 && n > 0) {
             snprintf(err, errlen, "bad response from %s: %s", c->node,
                      ms_httpc_parser_error(ps));
             return rc;
         }
-        if (n == 0) {
+        if (n == 0) { /* the stream ended before the response did */
             if (send_errno) {
                 snprintf(err, errlen, "sending to %s: %s", c->node,
                          strerror(send_errno));
