@@ -19,7 +19,9 @@
 
 #define MS_HTTPC_BODY_MAX (64 * 1024 * 1024)
 
-/* Results (0 or negative). A message for people goes into `err`. */
+/* Results (0 or negative). A message for people goes into `err`. Codes
+ * of its own rather than MS_E*: the client links no core (the CLI and the
+ * benches only tell these cases apart, and print `err`). */
 enum {
     MS_HTTPC_OK = 0,
     MS_HTTPC_EADDR = -1,    /* not HOST:PORT */
