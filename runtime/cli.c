@@ -1,21 +1,16 @@
 /*
- * cli.c -- `moonshard tell|ask|stop|status`: a small blocking HTTP/1.1
- * client of a node's gateway. One request per connection
- * (`Connection: close`); the response is parsed with http-parser.
+ * cli.c -- `moonshard tell|ask|stop|status|members|leave|down`: commands
+ * over a node's gateway, one request per connection (`Connection:
+ * close`), sent with the shared client (runtime/client/httpc.h).
  */
 #include "cli.h"
 
-#include <errno.h>
-#include <http_parser.h>
 #include <limits.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
+#include "client/httpc.h"
 #include "lua/bridge.h"
 #include "moonshard.h"
 
@@ -24,7 +19,6 @@
 #define MAX_TIMEOUT_S 300.0         /* the gateway's upper bound */
 #define GRACE_S 5.0                 /* receive timeout = ask timeout + this */
 #define SEND_TIMEOUT_S 10           /* connect and send */
-#define BODY_MAX (64 * 1024 * 1024) /* a response body we are willing to hold */
 
 static const char *const usages[] = {
     "tell [--node HOST:PORT] TYPE ID JSON",
@@ -34,14 +28,6 @@ static const char *const usages[] = {
     "members [--node HOST:PORT]",
     "leave [--node HOST:PORT] [--token TOKEN]",
     "down [--node HOST:PORT] [--token TOKEN] [--force] ADDRESS",
-};
-
-/* What the parser collected of the response. */
-struct resp {
-    char *body;
-    size_t len, cap;
-    int done;
-    int too_big;
 };
 
 static int usage(FILE *f, const char *cmd, int code)
@@ -93,234 +79,53 @@ static char *pct_encode(const char *s)
     return out;
 }
 
-/* Splits "host:port" or "[v6]:port" into its parts. Returns 0 or -1. */
-static int split_node(const char *node, char *host, size_t hostlen,
-                      char *port, size_t portlen)
-{
-    const char *h = node, *p, *end;
-
-    if (node[0] == '[') {
-        h = node + 1;
-        end = strchr(h, ']');
-        if (end == NULL || end[1] != ':')
-            return -1;
-        p = end + 2;
-    } else {
-        end = strrchr(node, ':');
-        if (end == NULL)
-            return -1;
-        p = end + 1;
-    }
-    if (end == h || (size_t)(end - h) >= hostlen || *p == '\0' ||
-        strlen(p) >= portlen || strspn(p, "0123456789") != strlen(p))
-        return -1;
-    memcpy(host, h, (size_t)(end - h));
-    host[end - h] = '\0';
-    strcpy(port, p);
-    return 0;
-}
-
-/* Connects to host:port. Returns the socket, or -1 with a reason in
- * `why` (either an errno text or a resolver text). */
-static int dial(const char *host, const char *port, char *why, size_t wlen)
-{
-    struct addrinfo hints, *res, *ai;
-    struct timeval tv = {SEND_TIMEOUT_S, 0};
-    int fd = -1, rc, e = ECONNREFUSED;
-
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    rc = getaddrinfo(host, port, &hints, &res);
-    if (rc != 0) {
-        snprintf(why, wlen, "%s", gai_strerror(rc));
-        return -1;
-    }
-    for (ai = res; ai != NULL; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
-                    ai->ai_protocol);
-        if (fd < 0) {
-            e = errno;
-            continue;
-        }
-        /* On Linux SO_SNDTIMEO also bounds connect(). */
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-            break;
-        e = errno == EINPROGRESS ? ETIMEDOUT : errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd < 0)
-        snprintf(why, wlen, "%s", strerror(e));
-    return fd;
-}
-
-static int send_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static int on_body(http_parser *p, const char *at, size_t len)
-{
-    struct resp *r = p->data;
-
-    if (len > BODY_MAX - r->len) {
-        r->too_big = 1;
-        return -1;
-    }
-    if (len > r->cap - r->len) {
-        size_t cap = r->cap ? r->cap * 2 : 4096;
-        char *b;
-
-        if (cap < r->len + len)
-            cap = r->len + len;
-        if (cap > BODY_MAX)
-            cap = BODY_MAX;
-        b = realloc(r->body, cap);
-        if (b == NULL) {
-            r->too_big = 1;
-            return -1;
-        }
-        r->body = b;
-        r->cap = cap;
-    }
-    memcpy(r->body + r->len, at, len);
-    r->len += len;
-    return 0;
-}
-
-static int on_message_complete(http_parser *p)
-{
-    struct resp *r = p->data;
-
-    r->done = 1;
-    return 0;
-}
+/* Headers every request of the CLI carries besides Host. */
+#define CLI_HEADERS "User-Agent: moonshard/" MS_VERSION "\r\n"
+#define CLI_JSON_HEADERS CLI_HEADERS "Accept: application/json\r\n"
 
 /*
- * Sends `req` to `node` and collects the response: its status in *status
- * and its body in *body (NUL-terminated, caller frees) and *blen. Returns
- * 0, or 2 (said on stderr) when the node cannot be reached or gives no
- * valid response in time.
+ * Sends one request to `node` (runtime/client/httpc.h: Connection: close,
+ * connect and send bounded by SEND_TIMEOUT_S) and collects the response:
+ * its status in *status and its body in *body (NUL-terminated, caller
+ * frees) and *blen. Returns 0, or 2 (said on stderr) when the node cannot
+ * be reached or gives no valid response within recv_timeout_s.
  */
-static int fetch(const char *node, const char *req, size_t reqlen,
-                 double recv_timeout_s, int *status, char **body,
+static int fetch(const char *node, const char *method, const char *path,
+                 const char *headers, const char *body,
+                 double recv_timeout_s, int *status, char **out,
                  size_t *blen)
 {
-    http_parser_settings settings;
-    http_parser parser;
-    struct resp r;
-    struct timeval tv;
-    char host[256], port[16], why[256], buf[16384];
-    int fd, code = 2, send_errno = 0;
-
-    if (split_node(node, host, sizeof host, port, sizeof port) != 0) {
-        fprintf(stderr, "error: bad node address '%s' (want HOST:PORT)\n",
-                node);
+    struct ms_httpc_resp r;
+    char why[512];
+    int rc = ms_httpc_fetch(node, method, path, headers, body,
+                            body ? strlen(body) : 0, SEND_TIMEOUT_S,
+                            recv_timeout_s, &r, why, sizeof why);
+    if (rc < 0) {
+        fprintf(stderr, "error: %s\n", why);
         return 2;
     }
-    fd = dial(host, port, why, sizeof why);
-    if (fd < 0) {
-        fprintf(stderr, "error: cannot connect to %s: %s\n", node, why);
-        return 2;
-    }
-    tv.tv_sec = (time_t)recv_timeout_s;
-    tv.tv_usec = (suseconds_t)((recv_timeout_s - (double)tv.tv_sec) * 1e6);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-
-    /* A node that refuses the request (413) may close before reading it
-     * all; its answer can still be waiting, so read even after a failed
-     * send. */
-    if (send_all(fd, req, reqlen) != 0)
-        send_errno = errno;
-
-    memset(&r, 0, sizeof r);
-    http_parser_settings_init(&settings);
-    settings.on_body = on_body;
-    settings.on_message_complete = on_message_complete;
-    http_parser_init(&parser, HTTP_RESPONSE);
-    parser.data = &r;
-    for (;;) {
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                fprintf(stderr, "error: no response from %s within %g s\n",
-                        node, recv_timeout_s);
-            else
-                fprintf(stderr, "error: reading from %s: %s\n", node,
-                        strerror(send_errno ? send_errno : errno));
-            goto out;
-        }
-        /* n == 0 tells the parser about EOF (bodies read until close) */
-        http_parser_execute(&parser, &settings, buf, (size_t)n);
-        if (r.done)
-            break;
-        if (r.too_big) {
-            fprintf(stderr, "error: response from %s is larger than %d "
-                    "bytes\n", node, BODY_MAX);
-            goto out;
-        }
-        if (HTTP_PARSER_ERRNO(&parser) != HPE_OK) {
-            fprintf(stderr, "error: bad response from %s: %s\n", node,
-                    http_errno_description(HTTP_PARSER_ERRNO(&parser)));
-            goto out;
-        }
-        if (n == 0) {
-            if (send_errno)
-                fprintf(stderr, "error: sending to %s: %s\n", node,
-                        strerror(send_errno));
-            else
-                fprintf(stderr, "error: %s closed the connection before "
-                        "the response ended\n", node);
-            goto out;
-        }
-    }
-
-    if (!on_body(&parser, "", 1)) { /* room for the NUL */
-        *status = (int)parser.status_code;
-        *body = r.body;
-        *blen = r.len - 1;
-        (*body)[*blen] = '\0';
-        r.body = NULL;
-        code = 0;
-    } else {
-        fprintf(stderr, "error: out of memory\n");
-    }
-out:
-    free(r.body);
-    close(fd);
-    return code;
+    *status = r.status;
+    *out = r.body;
+    *blen = r.len;
+    return 0;
 }
 
 /*
- * Sends `req` to `node` and prints the outcome. Returns the exit code:
- * 0 for a 2xx answer (body on stdout), 1 for another status (on stderr),
- * 2 when the node cannot be reached or gives no valid response in time.
+ * Sends a request to `node` (as fetch()) and prints the outcome. Returns
+ * the exit code: 0 for a 2xx answer (body on stdout), 1 for another
+ * status (on stderr), 2 when the node cannot be reached or gives no valid
+ * response in time.
  */
-static int exchange(const char *node, const char *req, size_t reqlen,
+static int exchange(const char *node, const char *method, const char *path,
+                    const char *headers, const char *reqbody,
                     double recv_timeout_s)
 {
     char *body = NULL;
     size_t len = 0;
     int status = 0, code;
 
-    code = fetch(node, req, reqlen, recv_timeout_s, &status, &body, &len);
+    code = fetch(node, method, path, headers, reqbody, recv_timeout_s,
+                 &status, &body, &len);
     if (code != 0)
         return code;
     if (status >= 200 && status < 300) {
@@ -339,24 +144,10 @@ static int exchange(const char *node, const char *req, size_t reqlen,
  * Returns 0, 1 (error status) or 2 as exchange() does. */
 static int get(const char *node, const char *path, char **body)
 {
-    char *req = NULL;
     size_t len = 0;
     int status = 0;
-    int n = asprintf(&req,
-                     "GET %s HTTP/1.1\r\n"
-                     "Host: %s\r\n"
-                     "User-Agent: moonshard/" MS_VERSION "\r\n"
-                     "Accept: application/json\r\n"
-                     "Connection: close\r\n"
-                     "\r\n",
-                     path, node);
-    if (n < 0) {
-        fprintf(stderr, "error: out of memory\n");
-        return 2;
-    }
-    int code = fetch(node, req, (size_t)n, DEFAULT_TIMEOUT_S + GRACE_S,
-                     &status, body, &len);
-    free(req);
+    int code = fetch(node, "GET", path, CLI_JSON_HEADERS, NULL,
+                     DEFAULT_TIMEOUT_S + GRACE_S, &status, body, &len);
     if (code == 0 && (status < 200 || status >= 300)) {
         fprintf(stderr, "error: %d %s\n", status, *body);
         free(*body);
@@ -452,25 +243,15 @@ static int admin(int argc, char **argv, const char *node)
     if (down)
         snprintf(body, sizeof body, "{\"address\":\"%.200s\"%s}", address,
                  force ? ",\"force\":true" : "");
-    char *req = NULL;
-    size_t bodylen = strlen(body);
-    int n = asprintf(&req,
-                     "POST /v1/%s HTTP/1.1\r\n"
-                     "Host: %s\r\n"
-                     "User-Agent: moonshard/" MS_VERSION "\r\n"
-                     "X-Moonshard-Token: %s\r\n"
-                     "Content-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n"
-                     "Connection: close\r\n"
-                     "\r\n"
-                     "%s",
-                     down ? "down" : "leave", node, token, bodylen, body);
-    if (n < 0) {
+    char *headers = NULL;
+    if (asprintf(&headers, CLI_HEADERS "X-Moonshard-Token: %s\r\n",
+                 token) < 0) {
         fprintf(stderr, "error: out of memory\n");
         return 2;
     }
-    int code = exchange(node, req, (size_t)n, DEFAULT_TIMEOUT_S + GRACE_S);
-    free(req);
+    int code = exchange(node, "POST", down ? "/v1/down" : "/v1/leave",
+                        headers, body, DEFAULT_TIMEOUT_S + GRACE_S);
+    free(headers);
     return code;
 }
 
@@ -482,8 +263,7 @@ int ms_cli_main(int argc, char **argv)
     double timeout_s = DEFAULT_TIMEOUT_S;
     int want, is_ask = 0, npos = 0, opts_done = 0, i, n, code;
     int is_status = cmd != NULL && strcmp(cmd, "status") == 0, json = 0;
-    char *type = NULL, *id = NULL, *req = NULL, query[48] = "";
-    size_t bodylen;
+    char *type = NULL, *id = NULL, *path = NULL, query[48] = "";
 
     if (cmd == NULL)
         return usage(stderr, NULL, 2);
@@ -549,21 +329,9 @@ int ms_cli_main(int argc, char **argv)
     if (is_status && !json)
         return status_text(node);
     if (want == 0) {
-        n = asprintf(&req,
-                     "GET /v1/%s HTTP/1.1\r\n"
-                     "Host: %s\r\n"
-                     "User-Agent: moonshard/" MS_VERSION "\r\n"
-                     "Accept: application/json\r\n"
-                     "Connection: close\r\n"
-                     "\r\n",
-                     cmd[0] == 'm' ? "members" : "stats", node);
-        if (n < 0) {
-            fprintf(stderr, "error: out of memory\n");
-            return 2;
-        }
-        code = exchange(node, req, (size_t)n, DEFAULT_TIMEOUT_S + GRACE_S);
-        free(req);
-        return code;
+        return exchange(node, "GET",
+                        cmd[0] == 'm' ? "/v1/members" : "/v1/stats",
+                        CLI_JSON_HEADERS, NULL, DEFAULT_TIMEOUT_S + GRACE_S);
     }
 
     type = pct_encode(pos[0]);
@@ -571,29 +339,19 @@ int ms_cli_main(int argc, char **argv)
     action = want == 2 ? "stop" : is_ask ? "ask" : "tell";
     if (is_ask)
         snprintf(query, sizeof query, "?timeout=%.6g", timeout_s);
-    bodylen = want == 3 ? strlen(pos[2]) : 0;
     n = -1;
     if (type != NULL && id != NULL)
-        n = asprintf(&req,
-                     "POST /v1/entities/%s/%s/%s%s HTTP/1.1\r\n"
-                     "Host: %s\r\n"
-                     "User-Agent: moonshard/" MS_VERSION "\r\n"
-                     "Accept: application/json\r\n"
-                     "Content-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n"
-                     "Connection: close\r\n"
-                     "\r\n"
-                     "%s",
-                     type, id, action, query, node, bodylen,
-                     want == 3 ? pos[2] : "");
+        n = asprintf(&path, "/v1/entities/%s/%s/%s%s", type, id, action,
+                     query);
     free(type);
     free(id);
     if (n < 0) {
         fprintf(stderr, "error: out of memory\n");
         return 2;
     }
-    code = exchange(node, req, (size_t)n,
+    code = exchange(node, "POST", path, CLI_JSON_HEADERS,
+                    want == 3 ? pos[2] : "",
                     (is_ask ? timeout_s : DEFAULT_TIMEOUT_S) + GRACE_S);
-    free(req);
+    free(path);
     return code;
 }

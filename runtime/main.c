@@ -1,6 +1,6 @@
 /*
  * main.c -- the moonshard command: run, node, tell/ask/stop/status, shard,
- * secret, bench.
+ * secret. The benchmarks are another executable, moonshard-bench (bench/).
  */
 #include <errno.h>
 #include <limits.h>
@@ -12,7 +12,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench.h"
 #include "cli.h"
 #include "core/log.h"
 #include "io/logsink.h"
@@ -43,12 +42,6 @@ static void usage(FILE *f)
         "  secret                         print a fresh random cluster secret\n"
         "  shard --count N ID...          print each id's shard (FNV-1a)\n"
         "  shard --config F --type T ID...  with the type's own partitioner\n"
-        "  bench local [--ids N] [--messages N]\n"
-        "                                 measure one node\n"
-        "  bench cluster [--seconds S] [--ids N]\n"
-        "                                 2 nodes vs redis-benchmark INCR\n"
-        "  bench handoff [--entities N] [--shards S] [--callers C]\n"
-        "                                 shards moving from 2 nodes to 3\n"
         "  version\n");
 }
 
@@ -488,8 +481,13 @@ int main(int argc, char **argv)
         return cmd_shard(argc - 2, argv + 2);
     if (strcmp(cmd, "secret") == 0)
         return cmd_secret(argc - 2, argv + 2);
-    if (strcmp(cmd, "bench") == 0)
-        return ms_bench_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "bench") == 0) {
+        /* the benches left the product: say where they went */
+        fprintf(stderr, "moonshard: the benchmarks are a separate program "
+                "now: moonshard-bench %s (built beside moonshard, not "
+                "installed)\n", argc > 2 ? argv[2] : "local|cluster|handoff");
+        return 2;
+    }
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("moonshard %s\n", MS_VERSION);
         return 0;

@@ -71,7 +71,8 @@ describe("install", function()
         must({ "mkdir", src })
         must({ "cp", "-R", helpers.home .. "/CMakeLists.txt",
                helpers.home .. "/runtime", helpers.home .. "/lua",
-               helpers.home .. "/entities", helpers.home .. "/spec", src })
+               helpers.home .. "/entities", helpers.home .. "/spec",
+               helpers.home .. "/bench", src })
         -- Release with -Werror: the default flags of a standard build type
         -- build clean. Only the binary is built (the install and the
         -- package need nothing else).

@@ -1,7 +1,8 @@
 /*
- * bench.c -- `moonshard bench local`: one node in this process, counter
- * entities, no HTTP. Every figure is printed next to a baseline measured
- * in the same run.
+ * local.c -- `moonshard-bench local`: one node in this process (the node
+ * library, through the public ms_node API), counter entities, no HTTP.
+ * Every figure is printed next to a baseline measured in the same run:
+ * the floor, bench/floor.lua in a Lua VM of its own.
  */
 #include "bench.h"
 
@@ -14,6 +15,9 @@
 #include "moonshard.h"
 
 #define ROUNDS 5
+
+/* bench/floor.lua, found through LUA_PATH (main.c puts bench/ first) */
+#define FLOOR_MODULE "floor"
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -138,20 +142,9 @@ static int write_config(char *dir, char *path, size_t len, long ids)
     return 0;
 }
 
-int ms_bench_main(int argc, char **argv)
+int ms_bench_local_main(int argc, char **argv)
 {
     long nids = 100000, messages = 1000000, nasks = 500000;
-    if (argc >= 1 && strcmp(argv[0], "cluster") == 0)
-        return ms_bench_cluster_main(argc, argv);
-    if (argc >= 1 && strcmp(argv[0], "handoff") == 0)
-        return ms_bench_handoff_main(argc, argv);
-    if (argc < 1 || strcmp(argv[0], "local") != 0) {
-        fprintf(stderr, "usage: moonshard bench local [--ids N] "
-                "[--messages N]\n       moonshard bench cluster "
-                "[--seconds S] [--ids N]\n       moonshard bench handoff "
-                "[--entities N] [--shards S] [--callers C]\n");
-        return 2;
-    }
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--ids") == 0 && i + 1 < argc)
             nids = atol(argv[++i]);
@@ -214,7 +207,7 @@ int ms_bench_main(int argc, char **argv)
      * are reported */
     double floors[ROUNDS], tells[ROUNDS], ratios[ROUNDS];
     for (int r = 0; r < ROUNDS; r++) {
-        rc = ms_lua_run_isolated(ms_node_home(b.node), "moonshard.bench",
+        rc = ms_lua_run_isolated(ms_node_home(b.node), FLOOR_MODULE,
                                  "floor", arg, &out, err, sizeof err);
         if (rc < 0) {
             fprintf(stderr, "moonshard bench: floor failed: %s\n", err);

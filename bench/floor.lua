@@ -1,4 +1,4 @@
--- moonshard.bench: the bare floor the local bench compares against: a
+-- floor: the bare floor `moonshard-bench local` compares against: a
 -- LuaJIT loop that decodes the same JSON payload and calls the same
 -- behavior's receive on a state found by id, with no runtime around it.
 -- The host runs it in a fresh Lua VM of its own.

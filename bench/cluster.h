@@ -1,17 +1,18 @@
 /*
- * bench_cluster.h -- internal to bench_cluster.c and bench_handoff.c, the
- * benches that run node processes on 127.0.0.1: the child processes and
- * temporary files, setup requests, the measured libuv client and the
- * cluster config they share. Defined in bench_cluster.c; not an API.
+ * cluster.h -- internal to the benches that run node processes on
+ * 127.0.0.1 (cluster.c, handoff.c): the child processes and temporary
+ * files, setup requests and the cluster config (supervisor.c), the
+ * measured libuv client (load.c) and the Redis baseline (redis.c). Not an
+ * API.
  */
 #ifndef MS_BENCH_CLUSTER_H
 #define MS_BENCH_CLUSTER_H
 
-#include <http_parser.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #define NODE_WAIT_S 30     /* nodes Up and converged */
@@ -22,6 +23,34 @@
 /* ---- children and temporary files, cleaned up on every way out ------- */
 
 enum { CH_N1, CH_N2, CH_N3, CH_REDIS, CH_RBENCH, CH_COUNT };
+
+/* The temporary files, in one folder made by ms__bench_cluster_init(). */
+enum { F_CONFIG, F_LOG1, F_LOG2, F_LOG3, F_REDIS_LOG, F_COUNT };
+
+/* The path of temporary file `f` (F_*). */
+const char *ms__bench_file(int f);
+
+/*
+ * Starts argv[0] (looked up in PATH when `search`) with stdin from
+ * /dev/null, stdout to `out_fd` (or the file `log`) and stderr to the
+ * file `log` (or /dev/null). Returns the pid, or -1 with errno set.
+ */
+pid_t ms__bench_spawn(char *const argv[], int search, int out_fd,
+                      const char *log);
+
+/* Records `pid` as the child in `slot` (CH_*), stopped on every way out;
+ * pid 0 forgets it (the caller reaped it). */
+void ms__bench_track(int slot, pid_t pid);
+
+/* Stops the children of the given slots: SIGTERM to all, then SIGKILL to
+ * whichever is still there after a few seconds; reaps them all. */
+void ms__bench_stop_children(const int *which, int n);
+
+/* Prints the last lines of a log file to stderr. */
+void ms__bench_show_log_tail(const char *what, const char *path);
+
+/* Whether an executable `name` is on PATH. */
+int ms__bench_on_path(const char *name);
 
 /* Stops every child (SIGTERM, then SIGKILL) and removes the temporary
  * files and folder. */
@@ -35,10 +64,11 @@ double ms__bench_now_s(void);
 /* ---- setup requests: blocking, one per connection --------------------- */
 
 /*
- * Sends one request to the gateway on 127.0.0.1:port, with the admin
- * token `token` in X-Moonshard-Token unless it is NULL, and waits for the
- * response. Returns the HTTP status (the body, NUL-terminated, in *out,
- * to free) or -1.
+ * Sends one request to the gateway on 127.0.0.1:port (the shared client,
+ * runtime/client/httpc.h, 10 s to connect and 10 s for the answer), with
+ * the admin token `token` in X-Moonshard-Token unless it is NULL; `body`
+ * NULL sends none. Returns the HTTP status (the body, NUL-terminated, in
+ * *out, to free) or -1 (*out NULL).
  */
 int ms__bench_http_call_as(int port, const char *token, const char *method,
                            const char *path, const char *body, char **out);
@@ -99,12 +129,6 @@ struct phase {
     struct caller *callers;
 };
 
-/* The parser settings of the measured client's connections; set
- * on_message_complete to ms__bench_async_on_complete before a phase. */
-extern http_parser_settings ms__bench_async_settings;
-
-int ms__bench_async_on_complete(http_parser *p);
-
 /*
  * One measured phase: `ncallers` keep-alive connections to the gateway,
  * each sending the next request as soon as the previous one is answered,
@@ -122,13 +146,39 @@ int ms__bench_cmp_u64(const void *a, const void *b);
 /* Nearest-rank percentile q (0..1) of n sorted values, in ms. */
 double ms__bench_pct_ms(const uint64_t *v, size_t n, double q);
 
+/* Appends a latency to ph->lat (dropped when out of memory). */
+void ms__bench_push_latency(struct phase *ph, uint64_t ns);
+
+/* What a phase measured. */
+struct figures {
+    double rate;                /* per second */
+    double p50, p99;            /* ms */
+    long done, failed;
+};
+
+/* Fills f from ph (sorts and frees ph->lat). */
+void ms__bench_phase_figures(struct phase *ph, struct figures *f);
+
+/* ---- the Redis baseline (redis.c) -------------------------------------- */
+
+/*
+ * Starts redis-server on 127.0.0.1:port and measures INCR with
+ * redis-benchmark, 1 and `clients` connections, about `seconds` each:
+ * rates and latencies in *r1 and *rn (rn->p99 < 0: redis-benchmark gave
+ * none for it), where the latency of r1 came from in *lat_src. Stops
+ * redis-server before it returns. Returns 0, 1 when redis-server and
+ * redis-benchmark are not both on PATH, or -1 on an error (said).
+ */
+int ms__bench_redis(int port, int clients, double seconds, struct figures *r1,
+                    struct figures *rn, const char **lat_src);
+
 /* ---- the cluster ------------------------------------------------------ */
 
 struct cluster {
     int nnodes;                 /* n1..nK in the config */
     int listen[MAX_NODES], http[MAX_NODES];
     char token[33];             /* the admin token (X-Moonshard-Token) */
-    char exe[PATH_MAX];
+    char exe[PATH_MAX];         /* the moonshard binary the nodes run */
 };
 
 /*
@@ -160,9 +210,18 @@ void ms__bench_free_reqs(struct reqs *r);
 
 /*
  * Fills cl for `nnodes` nodes on free ports (one more free port in
- * *spare), installs the signal handlers and makes the temporary folder
- * with the names of its files. Returns 0 or -1 (said).
+ * *spare) and the moonshard binary to run (ms__bench_node_binary),
+ * installs the signal handlers and makes the temporary folder with the
+ * names of its files. Returns 0 or -1 (said).
  */
 int ms__bench_cluster_init(struct cluster *cl, int nnodes, int *spare);
+
+/*
+ * The moonshard binary the benches start nodes from: $MOONSHARD_BIN when
+ * set and not empty, else `moonshard` in the folder of this executable.
+ * Copies it into buf; returns 0, or -1 (said on stderr) when it is not an
+ * executable file.
+ */
+int ms__bench_node_binary(char *buf, size_t len);
 
 #endif

@@ -1,9 +1,9 @@
 /*
- * bench_handoff.c -- `moonshard bench handoff [--entities N] [--shards S]
+ * handoff.c -- `moonshard-bench handoff [--entities N] [--shards S]
  * [--callers C]`: how fast shards move through handoff when a third node
  * joins and leaves, without load and under a steady ask load, and what a
  * move costs the load. It runs its nodes and client with the helpers of
- * bench_cluster.c (bench_cluster.h).
+ * supervisor.c and load.c (cluster.h).
  *
  * n1 and n2 own the shards of Counter and N active entities; n3 is in the
  * config but not started. Then n3 joins (no load), n3 leaves (no load),
@@ -16,7 +16,7 @@
  * during the steady load, so that every window pays the same polling.
  */
 #include "bench.h"
-#include "bench_cluster.h"
+#include "cluster.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -414,7 +414,6 @@ static int bench_handoff(struct cluster *cl, const struct handoff_args *a,
     }
     fprintf(stderr, "moonshard bench handoff: activating %ld entities ...\n",
             a->entities);
-    ms__bench_async_settings.on_message_complete = ms__bench_async_on_complete;
     struct snap act_snap;
     double act_s = activate_all(cl, act, a->entities, a->callers, &act_snap);
     long long alloc = allocated_shards(cl);
@@ -528,13 +527,13 @@ static int bench_handoff(struct cluster *cl, const struct handoff_args *a,
 
 static int handoff_usage(void)
 {
-    fprintf(stderr, "usage: moonshard bench handoff [--entities N] "
+    fprintf(stderr, "usage: moonshard-bench handoff [--entities N] "
             "[--shards S] [--callers C]\n");
     return 2;
 }
 
 /*
- * `moonshard bench handoff [--entities N] [--shards S] [--callers C]`;
+ * `moonshard-bench handoff [--entities N] [--shards S] [--callers C]`;
  * argv[0] is "handoff". Measures shard moves when n3 joins and leaves a
  * cluster of n1 and n2, without load and under load, and prints them.
  * Returns the exit code: 0, or 1 when a step or check failed.

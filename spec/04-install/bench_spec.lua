@@ -1,0 +1,145 @@
+-- spec/04-install/bench_spec.lua: the benchmarks out of the product
+-- (issue 10, point 5). `moonshard-bench` is built beside `moonshard`
+-- (bench/), runs the benches and prints their figures; an install of the
+-- same build (cmake --install into a temporary prefix) holds no
+-- moonshard-bench, its `moonshard` no bench symbols, and `moonshard
+-- bench` only points to the other executable. Figures are checked for
+-- presence and sense (positive rates, the runs' own consistency checks),
+-- never against a speed.
+
+local helpers = require "helpers.node"
+
+local format = string.format
+
+local function must(argv, timeout)
+    local code, out, err = helpers.run(argv, timeout)
+    if code ~= 0 then
+        error(format("%s exited %s:\n%s\n%s", table.concat(argv, " "),
+                     tostring(code), out, err), 2)
+    end
+    return out
+end
+
+local function exists(path)
+    return helpers.run({ "test", "-e", path }) == 0
+end
+
+local build = helpers.bin:match("^(.*)/[^/]+$")
+local bench = build .. "/moonshard-bench"
+
+-- The number a figure line of `out` gives, found by a pattern with one
+-- capture; raises with the output when the line is missing.
+local function figure(out, pattern)
+    local v = out:match(pattern)
+    assert(v, format("no line matching %q in:\n%s", pattern, out))
+    return tonumber(v)
+end
+
+describe("moonshard-bench", function()
+    teardown(function()
+        helpers.stop_all_checked()
+        helpers.cleanup()
+    end)
+
+    it("is built beside moonshard", function()
+        assert.is_true(exists(bench), bench .. " is missing")
+    end)
+
+    it("local prints its figures", function()
+        local code, out, err = helpers.run({ bench, "local", "--ids", "1000",
+                                             "--messages", "2000" }, 120)
+        assert.are.equal(0, code, err)
+        assert.is_true(figure(out, "\n  floor %(.-%):%s+(%d+) msg/s") > 0)
+        assert.is_true(figure(out,
+            "\n  tells through the runtime %(2000 over 1000 ids%):%s+(%d+)"
+            .. " msg/s") > 0)
+        assert.is_true(figure(out,
+            "\n  tells / floor, median of the paired rounds:%s+([%d.]+)")
+            > 0)
+        assert.is_true(figure(out, "\n  asks %(.-%):%s+(%d+) asks/s") > 0)
+        assert.is_true(figure(out,
+            "\n  activations %(first message to 1000 ids%):%s+(%d+) /s") > 0)
+        assert.is_number(figure(out,
+            "\n  memory per idle activated entity %(RSS delta%):%s+(%-?%d+)"
+            .. " bytes"))
+        assert.are.equal(1000, figure(out, "entities active: (%d+),"))
+        assert.are.equal(0, figure(out, "handler errors: (%d+)"))
+        assert.are.equal(0, figure(out, "asks/s  ratio to floor [%d.]+"
+                                        .. "  failed (%d+)"))
+    end)
+
+    it("local refuses bad options", function()
+        local code = helpers.run({ bench, "local", "--ids", "10" })
+        assert.are.equal(2, code)
+        code = helpers.run({ bench, "local", "--nope" })
+        assert.are.equal(2, code)
+        code = helpers.run({ bench, "nope" })
+        assert.are.equal(2, code)
+    end)
+
+    it("cluster runs moonshard from beside itself and checks its routes",
+       function()
+        -- without MOONSHARD_BIN: the moonshard beside moonshard-bench
+        local code, out, err = helpers.run({ "env", "-u", "MOONSHARD_BIN",
+            bench, "cluster", "--seconds", "0.2", "--ids", "2" }, 120)
+        assert.are.equal(0, code, out .. err)
+        local a1, a50 = out:match(
+            "\n  moonshard remote ask/s%s+(%d+)%s+(%d+)")
+        local t1, t50 = out:match(
+            "\n  moonshard remote tell/s%s+(%d+)%s+(%d+)")
+        assert.is_truthy(a1 and t1, out)
+        for _, v in ipairs({ a1, a50, t1, t50 }) do
+            assert.is_true(tonumber(v) > 0, out)
+        end
+        local remote, total = out:match(
+            "checks: n1 routed (%d+) of (%d+) requests remotely")
+        assert.is_truthy(remote, out)
+        assert.are.equal(total, remote)
+        local sum, accepted, failed = out:match(
+            "the counters sum to (%d+) of (%d+) accepted tells; (%d+) failed")
+        assert.are.equal(accepted, sum)
+        assert.are.equal("0", failed)
+    end)
+
+    it("cluster says so when it finds no moonshard to run", function()
+        local code, _, err = helpers.run({ "env",
+            "MOONSHARD_BIN=" .. helpers.tmpdir() .. "/none", bench,
+            "cluster", "--seconds", "0.2", "--ids", "2" }, 60)
+        assert.are.equal(1, code)
+        assert.is_truthy(err:find("MOONSHARD_BIN", 1, true), err)
+    end)
+end)
+
+describe("the installed product", function()
+    local prefix
+
+    setup(function()
+        prefix = helpers.tmpdir() .. "/prefix"
+        must({ "cmake", "--install", build, "--prefix", prefix }, 120)
+    end)
+
+    teardown(function()
+        helpers.cleanup()
+    end)
+
+    it("holds no moonshard-bench", function()
+        assert.is_true(exists(prefix .. "/bin/moonshard"))
+        local found = must({ "find", prefix, "-name", "*bench*" })
+        assert.are.equal("", found)
+    end)
+
+    it("has no bench code in the moonshard binary", function()
+        local syms = must({ "nm", prefix .. "/bin/moonshard" })
+        -- not vacuous: the node's own symbols are there
+        assert.is_truthy(syms:find("ms_node_new", 1, true))
+        assert.is_nil(syms:lower():find("bench", 1, true))
+    end)
+
+    it("`moonshard bench` points to moonshard-bench and exits 2", function()
+        local code, out, err = helpers.run({ prefix .. "/bin/moonshard",
+                                             "bench", "local" })
+        assert.are.equal(2, code)
+        assert.are.equal("", out)
+        assert.is_truthy(err:find("moonshard-bench local", 1, true), err)
+    end)
+end)
