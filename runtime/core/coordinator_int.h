@@ -4,11 +4,12 @@
  * functions one file calls in another (ms__coord_*). See coordinator.h for
  * the model and the public entry points.
  *
- * The coordinator is two files, one job each:
+ * The coordinator is three files, one job each:
  *   coordinator.c        the state's helpers, the action queue, lifecycle,
- *                        terms (become, resign, depose), membership facts,
- *                        the regions' views, publishing the plan,
- *                        allocation, the events and the queries;
+ *                        terms (become, resign, depose), the events and
+ *                        the queries;
+ *   coordinator_plan.c   membership facts, the regions' views, publishing
+ *                        the plan and allocation;
  *   coordinator_moves.c  handoff moves (fence, stop, place, deadline,
  *                        resend), leaving members and rebalance rounds.
  *
@@ -164,7 +165,7 @@ ms__coord_note(struct ms_coord *c, const char *fmt, ...);
 /* Learns of `term`; when coordinating, goes inert and queues DEPOSED. */
 int ms__coord_depose(struct ms_coord *c, uint64_t term);
 
-/* --- the plan (coordinator.c) -------------------------------------------- */
+/* --- the plan (coordinator_plan.c) --------------------------------------- */
 
 /* Stamps every shard with one new generation, broadcasts the plan, READY. */
 int ms__coord_publish(struct ms_coord *c, uint64_t now_ms);
