@@ -4,12 +4,13 @@
  * the functions one file calls in another (ms__mb_*). See membership.h for
  * the model and the public entry points.
  *
- * The membership view is two files, one job each:
+ * The membership view is three files, one job each:
  *   membership.c         the tables (members, tombstones), the digest, the
- *                        action queue, lifecycle, convergence, the leader
- *                        and its round, the changes made here, the timers
- *                        and the queries (the status JSON of /v1/members
- *                        too);
+ *                        action queue, lifecycle, the timers and the
+ *                        queries (the status JSON of /v1/members too);
+ *   membership_leader.c  convergence, the leader and its round (joins,
+ *                        exits, removals), restarts, and the changes made
+ *                        here: leave, down, owns_shards;
  *   membership_gossip.c  the gossip text: its writer, its strict parser
  *                        and the merge of a received state.
  *
@@ -152,7 +153,7 @@ void ms__mb_set_status(struct ms_membership *m, struct mrec *r, int status);
 void ms__mb_remove_rec(struct ms_membership *m, struct mrec *r,
                        uint64_t seq);
 
-/* --- leadership (membership.c) ------------------------------------------- */
+/* --- leadership (membership_leader.c) ------------------------------------ */
 
 /* The oldest member with a status in [lo, hi] (with an up_number when
  * need_up_number), or NULL. */
