@@ -4,13 +4,16 @@
  * the functions one file calls in another (ms__mb_*). See membership.h for
  * the model and the public entry points.
  *
- * The membership view is three files, one job each:
+ * The membership view is four files, one job each:
  *   membership.c         the tables (members, tombstones), the digest, the
- *                        action queue, lifecycle, the timers and the
- *                        queries (the status JSON of /v1/members too);
+ *                        action queue, lifecycle and the queries (the
+ *                        status JSON of /v1/members too);
  *   membership_leader.c  convergence, the leader and its round (joins,
  *                        exits, removals), restarts, and the changes made
  *                        here: leave, down, owns_shards;
+ *   membership_detect.c  the timers: failure detection (heartbeats and
+ *                        unreachability), gossip rounds, knocking at seeds
+ *                        and a lone leave's end;
  *   membership_gossip.c  the gossip text: its writer, its strict parser
  *                        and the merge of a received state.
  *
@@ -170,7 +173,7 @@ void ms__mb_begin(struct ms_membership *m, uint64_t now_ms);
  * (digest, seen, convergence, coordinator). */
 void ms__mb_settle(struct ms_membership *m, uint64_t now_ms);
 
-/* --- timers (membership.c) ----------------------------------------------- */
+/* --- timers (membership_detect.c) ---------------------------------------- */
 
 /* Sends this node's state to the seeds that are not known members, while
  * it was never Up and knows no Up member. */
