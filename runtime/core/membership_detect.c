@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-/* --- timers -------------------------------------------------------------- */
+/* --- timers --- */
 
 static void gossip_round(struct ms_membership *m)
 {

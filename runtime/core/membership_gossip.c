@@ -12,7 +12,7 @@
 
 #include "sbuf.h"
 
-/* --- the writer ---------------------------------------------------------- */
+/* --- the writer --- */
 
 char *ms_mb_gossip_encode(const struct ms_membership *m, size_t *len)
 {
@@ -51,7 +51,7 @@ char *ms_mb_gossip_encode(const struct ms_membership *m, size_t *len)
     return b.p;
 }
 
-/* --- the parser: exactly the format above, nothing else -------------- */
+/* --- the parser: exactly the format above, nothing else --- */
 
 struct rd {
     const char *p, *e;
@@ -274,7 +274,7 @@ static int parse(const char *json, size_t len, struct state *s)
     return 0;
 }
 
-/* --- the merge ----------------------------------------------------------- */
+/* --- the merge --- */
 
 static int in_seen(const struct state *s, uint64_t uid)
 {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* --- convergence and leadership ------------------------------------------ */
+/* --- convergence and leadership --- */
 
 static int compute_converged(const struct ms_membership *m)
 {
@@ -244,7 +244,7 @@ void ms__mb_begin(struct ms_membership *m, uint64_t now_ms)
     m->next_gossip_ms = now_ms;
 }
 
-/* --- changes made here: leave, down, owns_shards ------------------------- */
+/* --- changes made here: leave, down, owns_shards --- */
 
 int ms_mb_leave(struct ms_membership *m, uint64_t now_ms)
 {
