@@ -24,7 +24,7 @@ void ms_fj_init(struct ms_fj *r, const char *text, size_t len,
                 size_t max_string, unsigned flags)
 {
     r->p = text;
-    r->end = text + len;
+    r->end = len ? text + len : text; /* text may be NULL when len is 0 */
     r->max_string = max_string;
     r->flags = flags;
     r->state = FRESH;

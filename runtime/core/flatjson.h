@@ -66,8 +66,8 @@ struct ms_fj_member {
                              member `key` (its key and ':' were read) */
 };
 
-/* Starts reading text[0..len), which it borrows until the last call.
- * Strings longer than max_string bytes are refused (MS_FJ_ETOOLONG). */
+/* Starts reading text[0..len), which it borrows until the last call
+ * (NULL is fine when len is 0). Strings longer than max_string bytes are refused (MS_FJ_ETOOLONG). */
 void ms_fj_init(struct ms_fj *r, const char *text, size_t len,
                 size_t max_string, unsigned flags);
 

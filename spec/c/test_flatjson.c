@@ -209,6 +209,8 @@ static void string_and_order(void)
     /* an empty text: peek says the end; nothing to end before a value */
     ms_fj_init(&r, "", 0, 16, 0);
     CHECK(ms_fj_peek(&r) == -1 && ms_fj_end(&r) == MS_FJ_ESYNTAX);
+    ms_fj_init(&r, NULL, 0, 16, 0);
+    CHECK(ms_fj_peek(&r) == -1 && ms_fj_object(&r) == MS_FJ_ESYNTAX);
     /* next before an object, a string or an object after a value */
     struct ms_fj_member x;
     ms_fj_init(&r, "{}", 2, 16, 0);
