@@ -19,6 +19,8 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include "flatjson.h"
+
 #define MAC_LEN 32          /* HMAC-SHA256 */
 #define MAX_SECRET 4096
 #define MAX_STRING 255      /* longest string value the parser accepts */
@@ -150,14 +152,15 @@ static int default_random(void *data, uint8_t *out, size_t len)
     return RAND_bytes(out, (int)len) == 1 ? 0 : -1;
 }
 
-/* --- a minimal, strict parser of flat JSON objects ----------------------- */
+/* --- messages: strict flat JSON objects -------------------------------- */
 
 /*
  * Accepts {"key": value, ...} where a value is a string without escapes or
- * control characters (at most MAX_STRING bytes) or a non-negative integer
- * of at most 9 digits; at most MAX_FIELDS members, no duplicate keys. This
- * is all the handshake needs, and anything else is refused, so hostile
- * input meets no recursion and no allocation.
+ * control characters, of printable ASCII only (at most MAX_STRING bytes),
+ * or a non-negative integer of at most 9 digits; at most MAX_FIELDS
+ * members, no duplicate keys. This is all the handshake needs, and
+ * anything else is refused, so hostile input meets no recursion and no
+ * allocation (the core's flat JSON reader, flatjson.h).
  */
 struct field {
     const char *key, *str;
@@ -171,85 +174,36 @@ struct msg {
     int n;
 };
 
-static void skip_ws(const char *p, size_t len, size_t *i)
-{
-    while (*i < len && (p[*i] == ' ' || p[*i] == '\t' || p[*i] == '\n' ||
-                        p[*i] == '\r'))
-        (*i)++;
-}
-
-/* Scans a string starting at the opening quote p[*i]. */
-static int scan_string(const char *p, size_t len, size_t *i,
-                       const char **s, size_t *slen)
-{
-    if (*i >= len || p[*i] != '"')
-        return -1;
-    size_t start = ++*i;
-    while (*i < len && p[*i] != '"') {
-        if (!safe_char((unsigned char)p[*i]) || *i - start >= MAX_STRING)
-            return -1;
-        (*i)++;
-    }
-    if (*i >= len)
-        return -1;
-    *s = p + start;
-    *slen = *i - start;
-    (*i)++;
-    return 0;
-}
-
 static int parse(const char *p, size_t len, struct msg *m)
 {
-    size_t i = 0;
+    struct ms_fj r;
+    struct ms_fj_member x;
+    int rc;
     m->n = 0;
-    skip_ws(p, len, &i);
-    if (i >= len || p[i++] != '{')
+    ms_fj_init(&r, p, len, MAX_STRING, MS_FJ_ASCII);
+    if (ms_fj_object(&r) != 0)
         return -1;
-    skip_ws(p, len, &i);
-    if (i < len && p[i] == '}') {
-        i++;
-    } else {
-        for (;;) {
-            if (m->n == MAX_FIELDS)
+    while ((rc = ms_fj_next(&r, &x)) == 1) {
+        if (m->n == MAX_FIELDS ||
+            (x.kind != MS_FJ_STRING && x.kind != MS_FJ_INT))
+            return -1;
+        for (int k = 0; k < m->n; k++)
+            if (m->f[k].klen == x.klen &&
+                memcmp(m->f[k].key, x.key, x.klen) == 0)
                 return -1;
-            struct field *f = &m->f[m->n];
-            memset(f, 0, sizeof *f);
-            if (scan_string(p, len, &i, &f->key, &f->klen) != 0)
-                return -1;
-            for (int k = 0; k < m->n; k++)
-                if (m->f[k].klen == f->klen &&
-                    memcmp(m->f[k].key, f->key, f->klen) == 0)
-                    return -1;
-            skip_ws(p, len, &i);
-            if (i >= len || p[i++] != ':')
-                return -1;
-            skip_ws(p, len, &i);
-            if (i < len && p[i] >= '0' && p[i] <= '9') {
-                int digits = 0;
-                f->is_num = 1;
-                while (i < len && p[i] >= '0' && p[i] <= '9') {
-                    if (++digits > 9)
-                        return -1;
-                    f->num = f->num * 10 + (uint32_t)(p[i++] - '0');
-                }
-            } else if (scan_string(p, len, &i, &f->str, &f->slen) != 0) {
-                return -1;
-            }
-            m->n++;
-            skip_ws(p, len, &i);
-            if (i >= len)
-                return -1;
-            if (p[i] == '}') {
-                i++;
-                break;
-            }
-            if (p[i++] != ',')
-                return -1;
-            skip_ws(p, len, &i);
+        struct field *f = &m->f[m->n++];
+        memset(f, 0, sizeof *f);
+        f->key = x.key;
+        f->klen = x.klen;
+        if (x.kind == MS_FJ_INT) {
+            f->is_num = 1;
+            f->num = x.num;
+        } else {
+            f->str = x.str;
+            f->slen = x.slen;
         }
     }
-    skip_ws(p, len, &i);
-    return i == len ? 0 : -1;
+    return rc == 0 && ms_fj_end(&r) == 0 ? 0 : -1;
 }
 
 static const struct field *get(const struct msg *m, const char *key)

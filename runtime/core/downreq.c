@@ -1,66 +1,14 @@
 /*
- * downreq.c -- see downreq.h. A scanner for exactly the two shapes a down
- * request may have; anything else is refused with a reason.
+ * downreq.c -- see downreq.h. Reads exactly the two shapes a down request
+ * may have, with the core's flat JSON reader (flatjson.h); anything else
+ * is refused with a reason.
  */
 #include "downreq.h"
 
 #include <string.h>
 
 #include "base.h"
-
-struct scan {
-    const char *p, *end;
-};
-
-static void ws(struct scan *s)
-{
-    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' ||
-                             *s->p == '\n' || *s->p == '\r'))
-        s->p++;
-}
-
-static int eat(struct scan *s, char ch)
-{
-    ws(s);
-    if (s->p < s->end && *s->p == ch) {
-        s->p++;
-        return 1;
-    }
-    return 0;
-}
-
-static int word(struct scan *s, const char *w)
-{
-    size_t n = strlen(w);
-    ws(s);
-    if ((size_t)(s->end - s->p) < n || memcmp(s->p, w, n) != 0)
-        return 0;
-    s->p += n;
-    return 1;
-}
-
-/* A JSON string of plain bytes (no escapes) into out[0..cap). Returns its
- * length, -1 when it is not a plain string, -2 when it is too long. */
-static int plain_string(struct scan *s, char *out, size_t cap)
-{
-    if (!eat(s, '"'))
-        return -1;
-    size_t n = 0;
-    while (s->p < s->end && *s->p != '"') {
-        unsigned char ch = (unsigned char)*s->p;
-        if (ch == '\\' || ch < 0x20)
-            return -1;
-        if (n + 1 >= cap)
-            return -2;
-        out[n++] = (char)ch;
-        s->p++;
-    }
-    if (s->p == s->end)
-        return -1;
-    s->p++; /* the closing quote */
-    out[n] = 0;
-    return (int)n;
-}
+#include "flatjson.h"
 
 /* 1 when a[0..n) could be a member address. */
 static int address_ok(const char *a, size_t n)
@@ -107,6 +55,22 @@ static int query_force(const char *q, size_t qlen, int *force,
     return 0;
 }
 
+/* 1 when member m's key is k. */
+static int key_is(const struct ms_fj_member *m, const char *k)
+{
+    return m->klen == strlen(k) && memcmp(m->key, k, m->klen) == 0;
+}
+
+/* The address was not a plain string (rc from the reader). */
+static int bad_string(int rc, const char **why)
+{
+    if (rc == MS_FJ_ETOOLONG)
+        *why = "the address must be at most 128 bytes";
+    else
+        *why = "the address must be a plain JSON string (no escapes)";
+    return MS_EINVAL;
+}
+
 int ms_downreq_parse(const char *body, size_t blen, const char *query,
                      size_t qlen, char *address, size_t cap, int *force,
                      const char **why)
@@ -114,52 +78,52 @@ int ms_downreq_parse(const char *body, size_t blen, const char *query,
     static const char shape[] =
         "the body must be \"host:port\" or {\"address\":\"host:port\"} "
         "with an optional \"force\":true";
-    struct scan s = {body ? body : "", (body ? body : "") + blen};
-    char buf[MS_DOWNREQ_MAX_ADDRESS + 2];
-    int have_address = 0, have_force = 0, body_force = 0, n;
+    struct ms_fj r;
+    struct ms_fj_member m;
+    const char *addr = NULL;
+    size_t alen = 0;
+    int have_address = 0, have_force = 0, body_force = 0, rc;
 
     *force = 0;
     *why = shape;
     if (cap < MS_DOWNREQ_MAX_ADDRESS + 1)
         return MS_EINVAL;
-    ws(&s);
-    if (s.p < s.end && *s.p == '"') {
-        n = plain_string(&s, buf, sizeof buf);
-        if (n < 0)
-            goto bad_string;
+    /* strings of one byte more than an address may have still read:
+     * address_ok() then says what is wrong with such an address */
+    ms_fj_init(&r, body ? body : "", blen, MS_DOWNREQ_MAX_ADDRESS + 1, 0);
+    if (ms_fj_peek(&r) == '"') {
+        rc = ms_fj_string(&r, &addr, &alen);
+        if (rc < 0)
+            return bad_string(rc, why);
         have_address = 1;
-    } else if (eat(&s, '{')) {
-        if (!eat(&s, '}')) {
-            do {
-                char key[16];
-                int kn = plain_string(&s, key, sizeof key);
-                if (kn < 0 || !eat(&s, ':'))
-                    return MS_EINVAL;
-                if (strcmp(key, "address") == 0 && !have_address) {
-                    n = plain_string(&s, buf, sizeof buf);
-                    if (n < 0)
-                        goto bad_string;
-                    have_address = 1;
-                } else if (strcmp(key, "force") == 0 && !have_force) {
-                    if (word(&s, "true"))
-                        body_force = 1;
-                    else if (!word(&s, "false"))
-                        return MS_EINVAL;
-                    have_force = 1;
-                } else {
-                    return MS_EINVAL; /* unknown or repeated key */
-                }
-            } while (eat(&s, ','));
-            if (!eat(&s, '}'))
-                return MS_EINVAL;
+    } else if (ms_fj_object(&r) == 0) {
+        while ((rc = ms_fj_next(&r, &m)) == 1) {
+            if (key_is(&m, "address") && !have_address) {
+                if (m.kind != MS_FJ_STRING)
+                    return bad_string(MS_FJ_ESTRING, why);
+                addr = m.str;
+                alen = m.slen;
+                have_address = 1;
+            } else if (key_is(&m, "force") && !have_force &&
+                       (m.kind == MS_FJ_TRUE || m.kind == MS_FJ_FALSE)) {
+                body_force = m.kind == MS_FJ_TRUE;
+                have_force = 1;
+            } else {
+                return MS_EINVAL; /* unknown or repeated key, bad force */
+            }
+        }
+        if (rc < 0) {
+            /* the value of the address: say what is wrong with it */
+            if (m.in_value && key_is(&m, "address") && !have_address)
+                return bad_string(rc, why);
+            return MS_EINVAL;
         }
     } else {
         return MS_EINVAL;
     }
-    ws(&s);
-    if (s.p != s.end || !have_address)
+    if (ms_fj_end(&r) != 0 || !have_address)
         return MS_EINVAL;
-    if (!address_ok(buf, strlen(buf))) {
+    if (!address_ok(addr, alen)) {
         *why = "the address must be host:port, at most 128 printable "
                "bytes without spaces, quotes, backslashes or commas";
         return MS_EINVAL;
@@ -168,13 +132,7 @@ int ms_downreq_parse(const char *body, size_t blen, const char *query,
     if (query_force(query, qlen, &qforce, why) < 0)
         return MS_EINVAL;
     *force = body_force || qforce;
-    memcpy(address, buf, strlen(buf) + 1);
+    memcpy(address, addr, alen);
+    address[alen] = '\0';
     return 0;
-
-bad_string:
-    if (n == -2)
-        *why = "the address must be at most 128 bytes";
-    else
-        *why = "the address must be a plain JSON string (no escapes)";
-    return MS_EINVAL;
 }
