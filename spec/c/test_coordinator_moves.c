@@ -1,0 +1,392 @@
+/*
+ * The coordinator's shard moves, against simulated regions
+ * (coord_sim.h): handoff, its deadline, leaving members, rebalance
+ * rounds and a move across a takeover.
+ */
+#include "coord_sim.h"
+
+/* A ready coordinator on N1 over N1, N2 (all 16 shards allocated) and
+ * N3 (up, nothing yet). */
+static struct ms_coord *moving_cluster(ms_coord_rebalance_cb rb)
+{
+    sim_reset();
+    sim_now = 0;
+    add_region(N1);
+    add_region(N2);
+    add_region(N3);
+    for (int i = 0; i < 3; i++)
+        add_type(S.r[i].uid, "Counter", 16, COUNTER.fingerprint);
+    struct ms_coord_config cfg = {0};
+    cfg.self_uid = N1;
+    cfg.types = &COUNTER;
+    cfg.ntypes = 1;
+    cfg.view_timeout_ms = 3000;
+    cfg.allocate = allocate;
+    cfg.eligible = eligible;
+    cfg.rebalance = rb;
+    cfg.data = &S;
+    cfg.handoff_timeout_ms = 2500;
+    cfg.rebalance_interval_ms = 1000;
+    struct ms_coord *c = NULL;
+    CHECK(ms_coord_new(&c, &cfg) == 0);
+    ms_coord_member_up(c, N1, 0);
+    ms_coord_member_up(c, N2, 0);
+    CHECK(ms_coord_become(c, 1, 0) == 0);
+    pump(c, N1, NULL, NULL);
+    for (uint32_t s = 0; s < 16; s++)
+        alloc(c, N1, N1, "Counter", s);
+    ms_coord_member_up(c, N3, 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owned_count(c, N3) == 0);
+    CHECK(regions_agree(c, "Counter"));
+    return c;
+}
+
+/* A move: every region fences, the old owner stops, the strategy places
+ * the shard (on N3, the least loaded) at a new generation. */
+static void test_move(void)
+{
+    struct ms_coord *c = moving_cluster(NULL);
+    uint64_t g0;
+    uint64_t from = ms_coord_owner(c, 0, 3, &g0);
+    region(N3)->direct = 1; /* no connection to the old owner yet */
+    CHECK(ms_coord_move(c, 0, 3, 10) == 0);
+    CHECK(ms_coord_move(c, 0, 3, 10) == MS_EBUSY);
+    pump(c, N1, NULL, NULL);
+    CHECK(region(N1)->handoffs == 1 && region(N2)->handoffs == 1 &&
+          region(N3)->handoffs == 1);
+    CHECK(region(from)->stops == 1);
+    uint64_t g1;
+    CHECK(ms_coord_owner(c, 0, 3, &g1) == N3);
+    CHECK(g1 > g0);
+    CHECK(regions_agree(c, "Counter"));
+    struct ms_coord_move_stats st;
+    ms_coord_move_stats(c, &st);
+    CHECK(st.started == 1 && st.finished == 1 && st.aborted == 0 &&
+          st.in_progress == 0 && st.peak == 1);
+    struct ms_plan_entry st3 = region(from)->last_stop;
+    /* a region speaks only for itself: its FENCED naming another region
+     * counts for nothing */
+    region(N3)->direct = 0;
+    region(N2)->nofence = 1;
+    CHECK(ms_coord_move(c, 0, 5, 20) == 0);
+    pump(c, N1, NULL, NULL);
+    struct ms_coord_move_info mi;
+    CHECK(ms_coord_move_at(c, 0, 20, &mi) == 1 && mi.fences_left == 1);
+    struct ms_plan_entry fe = {5, N2, mi.hgen};
+    /* N3 claiming N2's fence */
+    send_entry(c, N3, MS_PLAN_MSG_FENCED, "Counter", 16, &fe, 1);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_move_at(c, 0, 20, &mi) == 1 && mi.fences_left == 1);
+    send_entry(c, N2, MS_PLAN_MSG_FENCED, "Counter", 16, &fe, 1); /* own */
+    pump(c, N1, NULL, NULL);
+    ms_coord_move_stats(c, &st);
+    CHECK(st.finished == 2 && st.in_progress == 0);
+    region(N2)->nofence = 0;
+    /* only the old owner's STOPPED ends a move (G8): another member's
+     * claim, at the right generation, changes nothing */
+    region(N1)->nostop = region(N2)->nostop = 1;
+    CHECK(ms_coord_move(c, 0, 9, 15) == 0);
+    pump(c, N1, NULL, NULL);
+    uint64_t from9 = ms_coord_owner(c, 0, 9, NULL);
+    struct ms_plan_entry st9 = region(from9)->last_stop;
+    CHECK(st9.shard == 9);
+    answer_stop(c, N3, "Counter", 16, &st9, 1);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owner(c, 0, 9, NULL) == from9);
+    answer_stop(c, from9, "Counter", 16, &st9, 1);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owner(c, 0, 9, NULL) == N3);
+    region(N1)->nostop = region(N2)->nostop = 0;
+    /* a late duplicate STOPPED changes nothing */
+    answer_stop(c, from, "Counter", 16, &st3, 1);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owner(c, 0, 3, NULL) == N3);
+    /* bad requests */
+    CHECK(ms_coord_move(c, 0, 16, 10) == MS_EINVAL);
+    CHECK(ms_coord_move(c, 5, 0, 10) == MS_EINVAL);
+    CHECK(S.conflicts == 0);
+    ms_coord_free(c);
+}
+
+/* No STOPPED before the deadline: rolled back, the old owner keeps the
+ * shard at a new generation (which ends the regions' buffering), and a
+ * STOPPED after that is ignored. A region that never fences does the
+ * same; removing it lets the move go on. */
+static void test_move_deadline(void)
+{
+    struct ms_coord *c = moving_cluster(NULL);
+    uint64_t from = ms_coord_owner(c, 0, 7, NULL);
+    region(from)->nostop = 1;
+    sim_now = 100; /* the fences come at once */
+    CHECK(ms_coord_move(c, 0, 7, 100) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(region(from)->stops == 1);
+    /* the tick's next work: the STOP goes out again */
+    CHECK(ms_coord_next_deadline(c, 200) == 100 + MS_COORD_RESEND_MS - 200);
+    struct ms_coord_move_info mi;
+    CHECK(ms_coord_move_at(c, 0, 600, &mi) == 1);
+    CHECK(mi.shard == 7 && mi.from == from && mi.stopping == 1 &&
+          mi.age_ms == 500 && mi.fences_left == 0);
+    /* a member that comes during the move hears of it before the plan */
+    add_region(N4);
+    add_type(N4, "Counter", 16, COUNTER.fingerprint);
+    CHECK(ms_coord_member_up(c, N4, 200) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(region(N4)->handoffs == 1);
+    CHECK(ms_plan_owner(region(N4)->plan[0], 7, NULL) == from);
+    uint64_t g0;
+    ms_coord_owner(c, 0, 7, &g0);
+    CHECK(ms_coord_tick(c, 2599) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_move_at(c, 0, 2599, &mi) == 1);
+    CHECK(ms_coord_tick(c, 2600) == 0);
+    pump(c, N1, NULL, NULL);
+    uint64_t g1;
+    CHECK(ms_coord_owner(c, 0, 7, &g1) == from && g1 > g0);
+    struct ms_coord_move_stats st;
+    ms_coord_move_stats(c, &st);
+    CHECK(st.aborted == 1 && st.finished == 0 && st.in_progress == 0);
+    answer_stop(c, from, "Counter", 16, &region(from)->last_stop, 1);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owner(c, 0, 7, NULL) == from);
+    CHECK(regions_agree(c, "Counter"));
+
+    /* a fence lost on the way (region N3's) is sent again: the HANDOFF
+     * goes out once more after MS_COORD_RESEND_MS, and then the move goes on */
+    region(from)->nostop = 1;
+    region(N3)->nofence = 1;
+    CHECK(ms_coord_move(c, 0, 7, 2700) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_move_at(c, 0, 2700, &mi) == 1 && mi.fences_left == 1);
+    int h3 = region(N3)->handoffs;
+    region(N3)->nofence = 0;
+    CHECK(ms_coord_tick(c, 2700 + MS_COORD_RESEND_MS - 1) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(region(N3)->handoffs == h3);
+    CHECK(ms_coord_tick(c, 2700 + MS_COORD_RESEND_MS) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(region(N3)->handoffs == h3 + 1);
+    CHECK(ms_coord_move_at(c, 0, 2700 + MS_COORD_RESEND_MS, &mi) == 1 &&
+          mi.stopping == 1);
+    /* the STOP is sent again too, and the old owner's answer ends it */
+    int stops = region(from)->stops;
+    region(from)->nostop = 0;
+    CHECK(ms_coord_tick(c, 2700 + 2 * MS_COORD_RESEND_MS) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(region(from)->stops == stops + 1);
+    CHECK(ms_coord_owner(c, 0, 7, NULL) == N3);
+    ms_coord_move_stats(c, &st);
+    CHECK(st.finished == 1 && st.in_progress == 0);
+    /* back to the old owner for what follows */
+    CHECK(ms_coord_move(c, 0, 7, 4800) == 0);
+    pump(c, N1, NULL, NULL);
+    from = ms_coord_owner(c, 0, 7, NULL);
+    CHECK(from != 0);
+
+    /* a region that does not fence holds the move at FENCING */
+    region(from)->nostop = 0;
+    region(N2)->nofence = 1;
+    int stops_before = region(from)->stops;
+    CHECK(ms_coord_move(c, 0, 7, 5000) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(region(from)->stops == stops_before);
+    CHECK(ms_coord_move_at(c, 0, 5000, &mi) == 1 && mi.stopping == 0 &&
+          mi.fences_left == 1);
+    /* ... until it is removed: then the old owner is told to stop */
+    if (from == N2) {
+        /* the old owner itself went: the shard is unassigned */
+        region(N2)->alive = 0;
+        CHECK(ms_coord_member_removed(c, N2, 5100) == 0);
+        pump(c, N1, NULL, NULL);
+        CHECK(ms_coord_owner(c, 0, 7, NULL) == 0);
+    } else {
+        region(N2)->alive = 0;
+        CHECK(ms_coord_member_removed(c, N2, 5100) == 0);
+        pump(c, N1, NULL, NULL);
+        CHECK(region(from)->stops == stops_before + 1);
+        uint64_t g7;
+        CHECK(ms_coord_owner(c, 0, 7, &g7) != 0 && g7 > 0);
+    }
+    ms_coord_move_stats(c, &st);
+    CHECK(st.in_progress == 0);
+    CHECK(S.conflicts == 0);
+    ms_coord_free(c);
+}
+
+/* A leaving member's shards all move away, whatever the policy; then it
+ * may exit. */
+static void test_leaving_moves(void)
+{
+    struct ms_coord *c = moving_cluster(NULL);
+    CHECK(ms_coord_owned_count(c, N1) + ms_coord_owned_count(c, N2) == 16);
+    CHECK(ms_coord_leave_done(c, N2) == 0);
+    ms_coord_member_leaving(c, N2, 50);
+    CHECK(ms_coord_tick(c, 100) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owned_count(c, N2) == 0);
+    CHECK(ms_coord_leave_done(c, N2) == 1);
+    CHECK(ms_coord_leave_done(c, N1) == 0); /* not leaving */
+    CHECK(ms_coord_owned_count(c, N1) + ms_coord_owned_count(c, N3) == 16);
+    CHECK(regions_agree(c, "Counter"));
+    CHECK(S.conflicts == 0);
+    ms_coord_free(c);
+
+    /* nobody that stays can host the type (N3 lacks its roles): the
+     * leavers give their shards up, and may go */
+    c = moving_cluster(NULL);
+    S.ineligible = N3;
+    ms_coord_member_leaving(c, N1, 50);
+    ms_coord_member_leaving(c, N2, 50);
+    CHECK(ms_coord_tick(c, 100) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_leave_done(c, N1) == 1 && ms_coord_leave_done(c, N2) == 1);
+    for (uint32_t sh = 0; sh < 16; sh++)
+        CHECK(ms_coord_owner(c, 0, sh, NULL) == 0);
+    CHECK(regions_agree(c, "Counter"));
+    ms_coord_free(c);
+}
+
+static int rb_calls;
+static int rb_saw_moving;
+
+/* Proposes shards 0 and 1 every round; checks the view's moving[]. */
+static int rebalance_two(void *data, int type,
+                         const struct ms_coord_view *v, uint32_t *out,
+                         size_t max, char *err, size_t errlen)
+{
+    (void)data;
+    (void)type;
+    (void)err;
+    (void)errlen;
+    rb_calls++;
+    CHECK(v->moving != NULL && max >= 2);
+    rb_saw_moving |= v->moving[0] && v->moving[1];
+    out[0] = 1;
+    out[1] = 0;
+    return 2;
+}
+
+static int rebalance_fails(void *data, int type,
+                           const struct ms_coord_view *v, uint32_t *out,
+                           size_t max, char *err, size_t errlen)
+{
+    (void)data;
+    (void)type;
+    (void)v;
+    (void)out;
+    (void)max;
+    snprintf(err, errlen, "broken");
+    return -1;
+}
+
+/* Rounds run at their interval (or at once after reconcile), start moves
+ * for what the callback proposes, never twice for a moving shard. */
+static void test_rebalance_rounds(void)
+{
+    struct ms_coord *c = moving_cluster(rebalance_two);
+    rb_calls = rb_saw_moving = 0;
+    uint64_t o0 = ms_coord_owner(c, 0, 0, NULL);
+    uint64_t o1 = ms_coord_owner(c, 0, 1, NULL);
+    region(o0)->nostop = 1;
+    region(o1)->nostop = 1;
+    CHECK(ms_coord_tick(c, 500) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(rb_calls == 0); /* not due yet */
+    CHECK(ms_coord_tick(c, 1000) == 0);
+    pump(c, N1, NULL, NULL);
+    struct ms_coord_move_stats st;
+    ms_coord_move_stats(c, &st);
+    CHECK(rb_calls == 1 && st.started == 2 && st.in_progress == 2 &&
+          st.rounds == 1);
+    ms_coord_reconcile(c);
+    CHECK(ms_coord_tick(c, 1100) == 0);
+    pump(c, N1, NULL, NULL);
+    ms_coord_move_stats(c, &st);
+    CHECK(rb_calls == 2 && rb_saw_moving && st.started == 2);
+    /* the old owners stop: both land on N3 */
+    region(o0)->nostop = region(o1)->nostop = 0;
+    answer_stop(c, o0, "Counter", 16, &region(o0)->last_stop, 1);
+    pump(c, N1, NULL, NULL);
+    struct ms_plan_entry e1 = {1, o1, region(o1)->last_stop.gen};
+    answer_stop(c, o1, "Counter", 16, &e1, 1);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owner(c, 0, 0, NULL) == N3);
+    CHECK(ms_coord_owner(c, 0, 1, NULL) == N3);
+    ms_coord_move_stats(c, &st);
+    CHECK(st.finished == 2 && st.in_progress == 0 && st.peak == 2);
+    CHECK(regions_agree(c, "Counter"));
+    /* no round while a member leaves */
+    int calls = rb_calls;
+    ms_coord_member_leaving(c, N3, 1200);
+    ms_coord_reconcile(c);
+    CHECK(ms_coord_tick(c, 1300) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(rb_calls == calls);
+    ms_coord_free(c);
+
+    /* a failing callback is counted and noted, nothing moves */
+    c = moving_cluster(rebalance_fails);
+    CHECK(ms_coord_tick(c, 1000) == 0);
+    struct ms_coord_action a;
+    int notes = 0;
+    while (ms_coord_next_action(c, &a)) {
+        notes += a.kind == MS_COORD_NOTE && strstr(a.payload, "broken");
+        free(a.payload);
+    }
+    ms_coord_move_stats(c, &st);
+    CHECK(notes == 1 && st.strategy_errors == 1 && st.started == 0);
+    ms_coord_free(c);
+}
+
+/* A coordinator that is deposed forgets its moves; the next one rolls
+ * every moving shard back by publishing the regions' views higher. */
+static void test_move_takeover(void)
+{
+    struct ms_coord *c = moving_cluster(NULL);
+    uint64_t from = ms_coord_owner(c, 0, 4, NULL);
+    region(from)->nostop = 1;
+    CHECK(ms_coord_move(c, 0, 4, 10) == 0);
+    pump(c, N1, NULL, NULL);
+    uint64_t g0;
+    ms_coord_owner(c, 0, 4, &g0);
+    /* N2 takes over at term 2 (N1 vanished from its point of view) */
+    struct ms_coord_config cfg = {0};
+    cfg.self_uid = N2;
+    cfg.types = &COUNTER;
+    cfg.ntypes = 1;
+    cfg.allocate = allocate;
+    cfg.data = &S;
+    struct ms_coord *b = NULL;
+    CHECK(ms_coord_new(&b, &cfg) == 0);
+    ms_coord_member_up(b, N2, 0);
+    ms_coord_member_up(b, N3, 0);
+    ms_coord_member_up(b, N1, 0);
+    CHECK(ms_coord_become(b, 2, 0) == 0);
+    pump(b, N2, NULL, NULL);
+    CHECK(ms_coord_ready(b));
+    uint64_t g1;
+    CHECK(ms_coord_owner(b, 0, 4, &g1) == from && g1 > g0);
+    CHECK(MS_PLAN_GEN_TERM(g1) == 2);
+    /* the deposed one learns and forgets */
+    ms_coord_observe_term(c, 2);
+    struct ms_coord_move_stats st;
+    ms_coord_move_stats(c, &st);
+    CHECK(st.in_progress == 0 && !ms_coord_active(c));
+    CHECK(regions_agree(b, "Counter"));
+    CHECK(S.conflicts == 0);
+    ms_coord_free(c);
+    ms_coord_free(b);
+}
+
+int main(void)
+{
+    test_move();
+    test_move_deadline();
+    test_leaving_moves();
+    test_rebalance_rounds();
+    test_move_takeover();
+    sim_reset();
+    free(S.log);
+    CHECK_DONE();
+}
