@@ -638,15 +638,17 @@ static struct msg *msg_new(struct ms_dispatch *d, int kind, uint32_t type,
     return m;
 }
 
-static int check(struct ms_dispatch *d, int type, size_t idlen, size_t len)
+/* The state checks of a send to a resolved destination (the edge checked
+ * the type and id; the payload's bound is one compare, kept here because
+ * frames from other nodes come in through the region too). */
+static int check(struct ms_dispatch *d, const struct ms_dest *dst,
+                 size_t len)
 {
     if (d->closing)
         return MS_ECANCELED;
-    if (type < 0 || type >= d->ntypes)
-        return MS_ENOTYPE;
-    if (d->types[type].unavailable)
+    if (d->types[dst->type].unavailable)
         return MS_EUNAVAIL;
-    if (idlen == 0 || idlen > MS_MAX_ID || len > d->max_message)
+    if (len > d->max_message)
         return MS_E2BIG;
     return 0;
 }
@@ -677,15 +679,27 @@ static int shard_for(struct ms_dispatch *d, int type, const char *id,
     return rc;
 }
 
-int ms_dispatch_shard_of(struct ms_dispatch *d, int type, const char *id,
-                         size_t idlen, uint32_t *shard)
+int ms_dispatch_resolve(struct ms_dispatch *d, int type, const char *id,
+                        size_t idlen, struct ms_dest *out)
 {
-    uint64_t hash;
     if (type < 0 || type >= d->ntypes)
         return MS_ENOTYPE;
     if (idlen == 0 || idlen > MS_MAX_ID)
         return MS_E2BIG; /* the partitioner sees only ids a send accepts */
-    return shard_for(d, type, id, idlen, &hash, shard);
+    out->type = type;
+    out->id = id;
+    out->idlen = idlen;
+    return shard_for(d, type, id, idlen, &out->hash, &out->shard);
+}
+
+int ms_dispatch_shard_of(struct ms_dispatch *d, int type, const char *id,
+                         size_t idlen, uint32_t *shard)
+{
+    struct ms_dest dst;
+    int rc = ms_dispatch_resolve(d, type, id, idlen, &dst);
+    if (rc == 0)
+        *shard = dst.shard;
+    return rc;
 }
 
 /* Appends m to its shard's FIFO, enforcing the shard's bound unless
@@ -721,18 +735,14 @@ static int enqueue(struct ms_dispatch *d, struct msg *m, int force)
     return 0;
 }
 
-int ms_dispatch_tell(struct ms_dispatch *d, int type, const char *id,
-                     size_t idlen, const char *json, size_t len)
+int ms_dispatch_tell(struct ms_dispatch *d, const struct ms_dest *dst,
+                     const char *json, size_t len)
 {
-    int rc = check(d, type, idlen, len);
+    int rc = check(d, dst, len);
     if (rc < 0)
         return rc;
-    uint64_t hash;
-    uint32_t shard;
-    if ((rc = shard_for(d, type, id, idlen, &hash, &shard)) < 0)
-        return rc;
-    struct msg *m = msg_new(d, MS_KIND_TELL, (uint32_t)type, hash, shard, id,
-                            idlen, json, len);
+    struct msg *m = msg_new(d, MS_KIND_TELL, (uint32_t)dst->type, dst->hash,
+                            dst->shard, dst->id, dst->idlen, json, len);
     if (!m)
         return MS_ENOMEM;
     return enqueue(d, m, 0);
@@ -779,46 +789,39 @@ static int check_waiter(struct ms_dispatch *d, const struct ms_waiter *w,
     return 0;
 }
 
-static int64_t ask_kind(struct ms_dispatch *d, int kind, int type,
-                        const char *id, size_t idlen, const char *json,
+static int64_t ask_kind(struct ms_dispatch *d, int kind,
+                        const struct ms_dest *dst, const char *json,
                         size_t len, uint64_t timeout_ms, uint64_t now_ms,
                         const struct ms_waiter *w);
 
-int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
-                        size_t idlen, const char *json, size_t len,
-                        uint64_t timeout_ms, uint64_t now_ms,
-                        const struct ms_waiter *w)
+int64_t ms_dispatch_ask(struct ms_dispatch *d, const struct ms_dest *dst,
+                        const char *json, size_t len, uint64_t timeout_ms,
+                        uint64_t now_ms, const struct ms_waiter *w)
 {
-    return ask_kind(d, MS_KIND_ASK, type, id, idlen, json, len, timeout_ms,
-                    now_ms, w);
+    return ask_kind(d, MS_KIND_ASK, dst, json, len, timeout_ms, now_ms, w);
 }
 
-int64_t ms_dispatch_activate(struct ms_dispatch *d, int type, const char *id,
-                             size_t idlen, uint64_t timeout_ms,
-                             uint64_t now_ms, const struct ms_waiter *w)
+int64_t ms_dispatch_activate(struct ms_dispatch *d, const struct ms_dest *dst,
+                             uint64_t timeout_ms, uint64_t now_ms,
+                             const struct ms_waiter *w)
 {
-    return ask_kind(d, MS_KIND_ACTIVATE, type, id, idlen, "{}", 2,
-                    timeout_ms, now_ms, w);
+    return ask_kind(d, MS_KIND_ACTIVATE, dst, "{}", 2, timeout_ms, now_ms, w);
 }
 
-static int64_t ask_kind(struct ms_dispatch *d, int kind, int type,
-                        const char *id, size_t idlen, const char *json,
+static int64_t ask_kind(struct ms_dispatch *d, int kind,
+                        const struct ms_dest *dst, const char *json,
                         size_t len, uint64_t timeout_ms, uint64_t now_ms,
                         const struct ms_waiter *w)
 {
-    int rc = check(d, type, idlen, len);
+    int rc = check(d, dst, len);
     if (rc < 0)
         return rc;
     if (timeout_ms == 0)
         return MS_EINVAL;
-    if ((rc = check_waiter(d, w, type, id, idlen)) < 0)
+    if ((rc = check_waiter(d, w, dst->type, dst->id, dst->idlen)) < 0)
         return rc;
-    uint64_t hash;
-    uint32_t shard;
-    if ((rc = shard_for(d, type, id, idlen, &hash, &shard)) < 0)
-        return rc;
-    struct msg *m = msg_new(d, kind, (uint32_t)type, hash, shard, id, idlen,
-                            json, len);
+    struct msg *m = msg_new(d, kind, (uint32_t)dst->type, dst->hash,
+                            dst->shard, dst->id, dst->idlen, json, len);
     if (!m)
         return MS_ENOMEM;
     struct ask *a = open_ask(d, w, timeout_ms, now_ms);
@@ -854,19 +857,17 @@ int64_t ms_dispatch_ask_open(struct ms_dispatch *d, uint64_t timeout_ms,
 }
 
 int ms_dispatch_ask_enqueue(struct ms_dispatch *d, int64_t corr, int kind,
-                            int type, const char *id, size_t idlen,
-                            const char *json, size_t len)
+                            const struct ms_dest *dst, const char *json,
+                            size_t len)
 {
     struct ask *a = askmap_find(&d->asks, (uint64_t)corr);
     if (!a)
         return 0; /* it ended meanwhile (timeout): nothing to deliver */
-    int rc = check(d, type, idlen, len);
-    uint64_t hash = 0;
-    uint32_t shard = 0;
-    if (rc == 0 && (rc = check_waiter(d, &a->w, type, id, idlen)) == 0 &&
-        (rc = shard_for(d, type, id, idlen, &hash, &shard)) == 0) {
-        struct msg *m = msg_new(d, kind, (uint32_t)type, hash, shard, id,
-                                idlen, json, len);
+    int rc = check(d, dst, len);
+    if (rc == 0 &&
+        (rc = check_waiter(d, &a->w, dst->type, dst->id, dst->idlen)) == 0) {
+        struct msg *m = msg_new(d, kind, (uint32_t)dst->type, dst->hash,
+                                dst->shard, dst->id, dst->idlen, json, len);
         if (!m)
             rc = MS_ENOMEM;
         else {
@@ -928,18 +929,13 @@ int ms_dispatch_ask_complete(struct ms_dispatch *d, int64_t corr, int err,
     return 1;
 }
 
-int ms_dispatch_stop(struct ms_dispatch *d, int type, const char *id,
-                     size_t idlen)
+int ms_dispatch_stop(struct ms_dispatch *d, const struct ms_dest *dst)
 {
-    int rc = check(d, type, idlen, 0);
+    int rc = check(d, dst, 0);
     if (rc < 0)
         return rc;
-    uint64_t hash;
-    uint32_t shard;
-    if ((rc = shard_for(d, type, id, idlen, &hash, &shard)) < 0)
-        return rc;
-    struct msg *m = msg_new(d, MS_KIND_STOP, (uint32_t)type, hash, shard, id,
-                            idlen, "", 0);
+    struct msg *m = msg_new(d, MS_KIND_STOP, (uint32_t)dst->type, dst->hash,
+                            dst->shard, dst->id, dst->idlen, "", 0);
     if (!m)
         return MS_ENOMEM;
     return enqueue(d, m, 0);

@@ -1,0 +1,114 @@
+/*
+ * region_impl.h -- the region's state, shared by region.c (sends, waiting,
+ * requests of other nodes) and region_control.c (the CONTROL messages,
+ * life cycle, queries). Not a public header.
+ */
+#ifndef MS_CORE_REGION_IMPL_H
+#define MS_CORE_REGION_IMPL_H
+
+#include "plan.h"
+#include "region.h"
+
+/* What a request is besides its frame kind. */
+enum { RG_OP_PLAIN = 0, RG_OP_ACTIVATE = 1, RG_OP_STOP = 2 };
+
+/* What ms_region_send_failed does with an action. */
+enum { RG_FAIL_NONE = 0, RG_FAIL_REBUFFER = 1, RG_FAIL_FENCE = 2 };
+
+struct pend {
+    struct pend *next;
+    int kind;             /* MS_FRAME_TELL or MS_FRAME_ASK */
+    int op;               /* RG_OP_ACTIVATE (an ASK), RG_OP_STOP (a TELL) */
+    uint64_t origin;      /* a request from that node (0: from here) */
+    uint64_t origin_corr; /* its ask id there */
+    int64_t corr;         /* the dispatcher's ask (ASK) */
+    uint64_t deadline_ms;
+    uint32_t idlen, len;
+    int retries;
+    char data[];          /* id, payload */
+};
+
+struct rshard {
+    struct pend *head, *tail;
+    uint32_t n;
+    uint32_t nheld;           /* of n: requests of other nodes held here */
+    uint64_t alloc_sent_ms;
+    /* handoff, region side: while hgen is set the shard is moving and
+     * everything for it waits here, until a plan entry above hgen */
+    uint64_t hgen;
+    uint64_t hfrom;           /* its old owner */
+    uint64_t blocked_ms;      /* since when */
+    /* handoff, old owner side: a STOP came; requests are sent back */
+    int stopping;
+    uint64_t stop_hgen, stop_term, stop_coord;
+    int warned;               /* its overflow during this move was logged */
+};
+
+struct rtype {
+    struct ms_plan *plan;
+    struct rshard *shards;   /* allocated on first use */
+    char fingerprint[640];
+    int refused;             /* the coordinator refused our settings */
+};
+
+/* A queued action and its bytes. */
+struct rg_act {
+    struct rg_act *next;
+    struct ms_region_action a;
+    char bytes[];
+};
+
+struct ms_region {
+    struct ms_dispatch *d;
+    const struct ms_config *cfg;
+    ms_region_usable_cb usable;
+    void *data;
+    struct rtype *types;
+    int ntypes;
+    uint64_t self;
+    uint64_t coordinator;    /* as membership says (0: none) */
+    uint64_t now;            /* of the call under way */
+    struct ms_plan_fence fence;
+    uint32_t nbuffered;      /* messages waiting, all shards */
+    uint32_t nblocked;       /* shards moving (region side) */
+    uint32_t nstopping;      /* shards this node is stopping */
+    struct ms_coord *coord;
+    struct rg_act *qhead, *qtail;
+    int kick_queued;
+    /* sends that failed in the current drain wait again in order: the
+     * last one put back, and its shard */
+    struct pend *refill_p;
+    struct rshard *refill_s;
+    struct ms_region_stats st;
+};
+
+int rg_emit(struct ms_region *r, int kind, uint64_t uid,
+            const struct ms_frame *f, int on_fail, uint64_t fail_uid);
+void rg_kick(struct ms_region *r);
+void rg_coord_drain(struct ms_region *r);
+int rg_send_control(struct ms_region *r, uint64_t uid,
+                    const struct ms_plan_msg *m, int on_fail,
+                    uint64_t fail_uid);
+void rg_frame_error(struct ms_region *r, uint64_t uid, uint64_t corr,
+                    int err, const char *message);
+const char *rg_tname(const struct ms_region *r, int type);
+int rg_type_by_name(const struct ms_region *r, const char *name, size_t len);
+struct rshard *rg_shard(struct ms_region *r, int type, uint32_t shard);
+void rg_request_alloc(struct ms_region *r, int type, uint32_t shard);
+int rg_buffer(struct ms_region *r, int type, uint32_t shard, int kind,
+              int op, int64_t corr, uint64_t deadline_ms, const char *id,
+              size_t idlen, const char *json, size_t len, int retries,
+              uint64_t origin, uint64_t origin_corr);
+uint16_t rg_op_flags(int op, int retries);
+void rg_flush_shard(struct ms_region *r, int type, uint32_t shard);
+void rg_deliver_held(struct ms_region *r, int type, uint32_t shard);
+void rg_deliver_request(struct ms_region *r, uint64_t uid,
+                        const struct ms_dest *dst, int kind, int op,
+                        uint64_t corr, const char *json, size_t len);
+void rg_on_control(struct ms_region *r, uint64_t uid,
+                   const struct ms_frame *f);
+/* A fence (action a) found no connection to the old owner: reported to
+ * the coordinator as passed. */
+void rg_fence_direct(struct ms_region *r, const struct ms_region_action *a);
+
+#endif
