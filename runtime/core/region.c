@@ -97,7 +97,7 @@ int ms_region_next_action(struct ms_region *r, struct ms_region_action *out)
     rg_coord_drain(r);
     struct rg_act *q = r->qhead;
     if (!q) {
-        r->refill_p = NULL; /* a drain ended: re-queued sends go first */
+        r->drain_epoch++; /* a drain ended: re-queued sends go first */
         return 0;
     }
     r->qhead = q->next;
@@ -294,6 +294,8 @@ static struct pend *pop(struct ms_region *r, struct rshard *s)
     s->head = p->next;
     if (!s->head)
         s->tail = NULL;
+    if (s->refill == p)
+        s->refill = NULL;
     s->n--;
     s->nheld -= p->origin != 0;
     r->nbuffered--;
@@ -660,6 +662,8 @@ void rg_deliver_held(struct ms_region *r, int type, uint32_t shard)
         s->n--;
         s->nheld--;
         r->nbuffered--;
+        if (s->refill == p)
+            s->refill = NULL;
         struct ms_dest dst;
         pend_dest(p, type, shard, &dst);
         rg_deliver_request(r, p->origin, &dst, p->kind, p->op,
@@ -706,17 +710,17 @@ void ms_region_send_failed(struct ms_region *r,
             fail_ask(r, corr, MS_ENOMEM, "out of memory");
         return;
     }
-    if (r->refill_p && r->refill_s == s) {
-        p->next = r->refill_p->next;
-        r->refill_p->next = p;
+    if (s->refill && s->refill_epoch == r->drain_epoch) {
+        p->next = s->refill->next;
+        s->refill->next = p;
     } else {
         p->next = s->head;
         s->head = p;
     }
     if (!p->next)
         s->tail = p;
-    r->refill_p = p;
-    r->refill_s = s;
+    s->refill = p;
+    s->refill_epoch = r->drain_epoch;
     s->n++;
     r->nbuffered++;
     r->st.buffered++;

@@ -42,6 +42,11 @@ struct rshard {
     int stopping;
     uint64_t stop_hgen, stop_term, stop_coord;
     int warned;               /* its overflow during this move was logged */
+    /* the last own request put back by ms_region_send_failed in the
+     * current drain (refill_epoch == the region's drain_epoch): the next
+     * one goes after it; cleared when it leaves the buffer */
+    struct pend *refill;
+    uint64_t refill_epoch;
 };
 
 struct rtype {
@@ -75,10 +80,7 @@ struct ms_region {
     struct ms_coord *coord;
     struct rg_act *qhead, *qtail;
     int kick_queued;
-    /* sends that failed in the current drain wait again in order: the
-     * last one put back, and its shard */
-    struct pend *refill_p;
-    struct rshard *refill_s;
+    uint64_t drain_epoch;    /* drains ended (ms_region_next_action 0) */
     struct ms_region_stats st;
 };
 
