@@ -476,7 +476,7 @@ int64_t ms_region_ask(struct ms_region *r, const struct ms_dest *dst,
     return corr; /* a failure above already ended the ask */
 }
 
-/* ---- requests of other nodes ---------------------------------------------- */
+/* ---- requests of other nodes ------------------------------------------ */
 
 /* Reply to a remote ask handled here. */
 struct remote_ask {
