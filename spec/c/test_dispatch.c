@@ -552,8 +552,46 @@ static void unavailable_and_no_owner_differ(void)
     ms_dispatch_free(d);
 }
 
+/* A destination is resolved once: ms_dispatch_resolve runs the
+ * partitioner and fills the hash and shard; the sends that take it do not
+ * run it again, and a message lands where the resolution said. */
+static void a_destination_is_resolved_once(void)
+{
+    struct ms_dispatch_type t = {"P", 8, 0, 0, 100, 1};
+    struct ms_dispatch *d = ms_dispatch_new(&t, 1, 1024);
+    ms_dispatch_set_partitioner(d, by_prefix, NULL);
+    struct ms_waiter w = {on_ask, NULL, 0};
+    struct ms_dest dst;
+    int calls = part_calls;
+    CHECK(ms_dispatch_resolve(d, 0, "6:a", 3, &dst) == 0);
+    CHECK(part_calls == calls + 1);
+    CHECK(dst.type == 0 && dst.shard == 6 && dst.idlen == 3 &&
+          dst.hash == ms_fnv1a64("6:a", 3));
+    CHECK(ms_dispatch_tell(d, &dst, "{}", 2) == 0);
+    CHECK(ms_dispatch_ask(d, &dst, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(ms_dispatch_activate(d, &dst, 1000, 0, &w) > 0);
+    CHECK(ms_dispatch_stop(d, &dst) == 0);
+    int64_t corr = ms_dispatch_ask_open(d, 1000, 0, &w);
+    CHECK(ms_dispatch_ask_enqueue(d, corr, MS_KIND_ASK, &dst, "{}", 2) == 1);
+    CHECK(part_calls == calls + 1);
+    struct ms_delivery dl;
+    int n = 0;
+    while (ms_dispatch_next(d, &dl)) {
+        CHECK(dl.shard == 6);
+        ms_dispatch_done(d, dl.h, 0);
+        n++;
+    }
+    CHECK(n >= 2); /* the tell, then the entity waits for each answer */
+    /* the bad ones are refused where they are resolved */
+    CHECK(ms_dispatch_resolve(d, 1, "6:a", 3, &dst) == MS_ENOTYPE);
+    CHECK(ms_dispatch_resolve(d, 0, "", 0, &dst) == MS_E2BIG);
+    CHECK(ms_dispatch_resolve(d, 0, "x", 1, &dst) == MS_EPARTITION);
+    ms_dispatch_free(d);
+}
+
 int main(void)
 {
+    a_destination_is_resolved_once();
     mailboxes_count_against_the_shard_bound();
     shutdown_stops_after_accepted_messages();
     timers_keep_an_entity_from_idling_out();
