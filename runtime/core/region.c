@@ -110,6 +110,11 @@ int ms_region_next_action(struct ms_region *r, struct ms_region_action *out)
     return 1;
 }
 
+int ms_region_pending(const struct ms_region *r)
+{
+    return r->qhead != NULL;
+}
+
 void ms_region_action_free(struct ms_region_action *a)
 {
     free(a->buf);

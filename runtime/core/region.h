@@ -217,6 +217,12 @@ void ms_region_send_failed(struct ms_region *r,
 
 void ms_region_action_free(struct ms_region_action *a);
 
+/* 1 when the region has queued actions (a send of this node queues them
+ * only when it goes to another node): the caller may skip the drain. The
+ * coordinator's own queue is drained by ms_region_next_action too, so
+ * after a call to the coordinator object, drain without asking. */
+int ms_region_pending(const struct ms_region *r);
+
 /* --- queries ------------------------------------------------------------- */
 
 /* The coordinator object (borrowed), for membership facts that make no

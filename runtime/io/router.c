@@ -187,7 +187,8 @@ int ms_router_tell(struct ms_router *r, const struct ms_dest *dst,
                    const char *json, size_t len)
 {
     int rc = ms_region_tell(r->rg, dst, json, len, now(r));
-    drain(r);
+    if (ms_region_pending(r->rg)) /* sent elsewhere, or asks for alloc */
+        drain(r);
     return rc;
 }
 
@@ -197,7 +198,8 @@ int64_t ms_router_ask(struct ms_router *r, const struct ms_dest *dst,
 {
     int64_t rc = ms_region_ask(r->rg, dst, 0, json, len, timeout_ms, w,
                                now(r));
-    drain(r);
+    if (ms_region_pending(r->rg)) /* sent elsewhere, or asks for alloc */
+        drain(r);
     return rc;
 }
 
@@ -206,14 +208,16 @@ int64_t ms_router_activate(struct ms_router *r, const struct ms_dest *dst,
 {
     int64_t rc = ms_region_ask(r->rg, dst, 1, NULL, 0, timeout_ms, w,
                                now(r));
-    drain(r);
+    if (ms_region_pending(r->rg)) /* sent elsewhere, or asks for alloc */
+        drain(r);
     return rc;
 }
 
 int ms_router_stop(struct ms_router *r, const struct ms_dest *dst)
 {
     int rc = ms_region_stop(r->rg, dst, now(r));
-    drain(r);
+    if (ms_region_pending(r->rg)) /* sent elsewhere, or asks for alloc */
+        drain(r);
     return rc;
 }
 
@@ -223,7 +227,8 @@ void ms_router_on_frame(struct ms_router *r, uint64_t uid,
                         const struct ms_frame *f)
 {
     ms_region_on_frame(r->rg, uid, f, now(r));
-    drain(r);
+    if (ms_region_pending(r->rg)) /* the coordinator's are in it too */
+        drain(r);
 }
 
 void ms_router_on_coordinator(struct ms_router *r, uint64_t uid)
@@ -256,7 +261,8 @@ void ms_router_on_member(struct ms_router *r, uint64_t uid, int status)
 void ms_router_after_dispatch(struct ms_router *r)
 {
     ms_region_after_dispatch(r->rg, now(r));
-    drain(r);
+    if (ms_region_pending(r->rg)) /* replies to other nodes' asks, ... */
+        drain(r);
 }
 
 /* ---- coordinator --------------------------------------------------------- */
