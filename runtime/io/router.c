@@ -328,6 +328,9 @@ int ms_router_new(struct ms_router **out, uv_loop_t *loop,
                    MS_REGION_TICK_MS);
     uv_unref((uv_handle_t *)&r->sweep);
     *out = r;
+    /* a coordinator the cluster chose before the router existed */
+    if (ms_cluster_coordinator(c))
+        ms_router_on_coordinator(r, ms_cluster_coordinator(c));
     return 0;
 }
 
