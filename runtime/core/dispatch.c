@@ -29,7 +29,7 @@ static void uncount(struct ms_dispatch *d, struct msg *m)
 
 /* Small messages (the common case) are recycled through a free list of
  * MSG_SMALL-byte blocks, bounded by MSG_FREE_MAX blocks. */
-void dp_msg_free(struct ms_dispatch *d, struct msg *m)
+void ms__dispatch_msg_free(struct ms_dispatch *d, struct msg *m)
 {
     if (m)
         uncount(d, m);
@@ -42,11 +42,11 @@ void dp_msg_free(struct ms_dispatch *d, struct msg *m)
     }
 }
 
-void dp_free_msgs(struct ms_dispatch *d, struct msg *m)
+void ms__dispatch_free_msgs(struct ms_dispatch *d, struct msg *m)
 {
     while (m) {
         struct msg *n = m->next;
-        dp_msg_free(d, m);
+        ms__dispatch_msg_free(d, m);
         m = n;
     }
 }
@@ -160,7 +160,7 @@ static void edestroy(struct ms_dispatch *d, struct entity *e)
         sh->ents = e->snext;
     if (e->snext)
         e->snext->sprev = e->sprev;
-    dp_shard_check_stopped(d, e->type, e->shard);
+    ms__dispatch_shard_check_stopped(d, e->type, e->shard);
     struct entity **pp = &d->ebuckets[mix(ekey(e->type, e->hash)) & d->emask];
     while (*pp != e)
         pp = &(*pp)->hnext;
@@ -182,9 +182,9 @@ static void edestroy(struct ms_dispatch *d, struct entity *e)
 
 /* A message of entity `id` of `type`; `hash` (ms_fnv1a64 of the id) and
  * `shard` as ms_dispatch_shard_of gives them, or the entity's own. */
-struct msg *dp_msg_new(struct ms_dispatch *d, int kind, uint32_t type,
-                       uint64_t hash, uint32_t shard, const char *id,
-                       size_t idlen, const char *json, size_t len)
+struct msg *ms__dispatch_msg_new(struct ms_dispatch *d, int kind, uint32_t type,
+                                 uint64_t hash, uint32_t shard, const char *id,
+                                 size_t idlen, const char *json, size_t len)
 {
     size_t size = sizeof(struct msg) + idlen + len + 2;
     struct msg *m;
@@ -282,13 +282,13 @@ int ms_dispatch_shard_of(struct ms_dispatch *d, int type, const char *id,
 
 /* Appends m to its shard's FIFO, enforcing the shard's bound unless
  * `force` (stop requests and self-timers are never refused). */
-int dp_enqueue(struct ms_dispatch *d, struct msg *m, int force)
+int ms__dispatch_enqueue(struct ms_dispatch *d, struct msg *m, int force)
 {
     struct type *t = &d->types[m->type];
     struct shard *sh = &t->shards[m->shard];
     if (!force && sh->pending >= t->cfg.max_pending) {
         d->st.overflows++;
-        dp_msg_free(d, m);
+        ms__dispatch_msg_free(d, m);
         return MS_EOVERFLOW;
     }
     sh->pending++;
@@ -319,11 +319,13 @@ int ms_dispatch_tell(struct ms_dispatch *d, const struct ms_dest *dst,
     int rc = check(d, dst, len);
     if (rc < 0)
         return rc;
-    struct msg *m = dp_msg_new(d, MS_KIND_TELL, (uint32_t)dst->type, dst->hash,
-                               dst->shard, dst->id, dst->idlen, json, len);
+    struct msg *m = ms__dispatch_msg_new(d, MS_KIND_TELL, (uint32_t)dst->type,
+                                         dst->hash,
+                                         dst->shard, dst->id, dst->idlen, json,
+                                         len);
     if (!m)
         return MS_ENOMEM;
-    return dp_enqueue(d, m, 0);
+    return ms__dispatch_enqueue(d, m, 0);
 }
 
 /* Registers a pending ask for waiter w with its deadline. */
@@ -398,17 +400,19 @@ static int64_t ask_kind(struct ms_dispatch *d, int kind,
         return MS_EINVAL;
     if ((rc = check_waiter(d, w, dst->type, dst->id, dst->idlen)) < 0)
         return rc;
-    struct msg *m = dp_msg_new(d, kind, (uint32_t)dst->type, dst->hash,
-                               dst->shard, dst->id, dst->idlen, json, len);
+    struct msg *m = ms__dispatch_msg_new(d, kind, (uint32_t)dst->type,
+                                         dst->hash,
+                                         dst->shard, dst->id, dst->idlen, json,
+                                         len);
     if (!m)
         return MS_ENOMEM;
     struct ask *a = open_ask(d, w, timeout_ms, now_ms);
     if (!a) {
-        dp_msg_free(d, m);
+        ms__dispatch_msg_free(d, m);
         return MS_ENOMEM;
     }
     m->corr = a->corr;
-    rc = dp_enqueue(d, m, 0);
+    rc = ms__dispatch_enqueue(d, m, 0);
     if (rc < 0) {
         drop_ask(d, a);
         return rc;
@@ -444,19 +448,21 @@ int ms_dispatch_ask_enqueue(struct ms_dispatch *d, int64_t corr, int kind,
     int rc = check(d, dst, len);
     if (rc == 0 &&
         (rc = check_waiter(d, &a->w, dst->type, dst->id, dst->idlen)) == 0) {
-        struct msg *m = dp_msg_new(d, kind, (uint32_t)dst->type, dst->hash,
-                                   dst->shard, dst->id, dst->idlen, json, len);
+        struct msg *m = ms__dispatch_msg_new(d, kind, (uint32_t)dst->type,
+                                             dst->hash,
+                                             dst->shard, dst->id, dst->idlen,
+                                             json, len);
         if (!m)
             rc = MS_ENOMEM;
         else {
             m->corr = a->corr;
-            rc = dp_enqueue(d, m, 0);
+            rc = ms__dispatch_enqueue(d, m, 0);
         }
     }
     if (rc < 0) {
         char buf[256];
         size_t n = ms_error_json(buf, sizeof buf, rc, ms_strerror(rc));
-        dp_complete_ask(d, a, rc, buf, n);
+        ms__dispatch_complete_ask(d, a, rc, buf, n);
         return rc;
     }
     return 1;
@@ -491,7 +497,7 @@ int ms_dispatch_ask_answer(struct ms_dispatch *d, int64_t corr,
         return 0;
     if (err == MS_ETIMEDOUT)
         d->st.asks_timed_out++;
-    dp_complete_ask(d, a, err, payload, len);
+    ms__dispatch_complete_ask(d, a, err, payload, len);
     return 1;
 }
 
@@ -503,7 +509,7 @@ int ms_dispatch_ask_complete(struct ms_dispatch *d, int64_t corr, int err,
         return 0;
     if (err == MS_ETIMEDOUT)
         d->st.asks_timed_out++;
-    dp_complete_ask(d, a, err, payload, len);
+    ms__dispatch_complete_ask(d, a, err, payload, len);
     return 1;
 }
 
@@ -512,17 +518,19 @@ int ms_dispatch_stop(struct ms_dispatch *d, const struct ms_dest *dst)
     int rc = check(d, dst, 0);
     if (rc < 0)
         return rc;
-    struct msg *m = dp_msg_new(d, MS_KIND_STOP, (uint32_t)dst->type, dst->hash,
-                               dst->shard, dst->id, dst->idlen, "", 0);
+    struct msg *m = ms__dispatch_msg_new(d, MS_KIND_STOP, (uint32_t)dst->type,
+                                         dst->hash,
+                                         dst->shard, dst->id, dst->idlen, "",
+                                         0);
     if (!m)
         return MS_ENOMEM;
-    return dp_enqueue(d, m, 0);
+    return ms__dispatch_enqueue(d, m, 0);
 }
 
 /* ---- asks -------------------------------------------------------- */
 
-void dp_complete_ask(struct ms_dispatch *d, struct ask *a, int err,
-                     const char *payload, size_t len)
+void ms__dispatch_complete_ask(struct ms_dispatch *d, struct ask *a, int err,
+                               const char *payload, size_t len)
 {
     askmap_del(&d->asks, a);
     ms_timerq_remove(&d->tq, &a->tm);
@@ -550,15 +558,15 @@ void dp_complete_ask(struct ms_dispatch *d, struct ask *a, int err,
     free(a);
 }
 
-void dp_fail_ask(struct ms_dispatch *d, uint64_t corr, int err,
-                 const char *message)
+void ms__dispatch_fail_ask(struct ms_dispatch *d, uint64_t corr, int err,
+                           const char *message)
 {
     struct ask *a = askmap_find(&d->asks, corr);
     if (!a)
         return;
     char buf[1024];
     size_t n = ms_error_json(buf, sizeof buf, err, message);
-    dp_complete_ask(d, a, err, buf, n);
+    ms__dispatch_complete_ask(d, a, err, buf, n);
 }
 
 int ms_dispatch_next_resume(struct ms_dispatch *d, struct ms_resume *out)
@@ -623,7 +631,7 @@ static int skip_stop(struct ms_dispatch *d, struct entity *e, struct msg *m)
 {
     if (m->kind != MS_KIND_STOP || e->active)
         return 0;
-    dp_msg_free(d, m);
+    ms__dispatch_msg_free(d, m);
     if (!e->busy && !e->mb_head && !e->active && !e->in_ready)
         edestroy(d, e);
     return 1;
@@ -637,7 +645,7 @@ static int drop_closing(struct ms_dispatch *d, struct entity *e,
     if (!d->closing || e->active)
         return 0;
     d->st.shutdown_drops++;
-    dp_msg_free(d, m);
+    ms__dispatch_msg_free(d, m);
     if (!e->busy && !e->mb_head && !e->in_ready)
         edestroy(d, e);
     return 1;
@@ -712,13 +720,13 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
         }
         m->next = NULL;
         if (sh->stopping == 2 || m->kind == KIND_SHARD_STOP) {
-            dp_shard_stop_msg(d, sh, m);
+            ms__dispatch_shard_stop_msg(d, sh, m);
             continue;
         }
         prefetch_next(d);
         e = efind(d, m->type, m->hash, m->data, m->idlen);
         if (m->kind == MS_KIND_STOP && !e) {
-            dp_msg_free(d, m);
+            ms__dispatch_msg_free(d, m);
             continue;
         }
         if (skip_stop(d, e, m))
@@ -727,8 +735,9 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
             e = ecreate(d, m->type, m->hash, m->shard, m->data, m->idlen);
             if (!e) {
                 if (m->kind == MS_KIND_ASK || m->kind == MS_KIND_ACTIVATE)
-                    dp_fail_ask(d, m->corr, MS_ENOMEM, "out of memory");
-                dp_msg_free(d, m);
+                    ms__dispatch_fail_ask(d, m->corr, MS_ENOMEM,
+                                          "out of memory");
+                ms__dispatch_msg_free(d, m);
                 continue;
             }
         }
@@ -769,11 +778,11 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
         if (a) {
             const char *js = m->created ? "{\"created\":true}"
                                         : "{\"created\":false}";
-            dp_complete_ask(d, a, 0, js, strlen(js));
+            ms__dispatch_complete_ask(d, a, 0, js, strlen(js));
         }
     } else if (m && m->kind == MS_KIND_ASK && !e->replied) {
-        dp_fail_ask(d, m->corr, MS_ENOREPLY,
-                    "the handler finished without replying");
+        ms__dispatch_fail_ask(d, m->corr, MS_ENOREPLY,
+                              "the handler finished without replying");
     }
     d->now_ms = now_ms;
     e->last_ms = now_ms;
@@ -784,14 +793,15 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
         d->st.active_entities--;
         cancel_timers(d, e);
     }
-    dp_msg_free(d, m);
-    dp_entity_stopping(d, e);
+    ms__dispatch_msg_free(d, m);
+    ms__dispatch_entity_stopping(d, e);
     if (e->stop_req) {
         e->stop_req = 0;
         if (e->active) {
-            struct msg *s = dp_msg_new(d, MS_KIND_STOP, e->type, e->hash,
-                                       e->shard, e->id, e->idlen,
-                                       "", 0);
+            struct msg *s = ms__dispatch_msg_new(d, MS_KIND_STOP, e->type,
+                                                 e->hash,
+                                                 e->shard, e->id, e->idlen,
+                                                 "", 0);
             if (s)
                 mb_push_front(e, s);
         }
@@ -823,10 +833,10 @@ int ms_dispatch_reply(struct ms_dispatch *d, uint32_t h, const char *json,
         char buf[128];
         size_t n = ms_error_json(buf, sizeof buf, MS_ETIMEDOUT,
                                  "ask timed out");
-        dp_complete_ask(d, a, MS_ETIMEDOUT, buf, n);
+        ms__dispatch_complete_ask(d, a, MS_ETIMEDOUT, buf, n);
         return 0;
     }
-    dp_complete_ask(d, a, 0, json, len);
+    ms__dispatch_complete_ask(d, a, 0, json, len);
     return 0;
 }
 
@@ -840,7 +850,7 @@ void ms_dispatch_fail(struct ms_dispatch *d, uint32_t h, const char *message,
     if (e->cur && (e->cur->kind == MS_KIND_ASK ||
                    e->cur->kind == MS_KIND_ACTIVATE) && !e->replied) {
         e->replied = 1;
-        dp_fail_ask(d, e->cur->corr, MS_EHANDLER, message);
+        ms__dispatch_fail_ask(d, e->cur->corr, MS_EHANDLER, message);
     }
     if (init_failed && e->active) {
         list_del(d, e);

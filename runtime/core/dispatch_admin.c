@@ -84,8 +84,8 @@ void ms_dispatch_free(struct ms_dispatch *d)
         struct entity *e = d->slots[h];
         if (!e)
             continue;
-        dp_free_msgs(d, e->mb_head);
-        dp_msg_free(d, e->cur);
+        ms__dispatch_free_msgs(d, e->mb_head);
+        ms__dispatch_msg_free(d, e->cur);
         while (e->timers) {
             struct etimer *t = e->timers;
             e->timers = t->enext;
@@ -96,7 +96,7 @@ void ms_dispatch_free(struct ms_dispatch *d)
     for (int i = 0; d->types && i < d->ntypes; i++) {
         for (uint32_t s = 0; d->types[i].shards &&
                              s < d->types[i].cfg.shard_count; s++)
-            dp_free_msgs(d, d->types[i].shards[s].head);
+            ms__dispatch_free_msgs(d, d->types[i].shards[s].head);
         free(d->types[i].shards);
     }
     while (d->res_head) {
@@ -232,9 +232,10 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
                 list_add(d, e, now_ms);
                 continue;
             }
-            struct msg *s = dp_msg_new(d, MS_KIND_STOP, e->type, e->hash,
-                                       e->shard, e->id, e->idlen,
-                                       "", 0);
+            struct msg *s = ms__dispatch_msg_new(d, MS_KIND_STOP, e->type,
+                                                 e->hash,
+                                                 e->shard, e->id, e->idlen,
+                                                 "", 0);
             if (!s) {
                 list_add(d, e, now_ms);
                 break;
@@ -254,16 +255,18 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
             char buf[128];
             size_t n = ms_error_json(buf, sizeof buf, MS_ETIMEDOUT,
                                      "ask timed out");
-            dp_complete_ask(d, a, MS_ETIMEDOUT, buf, n);
+            ms__dispatch_complete_ask(d, a, MS_ETIMEDOUT, buf, n);
         } else {
             struct etimer *t = ms_container_of(tm, struct etimer, tm);
             struct entity *e = eget(d, t->h);
             unlink_timer(d, t);
             if (e) {
-                struct msg *m = dp_msg_new(d, MS_KIND_TELL, e->type, e->hash,
-                                           e->shard, e->id,
-                                           e->idlen, t->payload, t->len);
-                if (m && dp_enqueue(d, m, 1) == 0)
+                struct msg *m = ms__dispatch_msg_new(d, MS_KIND_TELL, e->type,
+                                                     e->hash,
+                                                     e->shard, e->id,
+                                                     e->idlen, t->payload,
+                                                     t->len);
+                if (m && ms__dispatch_enqueue(d, m, 1) == 0)
                     d->st.timers_fired++;
             }
             free(t);
@@ -291,8 +294,8 @@ int64_t ms_dispatch_next_deadline(struct ms_dispatch *d, uint64_t now_ms)
 
 /* ---- shard stop (handoff) -------------------------------------------- */
 
-void dp_shard_check_stopped(struct ms_dispatch *d, uint32_t type,
-                            uint32_t shard)
+void ms__dispatch_shard_check_stopped(struct ms_dispatch *d, uint32_t type,
+                                      uint32_t shard)
 {
     struct shard *sh = &d->types[type].shards[shard];
     if (sh->stopping != 2 || sh->nent || sh->head)
@@ -314,13 +317,13 @@ void dp_shard_check_stopped(struct ms_dispatch *d, uint32_t type,
 
 /* An active entity of a stopping shard with nothing left to handle gets
  * its STOP (passivation, `stopped` called). */
-void dp_entity_stopping(struct ms_dispatch *d, struct entity *e)
+void ms__dispatch_entity_stopping(struct ms_dispatch *d, struct entity *e)
 {
     struct shard *sh = &d->types[e->type].shards[e->shard];
     if (sh->stopping != 2 || !e->active || e->busy || e->mb_head)
         return;
-    struct msg *s = dp_msg_new(d, MS_KIND_STOP, e->type, e->hash,
-                               e->shard, e->id, e->idlen, "", 0);
+    struct msg *s = ms__dispatch_msg_new(d, MS_KIND_STOP, e->type, e->hash,
+                                         e->shard, e->id, e->idlen, "", 0);
     if (!s)
         return;
     mb_push(e, s);
@@ -330,28 +333,29 @@ void dp_entity_stopping(struct ms_dispatch *d, struct entity *e)
 /* A message popped from a stopping shard's FIFO: the stop marker, or
  * something that came after it (a ctx:after timer firing, or a request
  * that should have gone elsewhere), which is failed and counted. */
-void dp_shard_stop_msg(struct ms_dispatch *d, struct shard *sh,
-                       struct msg *m)
+void ms__dispatch_shard_stop_msg(struct ms_dispatch *d, struct shard *sh,
+                                 struct msg *m)
 {
     uint32_t type = m->type;
     uint32_t shard = (uint32_t)(sh - d->types[type].shards);
     if (m->kind == KIND_SHARD_STOP) {
         int mine = sh->stopping == 1 && m->corr == sh->stop_epoch;
-        dp_msg_free(d, m);
+        ms__dispatch_msg_free(d, m);
         if (!mine)
             return; /* a stop that was called off */
         sh->stopping = 2;
         for (struct entity *e = sh->ents; e; e = e->snext)
-            dp_entity_stopping(d, e);
-        dp_shard_check_stopped(d, type, shard);
+            ms__dispatch_entity_stopping(d, e);
+        ms__dispatch_shard_check_stopped(d, type, shard);
         return;
     }
     d->st.handoff_drops++;
     if (m->kind == MS_KIND_ASK || m->kind == MS_KIND_ACTIVATE)
-        dp_fail_ask(d, m->corr, MS_ENOOWNER, "the entity's shard is moving to "
-                    "another node");
-    dp_msg_free(d, m);
-    dp_shard_check_stopped(d, type, shard);
+        ms__dispatch_fail_ask(d, m->corr, MS_ENOOWNER,
+                              "the entity's shard is moving to "
+                              "another node");
+    ms__dispatch_msg_free(d, m);
+    ms__dispatch_shard_check_stopped(d, type, shard);
 }
 
 int ms_dispatch_shard_stop(struct ms_dispatch *d, int type, uint32_t shard)
@@ -362,13 +366,13 @@ int ms_dispatch_shard_stop(struct ms_dispatch *d, int type, uint32_t shard)
     struct shard *sh = &d->types[type].shards[shard];
     if (sh->stopping)
         return 0;
-    struct msg *m = dp_msg_new(d, KIND_SHARD_STOP, (uint32_t)type, 0,
-                               shard, "", 0, "", 0);
+    struct msg *m = ms__dispatch_msg_new(d, KIND_SHARD_STOP, (uint32_t)type, 0,
+                                         shard, "", 0, "", 0);
     if (!m)
         return MS_ENOMEM;
     m->corr = ++sh->stop_epoch;
     sh->stopping = 1;
-    return dp_enqueue(d, m, 1);
+    return ms__dispatch_enqueue(d, m, 1);
 }
 
 void ms_dispatch_shard_resume(struct ms_dispatch *d, int type, uint32_t shard)
@@ -416,7 +420,7 @@ uint64_t ms_dispatch_shutdown(struct ms_dispatch *d)
             char buf[128];
             size_t n = ms_error_json(buf, sizeof buf, MS_ECANCELED,
                                      "the node is stopping");
-            dp_complete_ask(d, a, MS_ECANCELED, buf, n);
+            ms__dispatch_complete_ask(d, a, MS_ECANCELED, buf, n);
         }
     }
     for (int i = 0; i < d->ntypes; i++) {
@@ -424,9 +428,10 @@ uint64_t ms_dispatch_shutdown(struct ms_dispatch *d)
         struct entity *e;
         while ((e = t->list_head)) {
             list_del(d, e);
-            struct msg *s = dp_msg_new(d, MS_KIND_STOP, e->type, e->hash,
-                                       e->shard, e->id, e->idlen,
-                                       "", 0);
+            struct msg *s = ms__dispatch_msg_new(d, MS_KIND_STOP, e->type,
+                                                 e->hash,
+                                                 e->shard, e->id, e->idlen,
+                                                 "", 0);
             if (!s)
                 break;
             /* after the messages it already accepted; a busy entity is

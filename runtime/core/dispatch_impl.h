@@ -298,20 +298,20 @@ static inline void mb_push_front(struct entity *e, struct msg *m)
 
 /* ---- shared by the two files ------------------------------------------- */
 
-void dp_complete_ask(struct ms_dispatch *d, struct ask *a, int err,
-                     const char *payload, size_t len);
-int dp_enqueue(struct ms_dispatch *d, struct msg *m, int force);
-void dp_entity_stopping(struct ms_dispatch *d, struct entity *e);
-void dp_fail_ask(struct ms_dispatch *d, uint64_t corr, int err,
-                 const char *message);
-void dp_free_msgs(struct ms_dispatch *d, struct msg *m);
-void dp_msg_free(struct ms_dispatch *d, struct msg *m);
-struct msg *dp_msg_new(struct ms_dispatch *d, int kind, uint32_t type,
-                       uint64_t hash, uint32_t shard, const char *id,
-                       size_t idlen, const char *json, size_t len);
-void dp_shard_check_stopped(struct ms_dispatch *d, uint32_t type,
-                            uint32_t shard);
-void dp_shard_stop_msg(struct ms_dispatch *d, struct shard *sh,
-                       struct msg *m);
+void ms__dispatch_complete_ask(struct ms_dispatch *d, struct ask *a, int err,
+                               const char *payload, size_t len);
+int ms__dispatch_enqueue(struct ms_dispatch *d, struct msg *m, int force);
+void ms__dispatch_entity_stopping(struct ms_dispatch *d, struct entity *e);
+void ms__dispatch_fail_ask(struct ms_dispatch *d, uint64_t corr, int err,
+                           const char *message);
+void ms__dispatch_free_msgs(struct ms_dispatch *d, struct msg *m);
+void ms__dispatch_msg_free(struct ms_dispatch *d, struct msg *m);
+struct msg *ms__dispatch_msg_new(struct ms_dispatch *d, int kind, uint32_t type,
+                                 uint64_t hash, uint32_t shard, const char *id,
+                                 size_t idlen, const char *json, size_t len);
+void ms__dispatch_shard_check_stopped(struct ms_dispatch *d, uint32_t type,
+                                      uint32_t shard);
+void ms__dispatch_shard_stop_msg(struct ms_dispatch *d, struct shard *sh,
+                                 struct msg *m);
 
 #endif

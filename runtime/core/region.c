@@ -23,10 +23,10 @@
 /* ---- actions ------------------------------------------------------------- */
 
 /* Queues a SEND (uid != 0) or BROADCAST of a copy of frame f. */
-int rg_emit(struct ms_region *r, int kind, uint64_t uid,
-            const struct ms_frame *f, int on_fail, uint64_t fail_uid)
+int ms__region_emit(struct ms_region *r, int kind, uint64_t uid,
+                    const struct ms_frame *f, int on_fail, uint64_t fail_uid)
 {
-    struct rg_act *q = malloc(sizeof *q + f->type_len + f->id_len +
+    struct qaction *q = malloc(sizeof *q + f->type_len + f->id_len +
                               f->payload_len + 1);
     if (!q)
         return MS_ENOMEM;
@@ -58,16 +58,16 @@ int rg_emit(struct ms_region *r, int kind, uint64_t uid,
     return 0;
 }
 
-void rg_kick(struct ms_region *r)
+void ms__region_kick(struct ms_region *r)
 {
     struct ms_frame f;
     memset(&f, 0, sizeof f);
-    if (!r->kick_queued && rg_emit(r, MS_REGION_KICK, 0, &f, 0, 0) == 0)
+    if (!r->kick_queued && ms__region_emit(r, MS_REGION_KICK, 0, &f, 0, 0) == 0)
         r->kick_queued = 1;
 }
 
 /* Translates the coordinator's queued actions into the region's. */
-void rg_coord_drain(struct ms_region *r)
+void ms__region_coord_drain(struct ms_region *r)
 {
     struct ms_coord_action a;
     while (ms_coord_next_action(r->coord, &a)) {
@@ -77,9 +77,9 @@ void rg_coord_drain(struct ms_region *r)
         f.payload = a.payload;
         f.payload_len = a.len;
         if (a.kind == MS_COORD_SEND)
-            rg_emit(r, MS_REGION_SEND, a.uid, &f, RG_FAIL_NONE, 0);
+            ms__region_emit(r, MS_REGION_SEND, a.uid, &f, RG_FAIL_NONE, 0);
         else if (a.kind == MS_COORD_BROADCAST)
-            rg_emit(r, MS_REGION_BROADCAST, 0, &f, RG_FAIL_NONE, 0);
+            ms__region_emit(r, MS_REGION_BROADCAST, 0, &f, RG_FAIL_NONE, 0);
         else if (a.kind == MS_COORD_READY)
             ms_log(MS_LOG_INFO, NULL, "coordinator ready, term %llu",
                    (unsigned long long)a.term);
@@ -94,8 +94,8 @@ void rg_coord_drain(struct ms_region *r)
 
 int ms_region_next_action(struct ms_region *r, struct ms_region_action *out)
 {
-    rg_coord_drain(r);
-    struct rg_act *q = r->qhead;
+    ms__region_coord_drain(r);
+    struct qaction *q = r->qhead;
     if (!q) {
         r->drain_epoch++; /* a drain ended: re-queued sends go first */
         return 0;
@@ -121,9 +121,9 @@ void ms_region_action_free(struct ms_region_action *a)
     a->buf = NULL;
 }
 
-int rg_send_control(struct ms_region *r, uint64_t uid,
-                    const struct ms_plan_msg *m, int on_fail,
-                    uint64_t fail_uid)
+int ms__region_send_control(struct ms_region *r, uint64_t uid,
+                            const struct ms_plan_msg *m, int on_fail,
+                            uint64_t fail_uid)
 {
     char *txt;
     size_t len;
@@ -135,13 +135,13 @@ int rg_send_control(struct ms_region *r, uint64_t uid,
     f.kind = MS_FRAME_CONTROL;
     f.payload = txt;
     f.payload_len = len;
-    rc = rg_emit(r, MS_REGION_SEND, uid, &f, on_fail, fail_uid);
+    rc = ms__region_emit(r, MS_REGION_SEND, uid, &f, on_fail, fail_uid);
     free(txt);
     return rc;
 }
 
-void rg_frame_error(struct ms_region *r, uint64_t uid, uint64_t corr,
-                    int err, const char *message)
+void ms__region_frame_error(struct ms_region *r, uint64_t uid, uint64_t corr,
+                            int err, const char *message)
 {
     char buf[512];
     size_t n = ms_error_json(buf, sizeof buf, err, message);
@@ -152,7 +152,7 @@ void rg_frame_error(struct ms_region *r, uint64_t uid, uint64_t corr,
     f.flags = (uint16_t)(-err);
     f.payload = buf;
     f.payload_len = n;
-    rg_emit(r, MS_REGION_SEND, uid, &f, RG_FAIL_NONE, 0);
+    ms__region_emit(r, MS_REGION_SEND, uid, &f, RG_FAIL_NONE, 0);
 }
 
 static void fail_ask(struct ms_region *r, int64_t corr, int err,
@@ -165,21 +165,22 @@ static void fail_ask(struct ms_region *r, int64_t corr, int err,
 
 /* ---- helpers ------------------------------------------------------------- */
 
-const char *rg_tname(const struct ms_region *r, int type)
+const char *ms__region_tname(const struct ms_region *r, int type)
 {
     return r->cfg->types[type].name;
 }
 
-int rg_type_by_name(const struct ms_region *r, const char *name, size_t len)
+int ms__region_type_by_name(const struct ms_region *r, const char *name,
+                            size_t len)
 {
     for (int i = 0; i < r->ntypes; i++)
-        if (strlen(rg_tname(r, i)) == len &&
-            memcmp(rg_tname(r, i), name, len) == 0)
+        if (strlen(ms__region_tname(r, i)) == len &&
+            memcmp(ms__region_tname(r, i), name, len) == 0)
             return i;
     return -1;
 }
 
-struct rshard *rg_shard(struct ms_region *r, int type, uint32_t shard)
+struct rshard *ms__region_shard(struct ms_region *r, int type, uint32_t shard)
 {
     struct rtype *t = &r->types[type];
     if (!t->shards) {
@@ -199,9 +200,9 @@ static int usable(struct ms_region *r, uint64_t uid)
 /* Asks the coordinator to allocate the shard (at most every
  * MS_REGION_ALLOC_RETRY_MS per shard); also how a region whose move did
  * not end asks for the shard's entry again. */
-void rg_request_alloc(struct ms_region *r, int type, uint32_t shard)
+void ms__region_request_alloc(struct ms_region *r, int type, uint32_t shard)
 {
-    struct rshard *s = rg_shard(r, type, shard);
+    struct rshard *s = ms__region_shard(r, type, shard);
     if (!s || !r->coordinator ||
         r->now - s->alloc_sent_ms < MS_REGION_ALLOC_RETRY_MS)
         return;
@@ -210,9 +211,9 @@ void rg_request_alloc(struct ms_region *r, int type, uint32_t shard)
     memset(&m, 0, sizeof m);
     m.kind = MS_PLAN_MSG_ALLOC;
     m.term = r->fence.term;
-    snprintf(m.type, sizeof m.type, "%s", rg_tname(r, type));
+    snprintf(m.type, sizeof m.type, "%s", ms__region_tname(r, type));
     m.shard = shard;
-    rg_send_control(r, r->coordinator, &m, RG_FAIL_NONE, 0);
+    ms__region_send_control(r, r->coordinator, &m, RG_FAIL_NONE, 0);
 }
 
 /* ---- waiting ------------------------------------------------------------- */
@@ -242,12 +243,13 @@ static struct pend *pend_new(int kind, int op, int64_t corr,
     return p;
 }
 
-int rg_buffer(struct ms_region *r, int type, uint32_t shard, int kind,
-              int op, int64_t corr, uint64_t deadline_ms, const char *id,
-              size_t idlen, const char *json, size_t len, int retries,
-              uint64_t origin, uint64_t origin_corr)
+int ms__region_buffer(struct ms_region *r, int type, uint32_t shard, int kind,
+                      int op, int64_t corr, uint64_t deadline_ms,
+                      const char *id,
+                      size_t idlen, const char *json, size_t len, int retries,
+                      uint64_t origin, uint64_t origin_corr)
 {
-    struct rshard *s = rg_shard(r, type, shard);
+    struct rshard *s = ms__region_shard(r, type, shard);
     if (!s)
         return MS_ENOMEM;
     /* this node's own sends and the requests other nodes sent here before
@@ -263,7 +265,7 @@ int rg_buffer(struct ms_region *r, int type, uint32_t shard, int kind,
                 ms_log(MS_LOG_WARN, NULL, "%s shard %u is moving and "
                        "already holds %d messages: more are refused "
                        "(overflow, counted in handoff_overflows)",
-                       rg_tname(r, type), shard, MS_REGION_BUFFER);
+                       ms__region_tname(r, type), shard, MS_REGION_BUFFER);
             s->warned = 1;
         }
         return MS_EOVERFLOW;
@@ -310,7 +312,7 @@ static struct pend *pop(struct ms_region *r, struct rshard *s)
 /* ---- sending ------------------------------------------------------------- */
 
 /* The frame flags of a request's op and retry count, and back. */
-uint16_t rg_op_flags(int op, int retries)
+uint16_t ms__region_op_flags(int op, int retries)
 {
     return (uint16_t)((op == RG_OP_ACTIVATE ? MS_REGION_FLAG_ACTIVATE
                        : op == RG_OP_STOP   ? MS_REGION_FLAG_STOP : 0) |
@@ -333,17 +335,17 @@ static int send_request(struct ms_region *r, uint64_t owner, int kind,
     struct ms_frame f;
     memset(&f, 0, sizeof f);
     f.kind = (uint8_t)kind;
-    f.flags = rg_op_flags(op, retries);
+    f.flags = ms__region_op_flags(op, retries);
     f.corr = (uint64_t)corr;
     f.shard = shard;
     f.generation = gen;
-    f.type = rg_tname(r, type);
+    f.type = ms__region_tname(r, type);
     f.type_len = strlen(f.type);
     f.id = id;
     f.id_len = idlen;
     f.payload = json;
     f.payload_len = len;
-    int rc = rg_emit(r, MS_REGION_SEND, owner, &f, RG_FAIL_REBUFFER, 0);
+    int rc = ms__region_emit(r, MS_REGION_SEND, owner, &f, RG_FAIL_REBUFFER, 0);
     if (rc == 0) {
         r->st.remote_routes++;
         if (kind == MS_FRAME_ASK) /* only `owner` may answer it now */
@@ -398,8 +400,9 @@ static int route(struct ms_region *r, int kind, int op, int64_t corr,
         send_request(r, owner, kind, op, corr, type, shard, gen, dst->id,
                      dst->idlen, json, len, retries) == 0)
         return 0;
-    int rc = rg_buffer(r, type, shard, kind, op, corr, deadline_ms, dst->id,
-                       dst->idlen, json, len, retries, 0, 0);
+    int rc = ms__region_buffer(r, type, shard, kind, op, corr, deadline_ms,
+                               dst->id,
+                               dst->idlen, json, len, retries, 0, 0);
     if (rc < 0) {
         if (kind == MS_FRAME_ASK)
             fail_ask(r, corr, rc, rc == MS_EOVERFLOW
@@ -409,7 +412,7 @@ static int route(struct ms_region *r, int kind, int op, int64_t corr,
         return rc;
     }
     if (!owner)
-        rg_request_alloc(r, type, shard);
+        ms__region_request_alloc(r, type, shard);
     return 0;
 }
 
@@ -501,15 +504,15 @@ static void on_remote_reply(void *data, int err, const char *payload,
     f.flags = err == 0 ? 0 : (uint16_t)(-err);
     f.payload = payload;
     f.payload_len = len;
-    rg_emit(ra->r, MS_REGION_SEND, ra->uid, &f, RG_FAIL_NONE, 0);
+    ms__region_emit(ra->r, MS_REGION_SEND, ra->uid, &f, RG_FAIL_NONE, 0);
     free(ra);
 }
 
 /* Hands a request from node `uid` to this node's dispatcher; an ask's
  * reply goes back to `uid` as a REPLY or REPLY_ERROR frame. */
-void rg_deliver_request(struct ms_region *r, uint64_t uid,
-                        const struct ms_dest *dst, int kind, int op,
-                        uint64_t corr, const char *json, size_t len)
+void ms__region_deliver_request(struct ms_region *r, uint64_t uid,
+                                const struct ms_dest *dst, int kind, int op,
+                                uint64_t corr, const char *json, size_t len)
 {
     r->st.forwards++;
     if (kind == MS_FRAME_TELL) {
@@ -523,14 +526,14 @@ void rg_deliver_request(struct ms_region *r, uint64_t uid,
             if (ms_log_due(n))
                 ms_log(MS_LOG_WARN, NULL, "a tell for %s from another node "
                        "was dropped: %s (%llu so far, counted in "
-                       "forward_drops)", rg_tname(r, dst->type),
+                       "forward_drops)", ms__region_tname(r, dst->type),
                        ms_strerror(rc), (unsigned long long)n);
         }
         return;
     }
     struct remote_ask *ra = malloc(sizeof *ra);
     if (!ra) {
-        rg_frame_error(r, uid, corr, MS_ENOMEM, "out of memory");
+        ms__region_frame_error(r, uid, corr, MS_ENOMEM, "out of memory");
         return;
     }
     ra->r = r;
@@ -544,7 +547,7 @@ void rg_deliver_request(struct ms_region *r, uint64_t uid,
                      : ms_dispatch_ask(r->d, dst, json, len,
                                        24 * 3600 * 1000ULL, r->now, &w);
     if (rc < 0) {
-        rg_frame_error(r, uid, corr, (int)rc, ms_strerror((int)rc));
+        ms__region_frame_error(r, uid, corr, (int)rc, ms_strerror((int)rc));
         free(ra);
     }
 }
@@ -558,19 +561,19 @@ static void bounce(struct ms_region *r, uint64_t uid, int type,
     struct ms_frame no;
     memset(&no, 0, sizeof no);
     no.kind = MS_FRAME_NOT_OWNER;
-    no.flags = (uint16_t)(rg_op_flags(op, retries) |
+    no.flags = (uint16_t)(ms__region_op_flags(op, retries) |
                           (kind == MS_FRAME_ASK ? MS_REGION_FLAG_WAS_ASK
                                                 : 0));
     no.corr = corr;
     no.shard = shard;
     ms_plan_owner(r->types[type].plan, shard, &no.generation);
-    no.type = rg_tname(r, type);
+    no.type = ms__region_tname(r, type);
     no.type_len = strlen(no.type);
     no.id = id;
     no.id_len = idlen;
     no.payload = json;
     no.payload_len = len;
-    rg_emit(r, MS_REGION_SEND, uid, &no, RG_FAIL_NONE, 0);
+    ms__region_emit(r, MS_REGION_SEND, uid, &no, RG_FAIL_NONE, 0);
     r->st.not_owner_sent++;
 }
 
@@ -587,7 +590,7 @@ static void pend_dest(const struct pend *p, int type, uint32_t shard,
 
 /* Sends (or delivers) what waits for a shard, in order, while its owner is
  * usable. */
-void rg_flush_shard(struct ms_region *r, int type, uint32_t shard)
+void ms__region_flush_shard(struct ms_region *r, int type, uint32_t shard)
 {
     struct rshard *s = r->types[type].shards
                            ? &r->types[type].shards[shard] : NULL;
@@ -599,7 +602,7 @@ void rg_flush_shard(struct ms_region *r, int type, uint32_t shard)
          * we own the shard and have not stopped it */
         if (!s->stopping &&
             ms_plan_owner(r->types[type].plan, shard, NULL) == r->self)
-            rg_deliver_held(r, type, shard);
+            ms__region_deliver_held(r, type, shard);
         return;
     }
     uint64_t gen;
@@ -616,8 +619,8 @@ void rg_flush_shard(struct ms_region *r, int type, uint32_t shard)
             /* a request another node sent before this node knew it owned
              * the shard: deliver it now, or send it back to be routed */
             if (owner == r->self)
-                rg_deliver_request(r, p->origin, &dst, p->kind, p->op,
-                                   p->origin_corr, json, p->len);
+                ms__region_deliver_request(r, p->origin, &dst, p->kind, p->op,
+                                           p->origin_corr, json, p->len);
             else
                 bounce(r, p->origin, type, shard, p->kind, p->op,
                        p->origin_corr, id, p->idlen, json, p->len,
@@ -631,7 +634,8 @@ void rg_flush_shard(struct ms_region *r, int type, uint32_t shard)
                 return; /* an accepted tell waits here until there is room */
             if (rc < 0 && p->kind == MS_FRAME_TELL)
                 ms_log(MS_LOG_WARN, NULL, "a tell for %s that waited for its "
-                       "shard's owner was refused: %s", rg_tname(r, type),
+                       "shard's owner was refused: %s", ms__region_tname(r,
+                                                                         type),
                        ms_strerror(rc));
         } else {
             rc = send_request(r, owner, p->kind, p->op, p->corr, type,
@@ -649,7 +653,7 @@ void rg_flush_shard(struct ms_region *r, int type, uint32_t shard)
  * plan, or behind others) are still ours: they go to the dispatcher, in
  * order, ahead of any stop marker. This node's own sends that wait stay
  * for the new owner. */
-void rg_deliver_held(struct ms_region *r, int type, uint32_t shard)
+void ms__region_deliver_held(struct ms_region *r, int type, uint32_t shard)
 {
     struct rshard *s = r->types[type].shards
                            ? &r->types[type].shards[shard] : NULL;
@@ -671,8 +675,8 @@ void rg_deliver_held(struct ms_region *r, int type, uint32_t shard)
             s->refill = NULL;
         struct ms_dest dst;
         pend_dest(p, type, shard, &dst);
-        rg_deliver_request(r, p->origin, &dst, p->kind, p->op,
-                           p->origin_corr, p->data + p->idlen, p->len);
+        ms__region_deliver_request(r, p->origin, &dst, p->kind, p->op,
+                                   p->origin_corr, p->data + p->idlen, p->len);
         free(p);
     }
     s->tail = last;
@@ -685,13 +689,13 @@ void ms_region_send_failed(struct ms_region *r,
     r->now = now_ms;
     const struct ms_frame *f = &a->frame;
     if (a->on_fail == RG_FAIL_FENCE && no_connection) {
-        rg_fence_direct(r, a);
+        ms__region_fence_direct(r, a);
         return;
     }
     if (a->on_fail != RG_FAIL_REBUFFER)
         return;
-    int type = rg_type_by_name(r, f->type, f->type_len);
-    struct rshard *s = type < 0 ? NULL : rg_shard(r, type, f->shard);
+    int type = ms__region_type_by_name(r, f->type, f->type_len);
+    struct rshard *s = type < 0 ? NULL : ms__region_shard(r, type, f->shard);
     if (!s)
         return;
     int kind = f->kind;
@@ -772,18 +776,18 @@ static int payload_ok(struct ms_region *r, uint64_t uid,
 static void on_request(struct ms_region *r, uint64_t uid,
                        const struct ms_frame *f)
 {
-    int type = rg_type_by_name(r, f->type, f->type_len);
+    int type = ms__region_type_by_name(r, f->type, f->type_len);
     int op = flags_op(f->flags);
     if (op == RG_OP_PLAIN && !payload_ok(r, uid, f)) {
         if (f->kind == MS_FRAME_ASK)
-            rg_frame_error(r, uid, f->corr, MS_EBADJSON,
-                           "the message is not a strict JSON object");
+            ms__region_frame_error(r, uid, f->corr, MS_EBADJSON,
+                                   "the message is not a strict JSON object");
         return;
     }
     if (type < 0) {
         if (f->kind == MS_FRAME_ASK)
-            rg_frame_error(r, uid, f->corr, MS_ENOTYPE,
-                           "unknown entity type on the owner");
+            ms__region_frame_error(r, uid, f->corr, MS_ENOTYPE,
+                                   "unknown entity type on the owner");
         return;
     }
     struct ms_dest dst;
@@ -793,7 +797,7 @@ static void on_request(struct ms_region *r, uint64_t uid,
          * deliver to a shard we cannot name */
         r->st.expired++;
         if (f->kind == MS_FRAME_ASK)
-            rg_frame_error(r, uid, f->corr, rc, ms_strerror(rc));
+            ms__region_frame_error(r, uid, f->corr, rc, ms_strerror(rc));
         return;
     }
     uint32_t shard = dst.shard;
@@ -806,20 +810,21 @@ static void on_request(struct ms_region *r, uint64_t uid,
      * that other nodes sent before their fence: those are still ours */
     if (shard == f->shard &&
         (f->generation > gen || (s && (s->nheld || (s->head && !s->hgen))))) {
-        rc = rg_buffer(r, type, shard, f->kind, op, 0,
-                       r->now + MS_REGION_TELL_DEADLINE_MS, f->id,
-                       f->id_len, f->payload, f->payload_len, retries, uid,
-                       f->corr);
+        rc = ms__region_buffer(r, type, shard, f->kind, op, 0,
+                               r->now + MS_REGION_TELL_DEADLINE_MS, f->id,
+                               f->id_len, f->payload, f->payload_len, retries,
+                               uid,
+                               f->corr);
         if (rc == 0) {
-            rg_flush_shard(r, type, shard);
+            ms__region_flush_shard(r, type, shard);
             return;
         }
         r->st.expired++;
         if (f->kind == MS_FRAME_ASK)
-            rg_frame_error(r, uid, f->corr, rc, ms_strerror(rc));
+            ms__region_frame_error(r, uid, f->corr, rc, ms_strerror(rc));
         else
             ms_log(MS_LOG_WARN, NULL, "a tell for %s shard %u from another "
-                   "node was dropped: %s", rg_tname(r, type), shard,
+                   "node was dropped: %s", ms__region_tname(r, type), shard,
                    ms_strerror(rc));
         return;
     }
@@ -829,15 +834,15 @@ static void on_request(struct ms_region *r, uint64_t uid,
                f->id_len, f->payload, f->payload_len, retries);
         return;
     }
-    rg_deliver_request(r, uid, &dst, f->kind, op, f->corr, f->payload,
-                       f->payload_len);
+    ms__region_deliver_request(r, uid, &dst, f->kind, op, f->corr, f->payload,
+                               f->payload_len);
 }
 
 /* Our request reached a node that does not own the shard. */
 static void on_not_owner(struct ms_region *r, uint64_t uid,
                          const struct ms_frame *f)
 {
-    int type = rg_type_by_name(r, f->type, f->type_len);
+    int type = ms__region_type_by_name(r, f->type, f->type_len);
     int kind = (f->flags & MS_REGION_FLAG_WAS_ASK) ? MS_FRAME_ASK
                                                    : MS_FRAME_TELL;
     int op = flags_op(f->flags);
@@ -878,30 +883,31 @@ static void on_not_owner(struct ms_region *r, uint64_t uid,
         else
             ms_log(MS_LOG_WARN, NULL, "a tell to %s %.*s was dropped: no "
                    "node accepted it as the owner of shard %u",
-                   rg_tname(r, type), (int)f->id_len, f->id, dst.shard);
+                   ms__region_tname(r, type), (int)f->id_len, f->id, dst.shard);
         return;
     }
     /* our plan is stale (or the owner's): wait for a newer one; until it
      * is sent again nobody may answer it */
     if (kind == MS_FRAME_ASK)
         ms_dispatch_ask_set_peer(r->d, corr, 0);
-    int rc = rg_buffer(r, type, dst.shard, kind, op, corr,
-                       r->now + MS_REGION_TELL_DEADLINE_MS, f->id,
-                       f->id_len, f->payload, f->payload_len, retries, 0, 0);
+    int rc = ms__region_buffer(r, type, dst.shard, kind, op, corr,
+                               r->now + MS_REGION_TELL_DEADLINE_MS, f->id,
+                               f->id_len, f->payload, f->payload_len, retries,
+                               0, 0);
     if (rc < 0) {
         r->st.expired++;
         if (kind == MS_FRAME_ASK)
             fail_ask(r, corr, rc, ms_strerror(rc));
         else
             ms_log(MS_LOG_WARN, NULL, "a tell to %s sent back by its old "
-                   "owner was dropped: %s", rg_tname(r, type),
+                   "owner was dropped: %s", ms__region_tname(r, type),
                    ms_strerror(rc));
         return;
     }
-    struct rshard *s = rg_shard(r, type, dst.shard);
+    struct rshard *s = ms__region_shard(r, type, dst.shard);
     if (s)
         s->alloc_sent_ms = 0;
-    rg_request_alloc(r, type, dst.shard);
+    ms__region_request_alloc(r, type, dst.shard);
 }
 
 /* An answer from a node the ask was not sent to (or to no pending ask):
@@ -957,12 +963,12 @@ void ms_region_on_frame(struct ms_region *r, uint64_t uid,
             on_not_owner(r, uid, f);
         break;
     case MS_FRAME_CONTROL:
-        rg_on_control(r, uid, f);
+        ms__region_on_control(r, uid, f);
         break;
     default:
         break;
     }
-    rg_coord_drain(r);
+    ms__region_coord_drain(r);
 }
 
 /* ---- time ---------------------------------------------------------------- */
@@ -979,9 +985,9 @@ static void expire(struct ms_region *r, int type, uint32_t sh,
             ms_dispatch_ask_pending(r->d, p->corr))
             r->st.expired++;
         if (p->origin && p->kind == MS_FRAME_ASK)
-            rg_frame_error(r, p->origin, p->origin_corr, MS_ETIMEDOUT,
-                           "the owner's plan did not catch up before "
-                           "the deadline");
+            ms__region_frame_error(r, p->origin, p->origin_corr, MS_ETIMEDOUT,
+                                   "the owner's plan did not catch up before "
+                                   "the deadline");
         else if (p->kind == MS_FRAME_ASK)
             fail_ask(r, p->corr, MS_ETIMEDOUT,
                      "no owner for the entity's shard before the "
@@ -989,7 +995,7 @@ static void expire(struct ms_region *r, int type, uint32_t sh,
         else
             ms_log(MS_LOG_WARN, NULL, "a tell to %s %.*s was dropped: "
                    "no owner for shard %u within %d s",
-                   rg_tname(r, type), (int)p->idlen, p->data, sh,
+                   ms__region_tname(r, type), (int)p->idlen, p->data, sh,
                    MS_REGION_TELL_DEADLINE_MS / 1000);
         free(p);
     }
@@ -999,7 +1005,7 @@ void ms_region_tick(struct ms_region *r, uint64_t now_ms)
 {
     r->now = now_ms;
     ms_coord_tick(r->coord, now_ms);
-    rg_coord_drain(r);
+    ms__region_coord_drain(r);
     for (int type = 0; type < r->ntypes && r->nbuffered; type++) {
         struct rtype *rt = &r->types[type];
         if (!rt->shards)
@@ -1008,10 +1014,10 @@ void ms_region_tick(struct ms_region *r, uint64_t now_ms)
             struct rshard *s = &rt->shards[sh];
             if (!s->head)
                 continue;
-            rg_flush_shard(r, type, sh);
+            ms__region_flush_shard(r, type, sh);
             expire(r, type, sh, s);
             if (s->head && !ms_plan_owner(rt->plan, sh, NULL))
-                rg_request_alloc(r, type, sh);
+                ms__region_request_alloc(r, type, sh);
         }
     }
     /* a shard moving here for longer than a move may take: the plan entry
@@ -1024,10 +1030,10 @@ void ms_region_tick(struct ms_region *r, uint64_t now_ms)
             struct rshard *s = &rt->shards[sh];
             if (s->hgen &&
                 now_ms - s->blocked_ms > r->cfg->handoff_timeout_ms + 1000)
-                rg_request_alloc(r, type, sh);
+                ms__region_request_alloc(r, type, sh);
         }
     }
-    rg_kick(r);
+    ms__region_kick(r);
 }
 
 uint64_t ms_region_cancel_all(struct ms_region *r)
@@ -1041,8 +1047,9 @@ uint64_t ms_region_cancel_all(struct ms_region *r)
             while (sh->head) {
                 struct pend *p = pop(r, sh);
                 if (p->origin && p->kind == MS_FRAME_ASK)
-                    rg_frame_error(r, p->origin, p->origin_corr,
-                                   MS_ECANCELED, "the node is stopping");
+                    ms__region_frame_error(r, p->origin, p->origin_corr,
+                                           MS_ECANCELED,
+                                           "the node is stopping");
                 else if (p->kind == MS_FRAME_ASK)
                     fail_ask(r, p->corr, MS_ECANCELED,
                              "the node is stopping");

@@ -23,7 +23,8 @@ static void answer_views(struct ms_region *r, uint64_t uid, uint64_t term)
         do {
             char *txt;
             size_t len;
-            if (ms_plan_view_encode(r->types[type].plan, rg_tname(r, type),
+            if (ms_plan_view_encode(r->types[type].plan, ms__region_tname(r,
+                                                                          type),
                                     r->types[type].fingerprint, term, &cursor,
                                     &txt, &len) < 0)
                 break;
@@ -32,7 +33,7 @@ static void answer_views(struct ms_region *r, uint64_t uid, uint64_t term)
             f.kind = MS_FRAME_CONTROL;
             f.payload = txt;
             f.payload_len = len;
-            rg_emit(r, MS_REGION_SEND, uid, &f, RG_FAIL_NONE, 0);
+            ms__region_emit(r, MS_REGION_SEND, uid, &f, RG_FAIL_NONE, 0);
             free(txt);
         } while (cursor < ms_plan_shard_count(r->types[type].plan));
     }
@@ -40,7 +41,7 @@ static void answer_views(struct ms_region *r, uint64_t uid, uint64_t term)
     memset(&done, 0, sizeof done);
     done.kind = MS_PLAN_MSG_VIEW_DONE;
     done.term = term;
-    rg_send_control(r, uid, &done, RG_FAIL_NONE, 0);
+    ms__region_send_control(r, uid, &done, RG_FAIL_NONE, 0);
 }
 
 /* The coordinator moves shards: stop sending them, buffer them, and fence
@@ -55,7 +56,7 @@ static void on_handoff(struct ms_region *r, uint64_t coord, int type,
     for (size_t i = 0; i < m->nentries; i++) {
         uint64_t gen;
         ms_plan_owner(r->types[type].plan, m->entries[i].shard, &gen);
-        struct rshard *s = rg_shard(r, type, m->entries[i].shard);
+        struct rshard *s = ms__region_shard(r, type, m->entries[i].shard);
         if (!s || gen > m->entries[i].gen)
             continue; /* already over here */
         if (!s->hgen) {
@@ -68,7 +69,7 @@ static void on_handoff(struct ms_region *r, uint64_t coord, int type,
     }
     /* one fence per old owner, with its entries (still ascending); one
      * that finds no connection is reported as passed (ms_region_send_failed
-     * and rg_fence_direct) */
+     * and ms__region_fence_direct) */
     struct ms_plan_msg f = *m;
     f.kind = MS_PLAN_MSG_FENCE;
     f.entries = malloc((n + 1) * sizeof *f.entries);
@@ -82,14 +83,15 @@ static void on_handoff(struct ms_region *r, uint64_t coord, int type,
                 f.entries[f.nentries++] = e[j];
                 e[j].owner = 0;
             }
-        rg_send_control(r, to, &f, RG_FAIL_FENCE, coord);
+        ms__region_send_control(r, to, &f, RG_FAIL_FENCE, coord);
     }
     free(f.entries);
     free(e);
     r->st.handoffs_seen += n;
 }
 
-void rg_fence_direct(struct ms_region *r, const struct ms_region_action *a)
+void ms__region_fence_direct(struct ms_region *r,
+                             const struct ms_region_action *a)
 {
     struct ms_plan_msg m;
     if (ms_plan_msg_decode(a->frame.payload, a->frame.payload_len, &m) < 0)
@@ -100,7 +102,7 @@ void rg_fence_direct(struct ms_region *r, const struct ms_region_action *a)
     for (size_t j = 0; j < m.nentries; j++)
         m.entries[j].owner = r->self;
     m.kind = MS_PLAN_MSG_FENCED;
-    if (rg_send_control(r, a->fail_uid, &m, RG_FAIL_NONE, 0) == 0)
+    if (ms__region_send_control(r, a->fail_uid, &m, RG_FAIL_NONE, 0) == 0)
         r->st.fences_direct++;
     ms_plan_msg_free(&m);
 }
@@ -133,15 +135,15 @@ static void end_handoff(struct ms_region *r, int type,
 static int from_coordinator(struct ms_region *r, uint64_t uid,
                             const struct ms_plan_msg *m)
 {
-    int type = rg_type_by_name(r, m->type, strlen(m->type));
+    int type = ms__region_type_by_name(r, m->type, strlen(m->type));
     if (type < 0 || m->shard_count != r->cfg->types[type].shard_count ||
         !ms_plan_fence_check(&r->fence, m->term, uid))
         return -1;
     return type;
 }
 
-void rg_on_control(struct ms_region *r, uint64_t uid,
-                   const struct ms_frame *f)
+void ms__region_on_control(struct ms_region *r, uint64_t uid,
+                           const struct ms_frame *f)
 {
     struct ms_plan_msg m;
     int rc = ms_plan_msg_decode(f->payload, f->payload_len, &m);
@@ -155,7 +157,7 @@ void rg_on_control(struct ms_region *r, uint64_t uid,
         if (ms_plan_fence_check(&r->fence, m.term, uid)) {
             if (uid != r->self) {
                 ms_coord_observe_term(r->coord, m.term);
-                rg_coord_drain(r);
+                ms__region_coord_drain(r);
             }
             answer_views(r, uid, m.term);
         } else {
@@ -163,7 +165,7 @@ void rg_on_control(struct ms_region *r, uint64_t uid,
             memset(&st, 0, sizeof st);
             st.kind = MS_PLAN_MSG_STALE_TERM;
             st.term = r->fence.term;
-            rg_send_control(r, uid, &st, RG_FAIL_NONE, 0);
+            ms__region_send_control(r, uid, &st, RG_FAIL_NONE, 0);
         }
         break;
     case MS_PLAN_MSG_PLAN: {
@@ -174,7 +176,7 @@ void rg_on_control(struct ms_region *r, uint64_t uid,
             break;
         for (size_t i = 0; i < m.nentries; i++) {
             end_handoff(r, type, &m.entries[i]);
-            rg_flush_shard(r, type, m.entries[i].shard);
+            ms__region_flush_shard(r, type, m.entries[i].shard);
         }
         break;
     }
@@ -194,7 +196,7 @@ void rg_on_control(struct ms_region *r, uint64_t uid,
             m.entries[i].owner = uid;
         m.kind = MS_PLAN_MSG_FENCED;
         if (coord)
-            rg_send_control(r, coord, &m, RG_FAIL_NONE, 0);
+            ms__region_send_control(r, coord, &m, RG_FAIL_NONE, 0);
         break;
     }
     case MS_PLAN_MSG_STOP: {
@@ -202,30 +204,31 @@ void rg_on_control(struct ms_region *r, uint64_t uid,
         if (type < 0)
             break;
         for (size_t i = 0; i < m.nentries; i++) {
-            struct rshard *s = rg_shard(r, type, m.entries[i].shard);
+            struct rshard *s = ms__region_shard(r, type, m.entries[i].shard);
             if (!s)
                 continue;
             if (!s->stopping)
                 r->nstopping++;
-            rg_flush_shard(r, type, m.entries[i].shard); /* held first */
+            ms__region_flush_shard(r, type,
+                                   m.entries[i].shard); /* held first */
             s->stopping = 1;
             s->stop_hgen = m.entries[i].gen;
             s->stop_term = m.term;
             s->stop_coord = uid;
             ms_dispatch_shard_stop(r->d, type, m.entries[i].shard);
         }
-        rg_kick(r);
+        ms__region_kick(r);
         break;
     }
     case MS_PLAN_MSG_ALLOC_REFUSED: {
-        int type = rg_type_by_name(r, m.type, strlen(m.type));
+        int type = ms__region_type_by_name(r, m.type, strlen(m.type));
         if (type >= 0 && strcmp(m.code, "not_ready") != 0)
             ms_log(MS_LOG_WARN, NULL, "allocation of %s shard %u refused: "
                    "%s (%s)", m.type, m.shard, m.code, m.reason);
         break; /* waiting messages fail at their deadline; ticks retry */
     }
     case MS_PLAN_MSG_REGISTER_REFUSED: {
-        int type = rg_type_by_name(r, m.type, strlen(m.type));
+        int type = ms__region_type_by_name(r, m.type, strlen(m.type));
         if (type >= 0 && !r->types[type].refused) {
             r->types[type].refused = 1;
             ms_log(MS_LOG_ERROR, NULL, "the cluster refused entity type %s "
@@ -236,7 +239,7 @@ void rg_on_control(struct ms_region *r, uint64_t uid,
     default:
         /* view, view_done, stale_term, alloc: the coordinator's */
         ms_coord_on_msg(r->coord, uid, &m, r->now);
-        rg_coord_drain(r);
+        ms__region_coord_drain(r);
     }
     ms_plan_msg_free(&m);
 }
@@ -258,7 +261,7 @@ void ms_region_on_coordinator(struct ms_region *r, uint64_t uid,
     } else if (ms_coord_active(r->coord)) {
         ms_coord_resign(r->coord);
     }
-    rg_coord_drain(r);
+    ms__region_coord_drain(r);
     /* waiting messages ask the new coordinator on the next tick */
     for (int t = 0; t < r->ntypes; t++)
         if (r->types[t].shards)
@@ -277,13 +280,13 @@ void ms_region_member(struct ms_region *r, uint64_t uid, int status,
         ms_coord_member_leaving(r->coord, uid, now_ms);
     else if (status >= MS_MB_EXITING)
         ms_coord_member_removed(r->coord, uid, now_ms);
-    rg_coord_drain(r);
+    ms__region_coord_drain(r);
     /* a member that came (back) may own shards with waiting messages */
     for (int t = 0; t < r->ntypes; t++)
         if (r->types[t].shards)
             for (uint32_t s = 0; s < r->cfg->types[t].shard_count; s++)
                 if (r->types[t].shards[s].head)
-                    rg_flush_shard(r, t, s);
+                    ms__region_flush_shard(r, t, s);
 }
 
 void ms_region_after_dispatch(struct ms_region *r, uint64_t now_ms)
@@ -292,7 +295,7 @@ void ms_region_after_dispatch(struct ms_region *r, uint64_t now_ms)
     int type;
     uint32_t shard;
     while (ms_dispatch_next_stopped(r->d, &type, &shard)) {
-        struct rshard *s = rg_shard(r, type, shard);
+        struct rshard *s = ms__region_shard(r, type, shard);
         if (!s || !s->stopping)
             continue; /* called off meanwhile */
         struct ms_plan_msg m;
@@ -300,11 +303,11 @@ void ms_region_after_dispatch(struct ms_region *r, uint64_t now_ms)
         memset(&m, 0, sizeof m);
         m.kind = MS_PLAN_MSG_STOPPED;
         m.term = s->stop_term;
-        snprintf(m.type, sizeof m.type, "%s", rg_tname(r, type));
+        snprintf(m.type, sizeof m.type, "%s", ms__region_tname(r, type));
         m.shard_count = r->cfg->types[type].shard_count;
         m.entries = &e;
         m.nentries = 1;
-        rg_send_control(r, s->stop_coord, &m, RG_FAIL_NONE, 0);
+        ms__region_send_control(r, s->stop_coord, &m, RG_FAIL_NONE, 0);
         r->st.shards_handed_off++;
     }
 }
@@ -389,7 +392,7 @@ void ms_region_free(struct ms_region *r)
         free(rt->shards);
     }
     while (r->qhead) {
-        struct rg_act *q = r->qhead;
+        struct qaction *q = r->qhead;
         r->qhead = q->next;
         free(q);
     }

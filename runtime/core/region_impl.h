@@ -57,8 +57,8 @@ struct rtype {
 };
 
 /* A queued action and its bytes. */
-struct rg_act {
-    struct rg_act *next;
+struct qaction {
+    struct qaction *next;
     struct ms_region_action a;
     char bytes[];
 };
@@ -78,39 +78,61 @@ struct ms_region {
     uint32_t nblocked;       /* shards moving (region side) */
     uint32_t nstopping;      /* shards this node is stopping */
     struct ms_coord *coord;
-    struct rg_act *qhead, *qtail;
+    struct qaction *qhead, *qtail;
     int kick_queued;
     uint64_t drain_epoch;    /* drains ended (ms_region_next_action 0) */
     struct ms_region_stats st;
 };
 
-int rg_emit(struct ms_region *r, int kind, uint64_t uid,
-            const struct ms_frame *f, int on_fail, uint64_t fail_uid);
-void rg_kick(struct ms_region *r);
-void rg_coord_drain(struct ms_region *r);
-int rg_send_control(struct ms_region *r, uint64_t uid,
-                    const struct ms_plan_msg *m, int on_fail,
-                    uint64_t fail_uid);
-void rg_frame_error(struct ms_region *r, uint64_t uid, uint64_t corr,
-                    int err, const char *message);
-const char *rg_tname(const struct ms_region *r, int type);
-int rg_type_by_name(const struct ms_region *r, const char *name, size_t len);
-struct rshard *rg_shard(struct ms_region *r, int type, uint32_t shard);
-void rg_request_alloc(struct ms_region *r, int type, uint32_t shard);
-int rg_buffer(struct ms_region *r, int type, uint32_t shard, int kind,
-              int op, int64_t corr, uint64_t deadline_ms, const char *id,
-              size_t idlen, const char *json, size_t len, int retries,
-              uint64_t origin, uint64_t origin_corr);
-uint16_t rg_op_flags(int op, int retries);
-void rg_flush_shard(struct ms_region *r, int type, uint32_t shard);
-void rg_deliver_held(struct ms_region *r, int type, uint32_t shard);
-void rg_deliver_request(struct ms_region *r, uint64_t uid,
-                        const struct ms_dest *dst, int kind, int op,
-                        uint64_t corr, const char *json, size_t len);
-void rg_on_control(struct ms_region *r, uint64_t uid,
-                   const struct ms_frame *f);
+/* Queues an action with a copy of frame f (SEND to uid, or BROADCAST);
+ * on_fail and fail_uid tell ms_region_send_failed what to do. 0 or
+ * MS_ENOMEM. */
+int ms__region_emit(struct ms_region *r, int kind, uint64_t uid,
+                    const struct ms_frame *f, int on_fail, uint64_t fail_uid);
+/* Queues one KICK (at most one waits at a time). */
+void ms__region_kick(struct ms_region *r);
+/* Moves the coordinator object's actions into the region's queue. */
+void ms__region_coord_drain(struct ms_region *r);
+/* Encodes m and queues it as a CONTROL SEND to uid. */
+int ms__region_send_control(struct ms_region *r, uint64_t uid,
+                            const struct ms_plan_msg *m, int on_fail,
+                            uint64_t fail_uid);
+/* Queues a REPLY_ERROR for ask corr of node uid. */
+void ms__region_frame_error(struct ms_region *r, uint64_t uid, uint64_t corr,
+                            int err, const char *message);
+/* The name of type index `type`, and the index of a name (-1). */
+const char *ms__region_tname(const struct ms_region *r, int type);
+int ms__region_type_by_name(const struct ms_region *r, const char *name,
+                            size_t len);
+/* The state of a shard, allocated on first use (NULL: no memory). */
+struct rshard *ms__region_shard(struct ms_region *r, int type, uint32_t shard);
+/* Sends "alloc" for the shard to the coordinator, at most every
+ * MS_REGION_ALLOC_RETRY_MS. */
+void ms__region_request_alloc(struct ms_region *r, int type, uint32_t shard);
+/* Appends a waiting message (origin != 0: a request of that node, held)
+ * within its bound: 0, MS_EOVERFLOW or MS_ENOMEM. Copies id and json. */
+int ms__region_buffer(struct ms_region *r, int type, uint32_t shard, int kind,
+                      int op, int64_t corr, uint64_t deadline_ms,
+                      const char *id,
+                      size_t idlen, const char *json, size_t len, int retries,
+                      uint64_t origin, uint64_t origin_corr);
+/* The frame flags of a request. */
+uint16_t ms__region_op_flags(int op, int retries);
+/* Sends or delivers what waits for the shard, in order, while its owner
+ * is usable (a moving shard: only the held requests, if still ours). */
+void ms__region_flush_shard(struct ms_region *r, int type, uint32_t shard);
+/* Delivers the held requests of other nodes here, in order. */
+void ms__region_deliver_held(struct ms_region *r, int type, uint32_t shard);
+/* Hands a request of node uid to this node's dispatcher. */
+void ms__region_deliver_request(struct ms_region *r, uint64_t uid,
+                                const struct ms_dest *dst, int kind, int op,
+                                uint64_t corr, const char *json, size_t len);
+/* A CONTROL frame (region_control.c). */
+void ms__region_on_control(struct ms_region *r, uint64_t uid,
+                           const struct ms_frame *f);
 /* A fence (action a) found no connection to the old owner: reported to
  * the coordinator as passed. */
-void rg_fence_direct(struct ms_region *r, const struct ms_region_action *a);
+void ms__region_fence_direct(struct ms_region *r,
+                             const struct ms_region_action *a);
 
 #endif
