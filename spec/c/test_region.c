@@ -625,6 +625,45 @@ static void failed_sends_wait_in_order(void)
           got(2, 4, "{\"n\":4}"));
 }
 
+/* A peer's frame names its shard and generation: the owner resolves the
+ * id itself and sends back (NOT_OWNER, with the shard it computed) a
+ * request whose shard is not that one, and refuses a payload that is not
+ * a strict JSON object and a type it does not have; none reaches its
+ * dispatcher. */
+static void lying_peer(void)
+{
+    boot(3, 2);
+    uint64_t gen;
+    ms_region_owner(nodes[1].r, 0, 0, &gen);
+    struct ms_frame f;
+    memset(&f, 0, sizeof f);
+    f.kind = MS_FRAME_TELL;
+    f.type = "T";
+    f.type_len = 1;
+    f.id = "x";
+    f.id_len = 1;
+    f.shard = 5; /* there is one shard */
+    f.generation = gen;
+    f.payload = "{\"n\":9}";
+    f.payload_len = strlen(f.payload);
+    ms_region_on_frame(nodes[1].r, 3, &f, now);
+    CHECK(ms_region_stats(nodes[1].r)->not_owner_sent == 1);
+    f.shard = 0;
+    f.payload = "{\"n\":";
+    f.payload_len = strlen(f.payload);
+    ms_region_on_frame(nodes[1].r, 3, &f, now);
+    CHECK(ms_region_stats(nodes[1].r)->bad_payloads == 1);
+    f.type = "U"; /* a type it does not have */
+    f.payload = "{}";
+    f.payload_len = 2;
+    ms_region_on_frame(nodes[1].r, 3, &f, now);
+    CHECK(ms_region_stats(nodes[1].r)->forwards == 1); /* {"n":0} only */
+    CHECK(ms_dispatch_pending(nodes[1].d) == 0);
+    /* the sender gets its message back and routes it by its own plan */
+    run_all();
+    CHECK(nodes[1].ngot == 2 && got(2, 1, "{\"n\":9}"));
+}
+
 int main(void)
 {
     fence_fifo();
@@ -636,6 +675,7 @@ int main(void)
     not_owner_retry_limit();
     held_requests_flushed();
     failed_sends_wait_in_order();
+    lying_peer();
     reset();
     CHECK_DONE();
 }
