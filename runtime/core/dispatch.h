@@ -91,25 +91,49 @@ void ms_dispatch_set_unavailable(struct ms_dispatch *d, int type, int yes);
 /* 1 when the type was marked unavailable. */
 int ms_dispatch_unavailable(struct ms_dispatch *d, int type);
 
-/* Accepts a tell. The payload is copied. Returns 0 or MS_ENOTYPE, MS_E2BIG,
- * MS_EOVERFLOW, MS_EUNAVAIL, MS_ENOMEM. */
-int ms_dispatch_tell(struct ms_dispatch *d, int type, const char *id,
-                     size_t idlen, const char *json, size_t len);
+/*
+ * A message's destination, resolved once at the edge of the node with
+ * ms_dispatch_resolve() and passed down (router, region, dispatcher): the
+ * checked type, the id (borrowed from the caller for the call), its
+ * FNV-1a hash and its shard. The send entry points below trust it and do
+ * not check or compute it again.
+ */
+struct ms_dest {
+    int type;
+    uint32_t shard;
+    uint64_t hash;
+    const char *id;
+    size_t idlen;
+};
+
+/*
+ * Resolves `id` of `type`: checks the type index (MS_ENOTYPE) and the id's
+ * length (1..MS_MAX_ID, else MS_E2BIG), computes the hash and the shard
+ * (FNV-1a, or the type's partitioner: MS_EPARTITION when it fails or is
+ * not set). Returns 0 and fills *out (its id points at `id`), or the code.
+ */
+int ms_dispatch_resolve(struct ms_dispatch *d, int type, const char *id,
+                        size_t idlen, struct ms_dest *out);
+
+/* Accepts a tell for a resolved destination. The payload is copied.
+ * Returns 0 or MS_E2BIG (payload above max_message), MS_EOVERFLOW,
+ * MS_EUNAVAIL, MS_ECANCELED, MS_ENOMEM. */
+int ms_dispatch_tell(struct ms_dispatch *d, const struct ms_dest *dst,
+                     const char *json, size_t len);
 
 /* Accepts an activation request: an ask (MS_KIND_ACTIVATE) answered
  * {"created":true} when it activated the entity, {"created":false} when the
  * entity was already active. */
-int64_t ms_dispatch_activate(struct ms_dispatch *d, int type, const char *id,
-                             size_t idlen, uint64_t timeout_ms,
-                             uint64_t now_ms, const struct ms_waiter *w);
+int64_t ms_dispatch_activate(struct ms_dispatch *d, const struct ms_dest *dst,
+                             uint64_t timeout_ms, uint64_t now_ms,
+                             const struct ms_waiter *w);
 
 /* Accepts an ask; the waiter is told exactly once, never from inside this
  * call. Returns the ask's id (> 0) or a negative code (waiter not told). An
  * entity asking itself gets MS_ESELF. */
-int64_t ms_dispatch_ask(struct ms_dispatch *d, int type, const char *id,
-                        size_t idlen, const char *json, size_t len,
-                        uint64_t timeout_ms, uint64_t now_ms,
-                        const struct ms_waiter *w);
+int64_t ms_dispatch_ask(struct ms_dispatch *d, const struct ms_dest *dst,
+                        const char *json, size_t len, uint64_t timeout_ms,
+                        uint64_t now_ms, const struct ms_waiter *w);
 
 /* Opens an ask whose request travels elsewhere (to another node): the
  * waiter is told exactly once, by ms_dispatch_ask_complete() or by the
@@ -123,8 +147,8 @@ int64_t ms_dispatch_ask_open(struct ms_dispatch *d, uint64_t timeout_ms,
  * when accepted, 0 when the ask already ended, or a negative code (the
  * ask then ends with that error). */
 int ms_dispatch_ask_enqueue(struct ms_dispatch *d, int64_t corr, int kind,
-                            int type, const char *id, size_t idlen,
-                            const char *json, size_t len);
+                            const struct ms_dest *dst, const char *json,
+                            size_t len);
 
 /* 1 while ask `corr` has not ended. */
 int ms_dispatch_ask_pending(struct ms_dispatch *d, int64_t corr);
@@ -152,8 +176,7 @@ int ms_dispatch_ask_complete(struct ms_dispatch *d, int64_t corr, int err,
 
 /* Accepts an ordered stop request (passivate after earlier messages);
  * counted and bounded like a tell. */
-int ms_dispatch_stop(struct ms_dispatch *d, int type, const char *id,
-                     size_t idlen);
+int ms_dispatch_stop(struct ms_dispatch *d, const struct ms_dest *dst);
 
 /* Takes the next message to handle. Returns 1 and fills `out`, or 0 when
  * nothing is ready. */
@@ -244,8 +267,8 @@ int ms_dispatch_next_stopped(struct ms_dispatch *d, int *type,
 void ms_dispatch_set_partitioner(struct ms_dispatch *d, ms_partition_fn fn,
                                  void *data);
 
-/* The shard of an id of `type`, as the dispatcher places it. Returns 0
- * and sets *shard, or a negative code. */
+/* The shard of an id of `type`, as the dispatcher places it (see
+ * ms_dispatch_resolve). Returns 0 and sets *shard, or a negative code. */
 int ms_dispatch_shard_of(struct ms_dispatch *d, int type, const char *id,
                          size_t idlen, uint32_t *shard);
 

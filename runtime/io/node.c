@@ -173,12 +173,28 @@ static int rebalance_lua(void *data, const char *type_name,
                                errlen);
 }
 
+/* The one check of a send, at the node's edge: the type, the id and its
+ * shard (ms_dispatch_resolve), and the payload's size. The layers below
+ * take the resolved destination and do not check or compute it again. */
+static int resolve(struct ms_node *n, int type, const char *id,
+                   size_t idlen, size_t len, struct ms_dest *dst)
+{
+    int rc = ms_dispatch_resolve(n->d, type, id, idlen, dst);
+    if (rc == 0 && len > n->cfg.max_message)
+        rc = MS_E2BIG;
+    return rc;
+}
+
 static int64_t route_activate(void *data, int type, const char *id,
                               size_t idlen, uint64_t timeout_ms,
                               const struct ms_waiter *w)
 {
     struct ms_node *n = data;
-    return ms_router_activate(n->router, type, id, idlen, timeout_ms, w);
+    struct ms_dest dst;
+    int rc = resolve(n, type, id, idlen, 0, &dst);
+    if (rc < 0)
+        return rc;
+    return ms_router_activate(n->router, &dst, timeout_ms, w);
 }
 
 static size_t route_owner(void *data, int type, const char *id, size_t idlen,
@@ -212,7 +228,11 @@ static int route_tell(void *data, int type, const char *id, size_t idlen,
                       const char *json, size_t len)
 {
     struct ms_node *n = data;
-    return ms_router_tell(n->router, type, id, idlen, json, len);
+    struct ms_dest dst;
+    int rc = resolve(n, type, id, idlen, len, &dst);
+    if (rc < 0)
+        return rc;
+    return ms_router_tell(n->router, &dst, json, len);
 }
 
 static int64_t route_ask(void *data, int type, const char *id, size_t idlen,
@@ -220,8 +240,11 @@ static int64_t route_ask(void *data, int type, const char *id, size_t idlen,
                          const struct ms_waiter *w)
 {
     struct ms_node *n = data;
-    return ms_router_ask(n->router, type, id, idlen, json, len, timeout_ms,
-                         w);
+    struct ms_dest dst;
+    int rc = resolve(n, type, id, idlen, len, &dst);
+    if (rc < 0)
+        return rc;
+    return ms_router_ask(n->router, &dst, json, len, timeout_ms, w);
 }
 
 int ms_node_new(struct ms_node **out, uv_loop_t *loop,
@@ -476,9 +499,13 @@ int ms_node_tell(struct ms_node *n, int type, const char *id, size_t idlen,
 {
     if (n->closing)
         return MS_ECANCELED;
+    struct ms_dest dst;
+    int rc = resolve(n, type, id, idlen, len, &dst);
+    if (rc < 0)
+        return rc;
     if (n->router)
-        return kick(n, ms_router_tell(n->router, type, id, idlen, json, len));
-    return kick(n, ms_dispatch_tell(n->d, type, id, idlen, json, len));
+        return kick(n, ms_router_tell(n->router, &dst, json, len));
+    return kick(n, ms_dispatch_tell(n->d, &dst, json, len));
 }
 
 int ms_node_ask(struct ms_node *n, int type, const char *id, size_t idlen,
@@ -490,11 +517,13 @@ int ms_node_ask(struct ms_node *n, int type, const char *id, size_t idlen,
     if (timeout_ms == 0 || !cb)
         return MS_EINVAL;
     struct ms_waiter w = {cb, data, 0};
-    int64_t rc = n->router
-                     ? ms_router_ask(n->router, type, id, idlen, json, len,
-                                     timeout_ms, &w)
-                     : ms_dispatch_ask(n->d, type, id, idlen, json, len,
-                                       timeout_ms, uv_now(n->loop), &w);
+    struct ms_dest dst;
+    int64_t rc = resolve(n, type, id, idlen, len, &dst);
+    if (rc < 0)
+        return (int)rc;
+    rc = n->router ? ms_router_ask(n->router, &dst, json, len, timeout_ms, &w)
+                   : ms_dispatch_ask(n->d, &dst, json, len, timeout_ms,
+                                     uv_now(n->loop), &w);
     return kick(n, rc < 0 ? (int)rc : 0);
 }
 
@@ -503,9 +532,13 @@ int ms_node_stop_entity(struct ms_node *n, int type, const char *id,
 {
     if (n->closing)
         return MS_ECANCELED;
+    struct ms_dest dst;
+    int rc = resolve(n, type, id, idlen, 0, &dst);
+    if (rc < 0)
+        return rc;
     if (n->router)
-        return kick(n, ms_router_stop(n->router, type, id, idlen));
-    return kick(n, ms_dispatch_stop(n->d, type, id, idlen));
+        return kick(n, ms_router_stop(n->router, &dst));
+    return kick(n, ms_dispatch_stop(n->d, &dst));
 }
 
 void ms_node_stats(struct ms_node *n, struct ms_stats *out)
@@ -562,11 +595,13 @@ int ms_node_activate(struct ms_node *n, int type, const char *id,
     if (n->closing)
         return MS_ECANCELED;
     struct ms_waiter w = {cb, data, 0};
-    int64_t rc = n->router
-                     ? ms_router_activate(n->router, type, id, idlen,
-                                          timeout_ms, &w)
-                     : ms_dispatch_activate(n->d, type, id, idlen, timeout_ms,
-                                            uv_now(n->loop), &w);
+    struct ms_dest dst;
+    int64_t rc = resolve(n, type, id, idlen, 0, &dst);
+    if (rc < 0)
+        return (int)rc;
+    rc = n->router ? ms_router_activate(n->router, &dst, timeout_ms, &w)
+                   : ms_dispatch_activate(n->d, &dst, timeout_ms,
+                                          uv_now(n->loop), &w);
     return kick(n, rc < 0 ? (int)rc : 0);
 }
 

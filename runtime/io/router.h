@@ -1,5 +1,7 @@
 /*
- * router.h -- the path of a message across the cluster (DESIGN.md §2).
+ * router.h -- the path of a message across the cluster (DESIGN.md §2):
+ * the libuv binding of the region (runtime/core/region.h), which holds
+ * the protocol.
  *
  * shard = fnv1a64(id) % shard_count; the owner comes from this node's copy
  * of the plan; a local owner gets the message in its shard FIFO, a remote
@@ -22,61 +24,36 @@
 #include "../core/frame.h"
 #include "cluster.h"
 
-#define MS_ROUTE_BUFFER 1024         /* waiting messages per shard */
-/* requests of other nodes held per shard until this node's plan catches
- * up (their buffers, flushed to it as the new owner) */
-#define MS_ROUTE_HOLD 16384
-#define MS_ROUTE_TELL_DEADLINE_MS 10000 /* how long a tell may wait */
+/* The limits (1,024 waiting messages per shard, 16,384 held requests,
+ * 10 s for a tell, 5 NOT_OWNER retries) are the region's: MS_REGION_* in
+ * runtime/core/region.h. */
 
 struct ms_router;
-
-struct ms_router_stats {
-    uint64_t local_routes;     /* delivered to this node's FIFOs */
-    uint64_t remote_routes;    /* sent to the owner */
-    uint64_t forwards;         /* received from other nodes and delivered */
-    uint64_t not_owner_sent;   /* NOT_OWNER answers to stale senders */
-    uint64_t not_owner_retries;/* our messages re-routed after NOT_OWNER */
-    uint64_t buffered;         /* messages that had to wait for an owner */
-    uint64_t buffer_overflows; /* refused: the shard's buffer was full */
-    uint64_t expired;          /* waited past their deadline (failed) */
-    uint64_t handoffs_seen;    /* shard moves announced to this region */
-    uint64_t handoff_buffered; /* messages that waited for a moving shard */
-    uint64_t handoff_overflows;/* refused: a moving shard's buffer was full */
-    uint64_t shards_handed_off;/* shards this node stopped and gave away */
-    uint64_t fences_direct;    /* fences reported without a connection */
-    uint64_t forward_drops;    /* tells from other nodes refused here (the
-                                  shard's mailbox full, ...) */
-    uint64_t stray_answers;    /* replies and NOT_OWNERs for asks not sent
-                                  to their sender (late, or wrong) */
-    uint64_t bad_payloads;     /* frames whose JSON payload the strict
-                                  check refused (runtime/core/jsoncheck.h) */
-};
 
 /* Creates the router of a node. All arguments are borrowed for its life. */
 int ms_router_new(struct ms_router **out, uv_loop_t *loop,
                   struct ms_dispatch *d, struct ms_cluster *c,
                   const struct ms_config *cfg);
 
-/* See ms_node_tell: routes a tell. */
-int ms_router_tell(struct ms_router *r, int type, const char *id,
-                   size_t idlen, const char *json, size_t len);
+/* See ms_node_tell: routes a tell to a destination resolved by the
+ * caller (ms_dispatch_resolve; payload size checked there). */
+int ms_router_tell(struct ms_router *r, const struct ms_dest *dst,
+                   const char *json, size_t len);
 
 /* See ms_node_ask: routes an ask for waiter w; returns its id or a
  * negative code (waiter not told). */
-int64_t ms_router_ask(struct ms_router *r, int type, const char *id,
-                      size_t idlen, const char *json, size_t len,
-                      uint64_t timeout_ms, const struct ms_waiter *w);
+int64_t ms_router_ask(struct ms_router *r, const struct ms_dest *dst,
+                      const char *json, size_t len, uint64_t timeout_ms,
+                      const struct ms_waiter *w);
 
 /* Routes an activation request (eager creation): the waiter gets
  * {"created":true|false}. */
-int64_t ms_router_activate(struct ms_router *r, int type, const char *id,
-                           size_t idlen, uint64_t timeout_ms,
-                           const struct ms_waiter *w);
+int64_t ms_router_activate(struct ms_router *r, const struct ms_dest *dst,
+                           uint64_t timeout_ms, const struct ms_waiter *w);
 
 /* Routes an ordered stop request to the entity's owner (a no-op when its
  * shard has no owner: nothing is active). */
-int ms_router_stop(struct ms_router *r, int type, const char *id,
-                   size_t idlen);
+int ms_router_stop(struct ms_router *r, const struct ms_dest *dst);
 
 /* Frames for the router: TELL, ASK, REPLY, REPLY_ERROR, NOT_OWNER,
  * CONTROL. */

@@ -352,9 +352,12 @@ static int l_tell(lua_State *L)
     if (B->in_partition || given_shard(L, 4, type, id, idlen) < 0)
         return push_err(L, MS_EPARTITION);
     B->in_leaf = 1; /* sends only enqueue: no Lua from here */
-    int rc = B->routed
-                 ? B->route.tell(B->route.data, type, id, idlen, json, len)
-                 : ms_dispatch_tell(B->d, type, id, idlen, json, len);
+    struct ms_dest dst;
+    int rc;
+    if (B->routed)
+        rc = B->route.tell(B->route.data, type, id, idlen, json, len);
+    else if ((rc = ms_dispatch_resolve(B->d, type, id, idlen, &dst)) == 0)
+        rc = ms_dispatch_tell(B->d, &dst, json, len);
     B->in_leaf = 0;
     if (rc < 0)
         return push_err(L, rc);
@@ -378,10 +381,13 @@ static int l_ask(lua_State *L)
     if (B->in_partition || given_shard(L, 5, type, id, idlen) < 0)
         return push_err(L, MS_EPARTITION);
     B->in_leaf = 1;
-    int64_t corr = B->routed ? B->route.ask(B->route.data, type, id, idlen,
-                                            json, len, t, &w)
-                             : ms_dispatch_ask(B->d, type, id, idlen, json,
-                                               len, t, now_ms(), &w);
+    struct ms_dest dst;
+    int64_t corr;
+    if (B->routed)
+        corr = B->route.ask(B->route.data, type, id, idlen, json, len, t,
+                            &w);
+    else if ((corr = ms_dispatch_resolve(B->d, type, id, idlen, &dst)) == 0)
+        corr = ms_dispatch_ask(B->d, &dst, json, len, t, now_ms(), &w);
     B->in_leaf = 0;
     if (corr < 0)
         return push_err(L, (int)corr);

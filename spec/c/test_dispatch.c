@@ -15,7 +15,36 @@ static void on_ask(void *data, int err, const char *payload, size_t len)
     snprintf(cb_payload, sizeof cb_payload, "%.*s", (int)len, payload);
 }
 
-#define TELL(d, id, js) ms_dispatch_tell(d, 0, id, strlen(id), js, strlen(js))
+/* The sends as the node's edge makes them: resolve, then send. */
+static int tell(struct ms_dispatch *d, int type, const char *id,
+                size_t idlen, const char *json, size_t len)
+{
+    struct ms_dest dst;
+    int rc = ms_dispatch_resolve(d, type, id, idlen, &dst);
+    return rc < 0 ? rc : ms_dispatch_tell(d, &dst, json, len);
+}
+
+static int64_t ask(struct ms_dispatch *d, int type, const char *id,
+                   size_t idlen, const char *json, size_t len,
+                   uint64_t timeout_ms, uint64_t now_ms,
+                   const struct ms_waiter *w)
+{
+    struct ms_dest dst;
+    int rc = ms_dispatch_resolve(d, type, id, idlen, &dst);
+    return rc < 0 ? rc
+                  : ms_dispatch_ask(d, &dst, json, len, timeout_ms, now_ms,
+                                    w);
+}
+
+static int stop(struct ms_dispatch *d, int type, const char *id,
+                size_t idlen)
+{
+    struct ms_dest dst;
+    int rc = ms_dispatch_resolve(d, type, id, idlen, &dst);
+    return rc < 0 ? rc : ms_dispatch_stop(d, &dst);
+}
+
+#define TELL(d, id, js) tell(d, 0, id, strlen(id), js, strlen(js))
 
 static struct ms_dispatch *make(uint32_t shards, uint32_t max_pending,
                                 uint64_t idle_ms)
@@ -75,7 +104,7 @@ static void asks_end_exactly_once(void)
     struct ms_waiter w = {on_ask, NULL, 0};
     struct ms_delivery dl;
     cb_calls = 0;
-    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) > 0);
     CHECK(cb_calls == 0);
     CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_ASK);
     CHECK(ms_dispatch_reply(d, dl.h, "{\"v\":1}", 7, 0) == 0);
@@ -85,13 +114,13 @@ static void asks_end_exactly_once(void)
     CHECK(cb_calls == 1);
 
     /* no reply */
-    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) > 0);
     CHECK(ms_dispatch_next(d, &dl) == 1);
     ms_dispatch_done(d, dl.h, 0);
     CHECK(cb_calls == 2 && cb_err == MS_ENOREPLY);
 
     /* handler error */
-    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) > 0);
     CHECK(ms_dispatch_next(d, &dl) == 1);
     ms_dispatch_fail(d, dl.h, "boom", 0);
     ms_dispatch_done(d, dl.h, 0);
@@ -99,7 +128,7 @@ static void asks_end_exactly_once(void)
     CHECK(strstr(cb_payload, "\"handler_error\"") && strstr(cb_payload, "boom"));
 
     /* timeout, then a late reply is dropped */
-    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 50, 0, &w) > 0);
+    CHECK(ask(d, 0, "x", 1, "{}", 2, 50, 0, &w) > 0);
     CHECK(ms_dispatch_next(d, &dl) == 1);
     CHECK(ms_dispatch_next_deadline(d, 0) == 50);
     ms_dispatch_expire(d, 49);
@@ -112,7 +141,7 @@ static void asks_end_exactly_once(void)
 
     /* a reply made after the deadline, before its timer could fire, is a
      * timeout for the asker */
-    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 50, 100, &w) > 0);
+    CHECK(ask(d, 0, "x", 1, "{}", 2, 50, 100, &w) > 0);
     CHECK(ms_dispatch_next(d, &dl) == 1);
     CHECK(ms_dispatch_reply(d, dl.h, "{}", 2, 150) == 0);
     CHECK(cb_calls == 5 && cb_err == MS_ETIMEDOUT);
@@ -120,8 +149,8 @@ static void asks_end_exactly_once(void)
     ms_dispatch_expire(d, 200);
     CHECK(cb_calls == 5);
 
-    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 0, 0, &w) == MS_EINVAL);
-    CHECK(ms_dispatch_ask(d, 1, "x", 1, "{}", 2, 10, 0, &w) == MS_ENOTYPE);
+    CHECK(ask(d, 0, "x", 1, "{}", 2, 0, 0, &w) == MS_EINVAL);
+    CHECK(ask(d, 1, "x", 1, "{}", 2, 10, 0, &w) == MS_ENOTYPE);
     ms_dispatch_free(d);
 }
 
@@ -133,8 +162,8 @@ static void entity_waiters_resume(void)
     TELL(d, "a", "{}");
     CHECK(ms_dispatch_next(d, &dl) == 1);
     struct ms_waiter w = {NULL, NULL, dl.h};
-    CHECK(ms_dispatch_ask(d, 0, "a", 1, "{}", 2, 10, 0, &w) == MS_ESELF);
-    CHECK(ms_dispatch_ask(d, 0, "b", 1, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(ask(d, 0, "a", 1, "{}", 2, 10, 0, &w) == MS_ESELF);
+    CHECK(ask(d, 0, "b", 1, "{}", 2, 1000, 0, &w) > 0);
     CHECK(ms_dispatch_next(d, &dl2) == 1 && dl2.kind == MS_KIND_ASK);
     CHECK(ms_dispatch_next_resume(d, &r) == 0);
     ms_dispatch_reply(d, dl2.h, "{\"ok\":true}", 11, 0);
@@ -156,8 +185,8 @@ static void bounds_and_passivation(void)
     CHECK(TELL(d, "a", "{}") == MS_EOVERFLOW);
     char big[600];
     memset(big, 'x', sizeof big);
-    CHECK(ms_dispatch_tell(d, 0, big, sizeof big, "{}", 2) == MS_E2BIG);
-    CHECK(ms_dispatch_tell(d, 0, "", 0, "{}", 2) == MS_E2BIG);
+    CHECK(tell(d, 0, big, sizeof big, "{}", 2) == MS_E2BIG);
+    CHECK(tell(d, 0, "", 0, "{}", 2) == MS_E2BIG);
     for (int i = 0; i < 3; i++) {
         CHECK(ms_dispatch_next(d, &dl) == 1);
         ms_dispatch_done(d, dl.h, 10);
@@ -192,7 +221,7 @@ static void bounds_and_passivation(void)
     CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_STOP);
     ms_dispatch_done(d, dl.h, 120);
     /* an explicit stop of an inactive entity is a no-op */
-    CHECK(ms_dispatch_stop(d, 0, "a", 1) == 0);
+    CHECK(stop(d, 0, "a", 1) == 0);
     CHECK(ms_dispatch_next(d, &dl) == 0);
     ms_dispatch_free(d);
 }
@@ -230,7 +259,7 @@ static void mailboxes_count_against_the_shard_bound(void)
     CHECK(accepted == 5);
     CHECK(ms_dispatch_next(d, &dl) == 0); /* all five wait in a's mailbox */
     CHECK(ms_dispatch_pending(d) == 5);
-    CHECK(ms_dispatch_stop(d, 0, "a", 1) == MS_EOVERFLOW); /* stops too */
+    CHECK(stop(d, 0, "a", 1) == MS_EOVERFLOW); /* stops too */
     ms_dispatch_done(d, dl.h, 0);
     for (int i = 0; i < 5; i++) {
         CHECK(ms_dispatch_next(d, &dl) == 1);
@@ -306,7 +335,7 @@ static void replies_are_bounded_and_resumes_name_their_ask(void)
     TELL(d, "a", "{}");
     CHECK(ms_dispatch_next(d, &dl) == 1);
     struct ms_waiter w = {NULL, NULL, dl.h};
-    int64_t corr = ms_dispatch_ask(d, 0, "b", 1, "{}", 2, 1000, 0, &w);
+    int64_t corr = ask(d, 0, "b", 1, "{}", 2, 1000, 0, &w);
     CHECK(corr > 0);
     CHECK(ms_dispatch_next(d, &dl2) == 1);
     char big[2000];
@@ -412,21 +441,21 @@ static void custom_partitioner_places_messages(void)
     struct ms_dispatch *d = ms_dispatch_new(t, 2, 1024);
     struct ms_waiter w = {on_ask, NULL, 0};
     /* refused until the partitioner is set, and nothing was accepted */
-    CHECK(ms_dispatch_tell(d, 0, "3:a", 3, "{}", 2) == MS_EPARTITION);
+    CHECK(tell(d, 0, "3:a", 3, "{}", 2) == MS_EPARTITION);
     CHECK(ms_dispatch_pending(d) == 0);
     ms_dispatch_set_partitioner(d, by_prefix, NULL);
     uint32_t shard = 99;
     CHECK(ms_dispatch_shard_of(d, 0, "5:x", 3, &shard) == 0 && shard == 5);
-    CHECK(ms_dispatch_tell(d, 0, "3:a", 3, "{}", 2) == 0);
-    CHECK(ms_dispatch_tell(d, 0, "3:b", 3, "{}", 2) == 0);
-    CHECK(ms_dispatch_ask(d, 0, "6:c", 3, "{}", 2, 1000, 0, &w) > 0);
-    CHECK(ms_dispatch_stop(d, 0, "3:a", 3) == 0);
+    CHECK(tell(d, 0, "3:a", 3, "{}", 2) == 0);
+    CHECK(tell(d, 0, "3:b", 3, "{}", 2) == 0);
+    CHECK(ask(d, 0, "6:c", 3, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(stop(d, 0, "3:a", 3) == 0);
     /* its errors, and shards out of range, refuse the message */
-    CHECK(ms_dispatch_tell(d, 0, "x", 1, "{}", 2) == MS_EPARTITION);
-    CHECK(ms_dispatch_tell(d, 0, "9:z", 3, "{}", 2) == MS_EPARTITION);
-    CHECK(ms_dispatch_ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) ==
+    CHECK(tell(d, 0, "x", 1, "{}", 2) == MS_EPARTITION);
+    CHECK(tell(d, 0, "9:z", 3, "{}", 2) == MS_EPARTITION);
+    CHECK(ask(d, 0, "x", 1, "{}", 2, 1000, 0, &w) ==
           MS_EPARTITION);
-    CHECK(ms_dispatch_stop(d, 0, "x", 1) == MS_EPARTITION);
+    CHECK(stop(d, 0, "x", 1) == MS_EPARTITION);
     CHECK(ms_dispatch_shard_of(d, 5, "3:a", 3, &shard) == MS_ENOTYPE);
     /* it sees only ids a send accepts */
     char big[MS_MAX_ID + 2];
@@ -436,7 +465,7 @@ static void custom_partitioner_places_messages(void)
     CHECK(ms_dispatch_shard_of(d, 0, big, 0, &shard) == MS_E2BIG);
     calls = part_calls;
     /* the default type does not call it */
-    CHECK(ms_dispatch_tell(d, 1, "3:a", 3, "{}", 2) == 0);
+    CHECK(tell(d, 1, "3:a", 3, "{}", 2) == 0);
     CHECK(part_calls == calls);
     struct ms_delivery dl;
     int seen[8] = {0};
@@ -452,7 +481,7 @@ static void custom_partitioner_places_messages(void)
     CHECK(seen[3] == 3 && seen[6] == 1); /* two tells and the stop; ask */
     CHECK(ms_dispatch_pending(d) == 0);
     /* a shard stop finds the entities the partitioner placed there */
-    CHECK(ms_dispatch_tell(d, 0, "3:b", 3, "{}", 2) == 0);
+    CHECK(tell(d, 0, "3:b", 3, "{}", 2) == 0);
     CHECK(ms_dispatch_next(d, &dl) == 1);
     ms_dispatch_done(d, dl.h, 0);
     CHECK(ms_dispatch_shard_stop(d, 0, 3) == 0);
@@ -506,14 +535,14 @@ static void unavailable_and_no_owner_differ(void)
     struct ms_delivery dl;
     ms_dispatch_set_unavailable(d, 0, 1);
     CHECK(TELL(d, "a", "{}") == MS_EUNAVAIL);
-    CHECK(ms_dispatch_ask(d, 0, "a", 1, "{}", 2, 1000, 0, &w) ==
+    CHECK(ask(d, 0, "a", 1, "{}", 2, 1000, 0, &w) ==
           MS_EUNAVAIL);
     ms_dispatch_set_unavailable(d, 0, 0);
     TELL(d, "a", "{}");
     CHECK(ms_dispatch_next(d, &dl) == 1); /* a busy: the stop waits */
     CHECK(ms_dispatch_shard_stop(d, 0, 0) == 0);
     cb_calls = 0;
-    CHECK(ms_dispatch_ask(d, 0, "b", 1, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(ask(d, 0, "b", 1, "{}", 2, 1000, 0, &w) > 0);
     ms_dispatch_done(d, dl.h, 0);
     while (ms_dispatch_next(d, &dl) == 1)
         ms_dispatch_done(d, dl.h, 0);
@@ -523,8 +552,46 @@ static void unavailable_and_no_owner_differ(void)
     ms_dispatch_free(d);
 }
 
+/* A destination is resolved once: ms_dispatch_resolve runs the
+ * partitioner and fills the hash and shard; the sends that take it do not
+ * run it again, and a message lands where the resolution said. */
+static void a_destination_is_resolved_once(void)
+{
+    struct ms_dispatch_type t = {"P", 8, 0, 0, 100, 1};
+    struct ms_dispatch *d = ms_dispatch_new(&t, 1, 1024);
+    ms_dispatch_set_partitioner(d, by_prefix, NULL);
+    struct ms_waiter w = {on_ask, NULL, 0};
+    struct ms_dest dst;
+    int calls = part_calls;
+    CHECK(ms_dispatch_resolve(d, 0, "6:a", 3, &dst) == 0);
+    CHECK(part_calls == calls + 1);
+    CHECK(dst.type == 0 && dst.shard == 6 && dst.idlen == 3 &&
+          dst.hash == ms_fnv1a64("6:a", 3));
+    CHECK(ms_dispatch_tell(d, &dst, "{}", 2) == 0);
+    CHECK(ms_dispatch_ask(d, &dst, "{}", 2, 1000, 0, &w) > 0);
+    CHECK(ms_dispatch_activate(d, &dst, 1000, 0, &w) > 0);
+    CHECK(ms_dispatch_stop(d, &dst) == 0);
+    int64_t corr = ms_dispatch_ask_open(d, 1000, 0, &w);
+    CHECK(ms_dispatch_ask_enqueue(d, corr, MS_KIND_ASK, &dst, "{}", 2) == 1);
+    CHECK(part_calls == calls + 1);
+    struct ms_delivery dl;
+    int n = 0;
+    while (ms_dispatch_next(d, &dl)) {
+        CHECK(dl.shard == 6);
+        ms_dispatch_done(d, dl.h, 0);
+        n++;
+    }
+    CHECK(n >= 2); /* the tell, then the entity waits for each answer */
+    /* the bad ones are refused where they are resolved */
+    CHECK(ms_dispatch_resolve(d, 1, "6:a", 3, &dst) == MS_ENOTYPE);
+    CHECK(ms_dispatch_resolve(d, 0, "", 0, &dst) == MS_E2BIG);
+    CHECK(ms_dispatch_resolve(d, 0, "x", 1, &dst) == MS_EPARTITION);
+    ms_dispatch_free(d);
+}
+
 int main(void)
 {
+    a_destination_is_resolved_once();
     mailboxes_count_against_the_shard_bound();
     shutdown_stops_after_accepted_messages();
     timers_keep_an_entity_from_idling_out();

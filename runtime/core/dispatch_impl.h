@@ -1,0 +1,317 @@
+/*
+ * dispatch_impl.h -- the dispatcher's state, shared by dispatch.c
+ * (accepting, asks, delivering) and dispatch_admin.c (life cycle, timers,
+ * shard stops, shutdown, figures). Not a public header.
+ */
+#ifndef MS_CORE_DISPATCH_IMPL_H
+#define MS_CORE_DISPATCH_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "dispatch.h"
+#include "timerq.h"
+
+#define MSG_SMALL 256      /* bytes of a recycled message block */
+#define KIND_SHARD_STOP 9  /* internal: a shard's stop marker */
+#define MSG_FREE_MAX 4096  /* recycled blocks kept (1 MiB) */
+
+struct msg {
+    struct msg *next;
+    uint64_t corr;      /* ask id, 0 for a tell */
+    uint64_t hash;      /* ms_fnv1a64 of the id */
+    uint32_t type;
+    uint32_t idlen;
+    uint32_t len;
+    uint32_t size;      /* bytes allocated */
+    uint32_t shard;     /* of its type */
+    uint8_t kind;
+    uint8_t counted;    /* accepted by enqueue: counts in its shard's pending */
+    uint8_t created;    /* ACTIVATE: its delivery activated the entity */
+    char data[];        /* id, NUL, payload, NUL */
+};
+
+/* Delivery fields first, then the fields a lookup reads, right before the
+ * id they lead to: a lookup of a short id touches one or two cache lines,
+ * which prefetch_next() loads ahead of time. */
+struct entity {
+    struct msg *mb_head, *mb_tail;  /* mailbox */
+    struct msg *cur;                /* being handled */
+    struct entity *lprev, *lnext;   /* active list of its type */
+    struct entity *sprev, *snext;   /* entities of its shard */
+    struct entity *rnext;           /* ready list */
+    struct etimer *timers;          /* pending ctx:after timers */
+    uint64_t last_ms;               /* end of its last message */
+    uint64_t listed_ms;             /* when it joined the active list */
+    uint32_t ntimers;
+    unsigned active : 1, busy : 1, stop_req : 1, in_ready : 1,
+        in_list : 1, replied : 1;
+    /* lookup */
+    struct entity *hnext;           /* hash chain */
+    uint64_t hash;
+    uint32_t type;
+    uint32_t idlen;
+    uint32_t h;
+    uint32_t shard;
+    char id[];
+};
+
+struct shard {
+    struct msg *head, *tail;
+    struct entity *ents;  /* its entities (a shard stop walks them) */
+    struct shard *rnext;
+    uint32_t pending;   /* accepted, not yet delivered: in this FIFO or in
+                           the mailbox of one of its entities */
+    uint32_t nent;      /* entities of this shard (active or waiting) */
+    uint32_t stop_epoch;/* names the latest stop request */
+    uint8_t in_ready;
+    uint8_t stopping;   /* 1: stop marker queued; 2: it passed */
+};
+
+/* A shard whose stop finished. */
+struct stopped {
+    int type;
+    uint32_t shard;
+};
+
+struct type {
+    struct ms_dispatch_type cfg;
+    struct shard *shards;
+    /* active entities in the order they were (re)listed: the idle sweep
+     * looks at the head only (see ms_dispatch_expire) */
+    struct entity *list_head, *list_tail;
+    int unavailable;
+};
+
+enum { T_ASK = 1, T_ENTITY = 2 };
+
+struct ask {
+    struct ask *hnext;
+    struct ms_timer tm;
+    uint64_t corr;
+    struct ms_waiter w;
+    uint32_t wgen;      /* generation of w.h */
+    uint64_t peer;      /* the node it was last sent to, 0: none */
+};
+
+struct etimer {
+    struct etimer *hnext;          /* id map chain */
+    struct etimer *eprev, *enext;  /* entity's list */
+    struct ms_timer tm;
+    uint64_t id;
+    uint32_t h;
+    uint32_t len;
+    char payload[];
+};
+
+struct resume {
+    struct resume *next;
+    uint64_t corr;
+    uint32_t h, gen;
+    int err;
+    uint32_t len;
+    char payload[];
+};
+
+/* A chained map from uint64 keys; the chain link is the first field. */
+struct idmap {
+    void **b;
+    size_t mask, n;
+};
+
+struct ms_dispatch {
+    struct type *types;
+    int ntypes;
+    ms_partition_fn partition; /* types with custom_partition */
+    void *partition_data;
+    size_t max_message;
+
+    struct entity **ebuckets;
+    size_t emask, nentities;
+
+    struct entity **slots;   /* handle -> entity; [0] unused */
+    uint32_t *gens;
+    uint32_t nslots, capslots;
+    uint32_t *freeh;
+    uint32_t nfree;
+
+    struct shard *rs_head, *rs_tail;   /* shards with queued messages */
+    struct entity *re_head, *re_tail;  /* entities with runnable mailbox */
+    struct resume *res_head, *res_tail, *res_cur;
+
+    struct idmap asks;       /* corr -> ask */
+    struct idmap etimers;    /* id -> etimer */
+    uint64_t next_corr, next_timer;
+    struct ms_timerq tq;
+
+    uint64_t pending;
+    uint64_t now_ms;         /* latest time the caller told us */
+    int closing;             /* shutdown began: accept nothing new */
+    struct stopped *stopped; /* shards whose stop finished, not taken */
+    size_t nstopped, capstopped;
+    struct msg *free_msgs;   /* recycled small messages */
+    uint32_t nfree_msgs;
+    struct ms_stats st;
+};
+
+/* ---- small maps ---------------------------------------------------- */
+
+static inline uint64_t mix(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return k;
+}
+
+/* Keys differ in position per struct, so the maps are typed thinly. */
+#define MAP_FUNCS(NAME, T, KEY)                                              \
+    static inline int NAME##_rehash(struct idmap *m)                         \
+    {                                                                        \
+        size_t cap = m->b ? (m->mask + 1) * 2 : 64;                          \
+        T **nb = calloc(cap, sizeof *nb);                                    \
+        if (!nb)                                                             \
+            return MS_ENOMEM;                                                \
+        for (size_t i = 0; m->b && i <= m->mask; i++) {                      \
+            T *x = m->b[i];                                                  \
+            while (x) {                                                      \
+                T *nx = x->hnext;                                            \
+                size_t j = mix(x->KEY) & (cap - 1);                          \
+                x->hnext = nb[j];                                            \
+                nb[j] = x;                                                   \
+                x = nx;                                                      \
+            }                                                                \
+        }                                                                    \
+        free(m->b);                                                          \
+        m->b = (void **)nb;                                                  \
+        m->mask = cap - 1;                                                   \
+        return 0;                                                            \
+    }                                                                        \
+    static inline int NAME##_put(struct idmap *m, T *x)                      \
+    {                                                                        \
+        if ((!m->b || m->n >= m->mask) && NAME##_rehash(m) < 0)              \
+            return MS_ENOMEM;                                                \
+        size_t j = mix(x->KEY) & m->mask;                                    \
+        x->hnext = m->b[j];                                                  \
+        m->b[j] = x;                                                         \
+        m->n++;                                                              \
+        return 0;                                                            \
+    }                                                                        \
+    static inline T *NAME##_find(struct idmap *m, uint64_t key)              \
+    {                                                                        \
+        if (!m->b)                                                           \
+            return NULL;                                                     \
+        for (T *x = m->b[mix(key) & m->mask]; x; x = x->hnext)               \
+            if (x->KEY == key)                                               \
+                return x;                                                    \
+        return NULL;                                                         \
+    }                                                                        \
+    static inline void NAME##_del(struct idmap *m, T *x)                     \
+    {                                                                        \
+        T **pp = (T **)&m->b[mix(x->KEY) & m->mask];                         \
+        while (*pp && *pp != x)                                              \
+            pp = &(*pp)->hnext;                                              \
+        if (*pp) {                                                           \
+            *pp = x->hnext;                                                  \
+            m->n--;                                                          \
+        }                                                                    \
+    }
+
+MAP_FUNCS(askmap, struct ask, corr)
+MAP_FUNCS(tmap, struct etimer, id)
+
+/* ---- small helpers (inline: they are on the message path) ------------ */
+
+static inline uint64_t deadline(uint64_t now_ms, uint64_t in_ms)
+{
+    return in_ms > UINT64_MAX - now_ms ? UINT64_MAX : now_ms + in_ms;
+}
+
+static inline struct entity *eget(struct ms_dispatch *d, uint32_t h)
+{
+    return h > 0 && h < d->nslots ? d->slots[h] : NULL;
+}
+
+static inline void list_del(struct ms_dispatch *d, struct entity *e)
+{
+    if (!e->in_list)
+        return;
+    struct type *t = &d->types[e->type];
+    if (e->lprev)
+        e->lprev->lnext = e->lnext;
+    else
+        t->list_head = e->lnext;
+    if (e->lnext)
+        e->lnext->lprev = e->lprev;
+    else
+        t->list_tail = e->lprev;
+    e->lprev = e->lnext = NULL;
+    e->in_list = 0;
+}
+
+static inline void list_add(struct ms_dispatch *d, struct entity *e,
+                     uint64_t now_ms)
+{
+    struct type *t = &d->types[e->type];
+    e->listed_ms = now_ms;
+    e->lprev = t->list_tail;
+    e->lnext = NULL;
+    if (t->list_tail)
+        t->list_tail->lnext = e;
+    else
+        t->list_head = e;
+    t->list_tail = e;
+    e->in_list = 1;
+}
+
+static inline void ready_entity(struct ms_dispatch *d, struct entity *e)
+{
+    if (e->in_ready)
+        return;
+    e->in_ready = 1;
+    e->rnext = NULL;
+    if (d->re_tail)
+        d->re_tail->rnext = e;
+    else
+        d->re_head = e;
+    d->re_tail = e;
+}
+
+static inline void mb_push(struct entity *e, struct msg *m)
+{
+    m->next = NULL;
+    if (e->mb_tail)
+        e->mb_tail->next = m;
+    else
+        e->mb_head = m;
+    e->mb_tail = m;
+}
+
+static inline void mb_push_front(struct entity *e, struct msg *m)
+{
+    m->next = e->mb_head;
+    e->mb_head = m;
+    if (!e->mb_tail)
+        e->mb_tail = m;
+}
+
+/* ---- shared by the two files ------------------------------------------- */
+
+void ms__dispatch_complete_ask(struct ms_dispatch *d, struct ask *a, int err,
+                               const char *payload, size_t len);
+int ms__dispatch_enqueue(struct ms_dispatch *d, struct msg *m, int force);
+void ms__dispatch_entity_stopping(struct ms_dispatch *d, struct entity *e);
+void ms__dispatch_fail_ask(struct ms_dispatch *d, uint64_t corr, int err,
+                           const char *message);
+void ms__dispatch_free_msgs(struct ms_dispatch *d, struct msg *m);
+void ms__dispatch_msg_free(struct ms_dispatch *d, struct msg *m);
+struct msg *ms__dispatch_msg_new(struct ms_dispatch *d, int kind, uint32_t type,
+                                 uint64_t hash, uint32_t shard, const char *id,
+                                 size_t idlen, const char *json, size_t len);
+void ms__dispatch_shard_check_stopped(struct ms_dispatch *d, uint32_t type,
+                                      uint32_t shard);
+void ms__dispatch_shard_stop_msg(struct ms_dispatch *d, struct shard *sh,
+                                 struct msg *m);
+
+#endif

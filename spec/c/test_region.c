@@ -1,0 +1,681 @@
+/*
+ * The region (runtime/core/region.h) driven without sockets: a few nodes,
+ * each a region, a coordinator object inside it and a dispatcher, joined
+ * by an in-memory network that carries the regions' actions in order and
+ * can drop, hold or answer frames. Time is a variable.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../runtime/core/membership.h"
+#include "../../runtime/core/region.h"
+#include "check.h"
+
+#define MAXN 5
+#define SHARDS 1          /* every id in shard 0 */
+#define HANDOFF_MS 2000
+
+struct node {
+    uint64_t uid;
+    int up;
+    struct ms_dispatch *d;
+    struct ms_region *r;
+    struct ms_config cfg;
+    struct ms_type_config tc;
+    char got[64][24];     /* payloads delivered here, in order */
+    int ngot;
+    int frames_in;        /* requests (TELL, ASK) that reached it */
+    int noconn;           /* usable, but sends to it fail (no connection) */
+};
+
+static struct node nodes[MAXN];
+static int nn;
+static uint64_t now = 1000;
+static uint64_t want_owner;
+
+/* the network: frames in flight, in order */
+struct pkt {
+    struct pkt *next;
+    uint64_t from, to;
+    struct ms_frame f;
+    char bytes[];
+};
+static struct pkt *net_head, *net_tail, *held_head, *held_tail;
+
+enum { PASS = 0, DROP = 1, HOLD = 2, BOUNCE = 3 };
+static int (*filter)(uint64_t from, uint64_t to, const struct ms_frame *f);
+
+static struct node *node_of(uint64_t uid)
+{
+    for (int i = 0; i < nn; i++)
+        if (nodes[i].uid == uid)
+            return &nodes[i];
+    return NULL;
+}
+
+static void push(struct pkt **h, struct pkt **t, uint64_t from, uint64_t to,
+                 const struct ms_frame *f)
+{
+    struct pkt *p = malloc(sizeof *p + f->type_len + f->id_len +
+                           f->payload_len + 1);
+    p->next = NULL;
+    p->from = from;
+    p->to = to;
+    p->f = *f;
+    char *b = p->bytes;
+    memcpy(b, f->type, f->type_len);
+    p->f.type = b;
+    b += f->type_len;
+    memcpy(b, f->id, f->id_len);
+    p->f.id = b;
+    b += f->id_len;
+    memcpy(b, f->payload, f->payload_len);
+    b[f->payload_len] = 0;
+    p->f.payload = b;
+    if (*t)
+        (*t)->next = p;
+    else
+        *h = p;
+    *t = p;
+}
+
+static int is_plan(const struct ms_frame *f)
+{
+    return f->kind == MS_FRAME_CONTROL &&
+           strstr(f->payload, "\"t\":\"plan\"") != NULL;
+}
+
+/* Takes every node's actions onto the network. */
+static void collect(void)
+{
+    for (int i = 0; i < nn; i++) {
+        struct node *n = &nodes[i];
+        struct ms_region_action a;
+        while (n->r && ms_region_next_action(n->r, &a)) {
+            if (a.kind == MS_REGION_SEND) {
+                struct node *to = node_of(a.uid);
+                if (!to || !to->up || (to->noconn && a.uid != n->uid))
+                    ms_region_send_failed(n->r, &a, 1, now);
+                else
+                    push(&net_head, &net_tail, n->uid, a.uid, &a.frame);
+            } else if (a.kind == MS_REGION_BROADCAST) {
+                for (int j = 0; j < nn; j++)
+                    if (nodes[j].up)
+                        push(&net_head, &net_tail, n->uid, nodes[j].uid,
+                             &a.frame);
+            }
+            ms_region_action_free(&a);
+        }
+    }
+}
+
+/* Delivers frames until the network is quiet (or `max` frames). */
+static int pump(int max)
+{
+    int k = 0;
+    for (collect(); net_head && k < max; collect(), k++) {
+        struct pkt *p = net_head;
+        net_head = p->next;
+        if (!net_head)
+            net_tail = NULL;
+        int v = filter ? filter(p->from, p->to, &p->f) : PASS;
+        struct node *to = node_of(p->to);
+        if (v == HOLD) {
+            p->next = NULL;
+            if (held_tail)
+                held_tail->next = p;
+            else
+                held_head = p;
+            held_tail = p;
+            continue;
+        }
+        if (v == BOUNCE) {
+            /* the target answers NOT_OWNER with the request's bytes */
+            struct ms_frame no = p->f;
+            no.kind = MS_FRAME_NOT_OWNER;
+            no.flags = (uint16_t)(p->f.flags |
+                                  (p->f.kind == MS_FRAME_ASK
+                                       ? MS_REGION_FLAG_WAS_ASK : 0));
+            to->frames_in++;
+            ms_region_on_frame(node_of(p->from)->r, p->to, &no, now);
+        } else if (v == PASS && to && to->up) {
+            if (p->f.kind == MS_FRAME_TELL || p->f.kind == MS_FRAME_ASK)
+                to->frames_in++;
+            ms_region_on_frame(to->r, p->from, &p->f, now);
+        }
+        free(p);
+    }
+    return k;
+}
+
+/* Releases the held frames onto the network, in order. */
+static void release(void)
+{
+    while (held_head) {
+        struct pkt *p = held_head;
+        held_head = p->next;
+        p->next = NULL;
+        if (net_tail)
+            net_tail->next = p;
+        else
+            net_head = p;
+        net_tail = p;
+    }
+    held_tail = NULL;
+}
+
+/* Runs every dispatcher: records payloads, answers asks, reports stopped
+ * shards; until nothing moves. */
+static void run_all(void)
+{
+    for (int round = 0; round < 50; round++) {
+        int any = 0;
+        pump(100000);
+        for (int i = 0; i < nn; i++) {
+            struct node *n = &nodes[i];
+            struct ms_delivery dl;
+            while (n->up && ms_dispatch_next(n->d, &dl)) {
+                any = 1;
+                if (dl.kind == MS_KIND_TELL || dl.kind == MS_KIND_ASK) {
+                    if (n->ngot < 64)
+                        snprintf(n->got[n->ngot++], 24, "%s", dl.payload);
+                }
+                if (dl.kind == MS_KIND_ASK || dl.kind == MS_KIND_ACTIVATE)
+                    ms_dispatch_reply(n->d, dl.h, "{\"ok\":1}", 8, now);
+                ms_dispatch_done(n->d, dl.h, now);
+            }
+            if (n->up)
+                ms_region_after_dispatch(n->r, now);
+        }
+        if (!any && !pump(100000))
+            return;
+    }
+}
+
+static int usable(void *data, uint64_t uid)
+{
+    (void)data;
+    struct node *n = node_of(uid);
+    return n && n->up;
+}
+
+static uint64_t allocate(void *data, int type, uint32_t shard,
+                         const struct ms_coord_view *view, char *err,
+                         size_t errlen)
+{
+    (void)data, (void)type, (void)shard;
+    for (size_t i = 0; i < view->nhosts; i++)
+        if (view->hosts[i].uid == want_owner)
+            return want_owner;
+    snprintf(err, errlen, "wanted owner not a host");
+    return 0;
+}
+
+static void add_node(uint64_t uid)
+{
+    struct node *n = &nodes[nn++];
+    memset(n, 0, sizeof *n);
+    n->uid = uid;
+    n->up = 1;
+    snprintf(n->tc.name, sizeof n->tc.name, "T");
+    n->tc.shard_count = SHARDS;
+    n->tc.max_pending = 100000;
+    snprintf(n->tc.partition_id, sizeof n->tc.partition_id, "fnv1a");
+    n->cfg.ntypes = 1;
+    n->cfg.types = &n->tc;
+    n->cfg.max_message = 4096;
+    n->cfg.json_max_depth = 32;
+    n->cfg.handoff_timeout_ms = HANDOFF_MS;
+    n->cfg.rebalance_interval_ms = 1000000000;
+    struct ms_dispatch_type t = {"T", SHARDS, 0, 0, 100000, 0};
+    n->d = ms_dispatch_new(&t, 1, 4096);
+    struct ms_region_config rc;
+    memset(&rc, 0, sizeof rc);
+    rc.self_uid = uid;
+    rc.cfg = &n->cfg;
+    rc.d = n->d;
+    rc.usable = usable;
+    rc.allocate = allocate;
+    CHECK(ms_region_new(&n->r, &rc) == 0);
+}
+
+static void reset(void)
+{
+    for (int i = 0; i < nn; i++) {
+        ms_region_free(nodes[i].r);
+        ms_dispatch_free(nodes[i].d);
+    }
+    while (net_head) {
+        struct pkt *p = net_head;
+        net_head = p->next;
+        free(p);
+    }
+    while (held_head) {
+        struct pkt *p = held_head;
+        held_head = p->next;
+        free(p);
+    }
+    net_tail = held_tail = NULL;
+    nn = 0;
+    filter = NULL;
+    now = 1000;
+}
+
+static int tell_n(int node, const char *id, const char *json);
+
+/* Nodes 1..count, all Up; node 1 coordinates, and the plan is published.
+ * With `owner`, shard 0 is allocated there by a first tell from the last
+ * node ({"n":0}). */
+static void boot(int count, uint64_t owner)
+{
+    reset();
+    for (int i = 1; i <= count; i++)
+        add_node((uint64_t)i);
+    for (int i = 0; i < nn; i++)
+        for (int j = 0; j < nn; j++)
+            ms_region_member(nodes[i].r, nodes[j].uid, MS_MB_UP, now);
+    for (int i = 0; i < nn; i++)
+        ms_region_on_coordinator(nodes[i].r, 1, now);
+    pump(100000);
+    CHECK(ms_coord_ready(ms_region_coord(nodes[0].r)));
+    if (owner) {
+        want_owner = owner;
+        CHECK(tell_n(nn, "x", "{\"n\":0}") == 0);
+        run_all();
+        CHECK(ms_region_owner(nodes[nn - 1].r, 0, 0, NULL) == owner);
+    }
+}
+
+static int tell_n(int node, const char *id, const char *json)
+{
+    struct node *n = &nodes[node - 1];
+    struct ms_dest dst;
+    int rc = ms_dispatch_resolve(n->d, 0, id, strlen(id), &dst);
+    if (rc == 0)
+        rc = ms_region_tell(n->r, &dst, json, strlen(json), now);
+    return rc;
+}
+
+static int cb_calls, cb_err;
+
+static void on_ask(void *data, int err, const char *payload, size_t len)
+{
+    (void)data, (void)payload, (void)len;
+    cb_calls++;
+    cb_err = err;
+}
+
+static int64_t ask_n(int node, const char *id, const char *json,
+                     uint64_t timeout_ms)
+{
+    struct node *n = &nodes[node - 1];
+    struct ms_dest dst;
+    struct ms_waiter w = {on_ask, NULL, 0};
+    int rc = ms_dispatch_resolve(n->d, 0, id, strlen(id), &dst);
+    if (rc < 0)
+        return rc;
+    return ms_region_ask(n->r, &dst, 0, json, strlen(json), timeout_ms, &w,
+                         now);
+}
+
+static int got(int node, int i, const char *json)
+{
+    struct node *n = &nodes[node - 1];
+    return i < n->ngot && strcmp(n->got[i], json) == 0;
+}
+
+static void tick_all(void)
+{
+    for (int i = 0; i < nn; i++)
+        if (nodes[i].up)
+            ms_region_tick(nodes[i].r, now);
+    pump(100000);
+}
+
+static void start_move(uint64_t to)
+{
+    want_owner = to;
+    CHECK(ms_coord_move(ms_region_coord(nodes[0].r), 0, 0, now) == 0);
+    pump(100000); /* HANDOFF, fences, STOP to the old owner */
+}
+
+/* ---- the cases ----------------------------------------------------------- */
+
+/* Messages that waited for a moving shard reach the new owner in the
+ * order they were sent, before any send made after the plan entry that
+ * ended the move; the old owner got none of them. */
+static void fence_fifo(void)
+{
+    boot(3, 2);
+    start_move(1);
+    CHECK(ms_region_moving(nodes[2].r) == 1);
+    CHECK(tell_n(3, "x", "{\"n\":1}") == 0);
+    CHECK(tell_n(3, "y", "{\"n\":2}") == 0);
+    CHECK(tell_n(3, "z", "{\"n\":3}") == 0);
+    CHECK(ms_region_waiting(nodes[2].r, 0, 0) == 3);
+    /* the old owner stops the shard; the new owner is published, and the
+     * region flushes inside the plan's frame: a send right after it is
+     * behind the three */
+    for (int i = 0; i < 50 && ms_region_owner(nodes[2].r, 0, 0, NULL) != 1;
+         i++) {
+        struct ms_delivery dl;
+        while (ms_dispatch_next(nodes[1].d, &dl))
+            ms_dispatch_done(nodes[1].d, dl.h, now);
+        ms_region_after_dispatch(nodes[1].r, now);
+        pump(1);
+    }
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 1);
+    CHECK(ms_region_waiting(nodes[2].r, 0, 0) == 0);
+    CHECK(tell_n(3, "w", "{\"n\":4}") == 0);
+    run_all();
+    CHECK(nodes[0].ngot == 4);
+    CHECK(got(1, 0, "{\"n\":1}") && got(1, 1, "{\"n\":2}") &&
+          got(1, 2, "{\"n\":3}") && got(1, 3, "{\"n\":4}"));
+    CHECK(nodes[1].ngot == 1 && got(2, 0, "{\"n\":0}"));
+    CHECK(ms_region_moving(nodes[2].r) == 0);
+}
+
+/* 1,024 own messages wait per shard; the next tell is refused with
+ * MS_EOVERFLOW and the next ask ends with it. */
+static void buffer_bound(void)
+{
+    reset();
+    add_node(1);
+    ms_region_member(nodes[0].r, 1, MS_MB_UP, now); /* no coordinator */
+    char id[16];
+    for (int i = 0; i < MS_REGION_BUFFER; i++) {
+        snprintf(id, sizeof id, "e%d", i);
+        CHECK(tell_n(1, id, "{}") == 0);
+    }
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == MS_REGION_BUFFER);
+    CHECK(tell_n(1, "over", "{}") == MS_EOVERFLOW);
+    cb_calls = 0;
+    CHECK(ask_n(1, "over", "{}", 1000) > 0);
+    CHECK(cb_calls == 1 && cb_err == MS_EOVERFLOW);
+    CHECK(ms_region_stats(nodes[0].r)->buffer_overflows == 2);
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == MS_REGION_BUFFER);
+}
+
+/* A message that waits past its deadline fails: the ask with
+ * MS_ETIMEDOUT at its own deadline, the tell after
+ * MS_REGION_TELL_DEADLINE_MS, counted as expired. (The region fails them
+ * from the head of the buffer, in order; an ask behind a later deadline
+ * is ended by the dispatcher's own timer.) */
+static void deadline_expires(void)
+{
+    reset();
+    add_node(1);
+    ms_region_member(nodes[0].r, 1, MS_MB_UP, now);
+    uint64_t t0 = now;
+    cb_calls = 0;
+    CHECK(ask_n(1, "b", "{}", 300) > 0);
+    CHECK(tell_n(1, "a", "{}") == 0);
+    now = t0 + 299;
+    ms_region_tick(nodes[0].r, now);
+    CHECK(cb_calls == 0);
+    now = t0 + 300;
+    ms_region_tick(nodes[0].r, now);
+    CHECK(cb_calls == 1 && cb_err == MS_ETIMEDOUT);
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == 1);
+    now = t0 + MS_REGION_TELL_DEADLINE_MS;
+    ms_region_tick(nodes[0].r, now);
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == 0);
+    CHECK(ms_region_stats(nodes[0].r)->expired == 2);
+}
+
+/* A move whose old owner never stops in time is rolled back at the
+ * deadline: the old owner is published again, its stop is called off,
+ * and what waited reaches it, in order. */
+static void rollback_on_deadline(void)
+{
+    boot(3, 2);
+    start_move(1);
+    CHECK(tell_n(3, "x", "{\"n\":1}") == 0);
+    CHECK(tell_n(3, "y", "{\"n\":2}") == 0);
+    CHECK(ms_region_stopping(nodes[1].r) == 1);
+    /* node 2's dispatcher does not run: no STOPPED */
+    now += HANDOFF_MS + 1;
+    tick_all();
+    struct ms_coord_move_stats ms;
+    ms_coord_move_stats(ms_region_coord(nodes[0].r), &ms);
+    CHECK(ms.aborted == 1 && ms.in_progress == 0);
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 2);
+    CHECK(ms_region_moving(nodes[2].r) == 0);
+    CHECK(ms_region_stopping(nodes[1].r) == 0);
+    run_all();
+    CHECK(nodes[1].ngot == 3 && got(2, 1, "{\"n\":1}") &&
+          got(2, 2, "{\"n\":2}"));
+    CHECK(nodes[0].ngot == 0);
+}
+
+/* A member that joins while a shard moves learns the plan and the move's
+ * end; a tell it sends to the old owner before it learns of the move is
+ * sent back (NOT_OWNER, held here until the HANDOFF ahead of it is
+ * delivered) and reaches the new owner; every tell is delivered once. */
+static int hold_handoff_to_4(uint64_t from, uint64_t to,
+                             const struct ms_frame *f)
+{
+    (void)from;
+    return to == 4 && (f->kind == MS_FRAME_NOT_OWNER ||
+                       (f->kind == MS_FRAME_CONTROL &&
+                        strstr(f->payload, "\"t\":\"handoff\"")))
+               ? HOLD : PASS;
+}
+
+static void join_during_move(void)
+{
+    boot(3, 2);
+    start_move(1);
+    CHECK(tell_n(3, "x", "{\"n\":1}") == 0);
+    add_node(4);
+    for (int i = 0; i < nn; i++) {
+        ms_region_member(nodes[i].r, 4, MS_MB_UP, now);
+        ms_region_member(nodes[3].r, nodes[i].uid, MS_MB_UP, now);
+    }
+    ms_region_on_coordinator(nodes[3].r, 1, now);
+    filter = hold_handoff_to_4;
+    pump(100000);
+    /* it knows the plan, not the move yet: its tell goes to the old
+     * owner, which is stopping the shard and sends it back */
+    CHECK(ms_region_owner(nodes[3].r, 0, 0, NULL) == 2);
+    CHECK(ms_region_moving(nodes[3].r) == 0);
+    CHECK(tell_n(4, "q", "{\"n\":2}") == 0);
+    pump(100000);
+    CHECK(ms_region_stats(nodes[1].r)->not_owner_sent == 1);
+    filter = NULL;
+    release();
+    for (int i = 0; i < 20; i++) {
+        now += 300;
+        tick_all();
+        run_all();
+    }
+    struct ms_coord_move_stats ms;
+    ms_coord_move_stats(ms_region_coord(nodes[0].r), &ms);
+    CHECK(ms.finished == 1 && ms.aborted == 0);
+    for (int i = 0; i < nn; i++)
+        CHECK(ms_region_owner(nodes[i].r, 0, 0, NULL) == 1);
+    CHECK(tell_n(4, "r", "{\"n\":3}") == 0);
+    run_all();
+    CHECK(nodes[0].ngot == 3);
+    int seen1 = 0, seen2 = 0;
+    for (int i = 0; i < nodes[0].ngot; i++) {
+        seen1 += strcmp(nodes[0].got[i], "{\"n\":1}") == 0;
+        seen2 += strcmp(nodes[0].got[i], "{\"n\":2}") == 0;
+    }
+    CHECK(seen1 == 1 && seen2 == 1 && got(1, 2, "{\"n\":3}"));
+}
+
+/* The plan entry that ends a move is lost on its way to a region: that
+ * region asks the coordinator again once a move may no longer be under
+ * way, gets the entry, and flushes. */
+static int drop_plan_to_3(uint64_t from, uint64_t to,
+                          const struct ms_frame *f)
+{
+    (void)from;
+    return to == 3 && is_plan(f) ? DROP : PASS;
+}
+
+static void lost_final_plan(void)
+{
+    boot(3, 2);
+    start_move(1);
+    CHECK(tell_n(3, "x", "{\"n\":1}") == 0);
+    filter = drop_plan_to_3;
+    run_all();
+    filter = NULL;
+    CHECK(ms_region_owner(nodes[0].r, 0, 0, NULL) == 1);
+    CHECK(ms_region_moving(nodes[2].r) == 1);
+    CHECK(ms_region_waiting(nodes[2].r, 0, 0) == 1);
+    now += HANDOFF_MS + 500;
+    tick_all();
+    CHECK(ms_region_moving(nodes[2].r) == 1); /* not yet: may be moving */
+    now += 501;
+    tick_all();
+    run_all();
+    CHECK(ms_region_moving(nodes[2].r) == 0);
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 1);
+    CHECK(nodes[0].ngot == 1 && got(1, 0, "{\"n\":1}"));
+}
+
+/* An owner that keeps answering NOT_OWNER: the request is sent at most
+ * 1 + MS_REGION_MAX_RETRIES times, then the ask fails (MS_ETIMEDOUT) and
+ * the tell is dropped and counted, instead of bouncing forever. */
+static int bounce_at_2(uint64_t from, uint64_t to, const struct ms_frame *f)
+{
+    (void)from;
+    return to == 2 && (f->kind == MS_FRAME_TELL || f->kind == MS_FRAME_ASK)
+               ? BOUNCE : PASS;
+}
+
+static void not_owner_retry_limit(void)
+{
+    boot(3, 2);
+    filter = bounce_at_2;
+    nodes[1].frames_in = 0;
+    cb_calls = 0;
+    CHECK(ask_n(3, "x", "{}", 100000) > 0);
+    pump(10000);
+    CHECK(cb_calls == 1 && cb_err == MS_ETIMEDOUT);
+    CHECK(nodes[1].frames_in == 1 + MS_REGION_MAX_RETRIES);
+    nodes[1].frames_in = 0;
+    uint64_t expired = ms_region_stats(nodes[2].r)->expired;
+    CHECK(tell_n(3, "y", "{}") == 0);
+    pump(10000);
+    CHECK(nodes[1].frames_in == 1 + MS_REGION_MAX_RETRIES);
+    CHECK(ms_region_stats(nodes[2].r)->expired == expired + 1);
+    CHECK(ms_region_waiting(nodes[2].r, 0, 0) == 0);
+    filter = NULL;
+}
+
+/* Requests another node sent with a newer plan than the new owner's are
+ * held there, in order, and delivered once its plan catches up; an ask's
+ * reply goes back to its sender. */
+static int hold_plan_to_1(uint64_t from, uint64_t to,
+                          const struct ms_frame *f)
+{
+    (void)from;
+    return to == 1 && is_plan(f) ? HOLD : PASS;
+}
+
+static void held_requests_flushed(void)
+{
+    boot(3, 2);
+    filter = hold_plan_to_1;
+    start_move(1);
+    run_all();
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 1);
+    CHECK(ms_region_owner(nodes[0].r, 0, 0, NULL) == 2); /* not yet */
+    CHECK(tell_n(3, "x", "{\"n\":1}") == 0);
+    cb_calls = 0;
+    CHECK(ask_n(3, "y", "{\"n\":2}", 100000) > 0);
+    CHECK(tell_n(3, "z", "{\"n\":3}") == 0);
+    run_all();
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == 3);
+    CHECK(nodes[0].ngot == 0 && cb_calls == 0);
+    filter = NULL;
+    release();
+    run_all();
+    CHECK(ms_region_owner(nodes[0].r, 0, 0, NULL) == 1);
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == 0);
+    CHECK(nodes[0].ngot == 3 && got(1, 0, "{\"n\":1}") &&
+          got(1, 1, "{\"n\":2}") && got(1, 2, "{\"n\":3}"));
+    CHECK(cb_calls == 1 && cb_err == 0);
+}
+
+/* Sends that fail at the transport (the owner is usable, its connection
+ * is not up) wait again in the order they were sent, and go out in that
+ * order once it is. */
+static void failed_sends_wait_in_order(void)
+{
+    boot(3, 2);
+    nodes[1].noconn = 1;
+    CHECK(tell_n(3, "x", "{\"n\":1}") == 0);
+    CHECK(tell_n(3, "y", "{\"n\":2}") == 0);
+    CHECK(tell_n(3, "z", "{\"n\":3}") == 0);
+    pump(100000);
+    CHECK(ms_region_waiting(nodes[2].r, 0, 0) == 3);
+    CHECK(tell_n(3, "w", "{\"n\":4}") == 0); /* behind them */
+    CHECK(ms_region_waiting(nodes[2].r, 0, 0) == 4);
+    nodes[1].noconn = 0;
+    tick_all();
+    run_all();
+    CHECK(ms_region_waiting(nodes[2].r, 0, 0) == 0);
+    CHECK(nodes[1].ngot == 5 && got(2, 1, "{\"n\":1}") &&
+          got(2, 2, "{\"n\":2}") && got(2, 3, "{\"n\":3}") &&
+          got(2, 4, "{\"n\":4}"));
+}
+
+/* A peer's frame names its shard and generation: the owner resolves the
+ * id itself and sends back (NOT_OWNER, with the shard it computed) a
+ * request whose shard is not that one, and refuses a payload that is not
+ * a strict JSON object and a type it does not have; none reaches its
+ * dispatcher. */
+static void lying_peer(void)
+{
+    boot(3, 2);
+    uint64_t gen;
+    ms_region_owner(nodes[1].r, 0, 0, &gen);
+    struct ms_frame f;
+    memset(&f, 0, sizeof f);
+    f.kind = MS_FRAME_TELL;
+    f.type = "T";
+    f.type_len = 1;
+    f.id = "x";
+    f.id_len = 1;
+    f.shard = 5; /* there is one shard */
+    f.generation = gen;
+    f.payload = "{\"n\":9}";
+    f.payload_len = strlen(f.payload);
+    ms_region_on_frame(nodes[1].r, 3, &f, now);
+    CHECK(ms_region_stats(nodes[1].r)->not_owner_sent == 1);
+    f.shard = 0;
+    f.payload = "{\"n\":";
+    f.payload_len = strlen(f.payload);
+    ms_region_on_frame(nodes[1].r, 3, &f, now);
+    CHECK(ms_region_stats(nodes[1].r)->bad_payloads == 1);
+    f.type = "U"; /* a type it does not have */
+    f.payload = "{}";
+    f.payload_len = 2;
+    ms_region_on_frame(nodes[1].r, 3, &f, now);
+    CHECK(ms_region_stats(nodes[1].r)->forwards == 1); /* {"n":0} only */
+    CHECK(ms_dispatch_pending(nodes[1].d) == 0);
+    /* the sender gets its message back and routes it by its own plan */
+    run_all();
+    CHECK(nodes[1].ngot == 2 && got(2, 1, "{\"n\":9}"));
+}
+
+int main(void)
+{
+    fence_fifo();
+    buffer_bound();
+    deadline_expires();
+    rollback_on_deadline();
+    join_during_move();
+    lost_final_plan();
+    not_owner_retry_limit();
+    held_requests_flushed();
+    failed_sends_wait_in_order();
+    lying_peer();
+    reset();
+    CHECK_DONE();
+}
