@@ -184,7 +184,7 @@ static int run_node(const char *config, const char *name, int watch)
     memset(&r, 0, sizeof r);
     r.loop = uv_default_loop();
     signal(SIGPIPE, SIG_IGN);
-    struct ms_node_options opts = {config, name, 0, 0};
+    struct ms_node_options opts = {config, name};
     char err[1024];
     int rc = ms_node_new(&r.node, r.loop, &opts, err, sizeof err);
     if (rc < 0) {

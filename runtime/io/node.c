@@ -63,8 +63,7 @@ static void on_work(uv_idle_t *h)
     struct ms_node *n = h->data;
     ms_dispatch_expire(n->d, uv_now(n->loop));
     ms_bridge_run(n->b, ROUND_BUDGET);
-    if (n->router)
-        ms_router_after_dispatch(n->router);
+    ms_router_after_dispatch(n->router);
     n->rounds++;
     n->gc_dirty = 1;
     arm(n);
@@ -126,16 +125,14 @@ static void on_self_removed(void *data);
 static void on_cluster_frame(void *data, uint64_t uid, const struct ms_frame *f)
 {
     struct ms_node *n = data;
-    if (n->router)
-        ms_router_on_frame(n->router, uid, f);
+    ms_router_on_frame(n->router, uid, f);
     arm(n);
 }
 
 static void on_coordinator(void *data, uint64_t uid)
 {
     struct ms_node *n = data;
-    if (n->router)
-        ms_router_on_coordinator(n->router, uid);
+    ms_router_on_coordinator(n->router, uid);
     arm(n);
 }
 
@@ -143,8 +140,7 @@ static void on_member(void *data, uint64_t uid, int status, int is_self)
 {
     struct ms_node *n = data;
     (void)is_self;
-    if (n->router)
-        ms_router_on_member(n->router, uid, status);
+    ms_router_on_member(n->router, uid, status);
     arm(n);
 }
 
@@ -173,55 +169,20 @@ static int rebalance_lua(void *data, const char *type_name,
                                errlen);
 }
 
-static int64_t route_activate(void *data, int type, const char *id,
-                              size_t idlen, uint64_t timeout_ms,
-                              const struct ms_waiter *w)
-{
-    struct ms_node *n = data;
-    return ms_router_activate(n->router, type, id, idlen, timeout_ms, w);
-}
-
-static size_t route_owner(void *data, int type, const char *id, size_t idlen,
-                          char *buf, size_t len)
+static size_t report_owner(void *data, int type, const char *id,
+                           size_t idlen, char *buf, size_t len)
 {
     return ms_node_owner_json(data, type, id, idlen, buf, len);
 }
 
-static size_t route_allocations(void *data, int type, char *buf, size_t len)
-{
-    return ms_node_allocations_json(data, type, buf, len);
-}
-
-static size_t route_stats(void *data, char *buf, size_t len)
+static size_t report_stats(void *data, char *buf, size_t len)
 {
     return ms_node_stats_json(data, buf, len);
-}
-
-static void route_reconcile(void *data)
-{
-    struct ms_node *n = data;
-    ms_router_reconcile(n->router);
 }
 
 static void kick_node(void *data)
 {
     arm(data);
-}
-
-static int route_tell(void *data, int type, const char *id, size_t idlen,
-                      const char *json, size_t len)
-{
-    struct ms_node *n = data;
-    return ms_router_tell(n->router, type, id, idlen, json, len);
-}
-
-static int64_t route_ask(void *data, int type, const char *id, size_t idlen,
-                         const char *json, size_t len, uint64_t timeout_ms,
-                         const struct ms_waiter *w)
-{
-    struct ms_node *n = data;
-    return ms_router_ask(n->router, type, id, idlen, json, len, timeout_ms,
-                         w);
 }
 
 int ms_node_new(struct ms_node **out, uv_loop_t *loop,
@@ -287,49 +248,44 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     n->work.data = n->tick.data = n->gc.data = n;
     uv_timer_start(&n->gc, on_gc_tick, GC_IDLE_MS, GC_IDLE_MS);
     uv_unref((uv_handle_t *)&n->gc);
-    if (!opts->no_cluster) {
-        struct ms_cluster_hooks hooks;
-        memset(&hooks, 0, sizeof hooks);
-        hooks.data = n;
-        hooks.on_self_removed = on_self_removed;
-        hooks.on_frame = on_cluster_frame;
-        hooks.on_coordinator = on_coordinator;
-        hooks.on_member = on_member;
-        rc = ms_cluster_start(&n->cluster, loop, &n->cfg, &hooks, err,
-                              errlen);
-        if (rc == 0) {
-            rc = ms_router_new(&n->router, loop, n->d, n->cluster, &n->cfg);
-            if (rc < 0)
-                snprintf(err, errlen, "out of memory");
-        }
-        if (rc < 0) {
-            n->open_handles = 3;
-            n->closing = 1;
-            ms_node_close(n);
-            return rc;
-        }
-        ms_router_set_kick(n->router, kick_node, n);
-        ms_router_set_allocator(n->router, allocate_lua, rebalance_lua,
-                                eligible_lua, n);
-        struct ms_route_ops ops = {n,           route_tell,
-                                   route_ask,   route_activate,
-                                   route_owner, route_allocations,
-                                   route_stats, route_reconcile};
-        ms_bridge_set_route(n->b, &ops);
+    /* a single node is a cluster of one: transport, membership,
+     * coordinator and router always run, and every send goes through the
+     * router */
+    struct ms_cluster_hooks hooks;
+    memset(&hooks, 0, sizeof hooks);
+    hooks.data = n;
+    hooks.on_self_removed = on_self_removed;
+    hooks.on_frame = on_cluster_frame;
+    hooks.on_coordinator = on_coordinator;
+    hooks.on_member = on_member;
+    rc = ms_cluster_start(&n->cluster, loop, &n->cfg, &hooks, err, errlen);
+    if (rc == 0) {
+        rc = ms_router_new(&n->router, loop, n->d, n->cluster, &n->cfg);
+        if (rc < 0)
+            snprintf(err, errlen, "out of memory");
     }
-    if (!opts->no_http) {
-        rc = ms_http_start(&n->http, loop, n, n->cfg.http_host,
-                           n->cfg.http_port, err, errlen);
-        if (rc < 0) {
-            n->open_handles = 3;
-            n->closing = 1;
-            /* handles are initialised: close them properly */
-            ms_node_close(n);
-            return rc;
-        }
-        snprintf(n->http_address, sizeof n->http_address, "%s",
-                 ms_http_address(n->http)); /* "[::1]:7201" for IPv6 */
+    if (rc < 0) {
+        n->open_handles = 3;
+        n->closing = 1;
+        /* handles are initialised: close them properly */
+        ms_node_close(n);
+        return rc;
     }
+    ms_router_set_kick(n->router, kick_node, n);
+    ms_router_set_allocator(n->router, allocate_lua, rebalance_lua,
+                            eligible_lua, n);
+    struct ms_bridge_reports reports = {n, report_owner, report_stats};
+    ms_bridge_set_router(n->b, n->router, &reports);
+    rc = ms_http_start(&n->http, loop, n, n->cfg.http_host, n->cfg.http_port,
+                       err, errlen);
+    if (rc < 0) {
+        n->open_handles = 3;
+        n->closing = 1;
+        ms_node_close(n);
+        return rc;
+    }
+    snprintf(n->http_address, sizeof n->http_address, "%s",
+             ms_http_address(n->http)); /* "[::1]:7201" for IPv6 */
     *out = n;
     return 0;
 fail:
@@ -360,7 +316,7 @@ void ms_node_close(struct ms_node *n)
         return;
     n->closing = 1;
     if (n->router) {
-        ms_bridge_set_route(n->b, NULL);
+        ms_bridge_set_router(n->b, NULL, NULL);
         ms_router_close(n->router);
         n->router = NULL;
     }
@@ -476,9 +432,7 @@ int ms_node_tell(struct ms_node *n, int type, const char *id, size_t idlen,
 {
     if (n->closing)
         return MS_ECANCELED;
-    if (n->router)
-        return kick(n, ms_router_tell(n->router, type, id, idlen, json, len));
-    return kick(n, ms_dispatch_tell(n->d, type, id, idlen, json, len));
+    return kick(n, ms_router_tell(n->router, type, id, idlen, json, len));
 }
 
 int ms_node_ask(struct ms_node *n, int type, const char *id, size_t idlen,
@@ -490,11 +444,8 @@ int ms_node_ask(struct ms_node *n, int type, const char *id, size_t idlen,
     if (timeout_ms == 0 || !cb)
         return MS_EINVAL;
     struct ms_waiter w = {cb, data, 0};
-    int64_t rc = n->router
-                     ? ms_router_ask(n->router, type, id, idlen, json, len,
-                                     timeout_ms, &w)
-                     : ms_dispatch_ask(n->d, type, id, idlen, json, len,
-                                       timeout_ms, uv_now(n->loop), &w);
+    int64_t rc = ms_router_ask(n->router, type, id, idlen, json, len,
+                               timeout_ms, &w);
     return kick(n, rc < 0 ? (int)rc : 0);
 }
 
@@ -503,9 +454,7 @@ int ms_node_stop_entity(struct ms_node *n, int type, const char *id,
 {
     if (n->closing)
         return MS_ECANCELED;
-    if (n->router)
-        return kick(n, ms_router_stop(n->router, type, id, idlen));
-    return kick(n, ms_dispatch_stop(n->d, type, id, idlen));
+    return kick(n, ms_router_stop(n->router, type, id, idlen));
 }
 
 void ms_node_stats(struct ms_node *n, struct ms_stats *out)
@@ -526,10 +475,9 @@ size_t ms_node_owner_json(struct ms_node *n, int type, const char *id,
     int rc = ms_dispatch_shard_of(n->d, type, id, idlen, &shard);
     if (rc < 0) /* {"code":..,"message":..} */
         return ms_error_json(buf, buflen, rc, ms_strerror(rc));
-    uint64_t owner = n->router ? ms_router_owner(n->router, type, shard) : 1;
-    const char *name = !n->router ? n->cfg.node_name
-                       : owner    ? ms_cluster_member_name(n->cluster, owner)
-                                  : NULL;
+    uint64_t owner = n->router ? ms_router_owner(n->router, type, shard) : 0;
+    const char *name = owner ? ms_cluster_member_name(n->cluster, owner)
+                             : NULL;
     char esc[6 * MS_MAX_ID + 1]; /* each byte escapes to 6 at most */
     size_t o = 0;
     ms_json_put_escaped(esc, sizeof esc - 1, &o, id,
@@ -550,7 +498,7 @@ size_t ms_node_owner_json(struct ms_node *n, int type, const char *id,
 size_t ms_node_allocations_json(struct ms_node *n, int type, char *buf,
                                 size_t buflen)
 {
-    if (!n->router)
+    if (!n->router) /* closed */
         return (size_t)snprintf(buf, buflen, "{}");
     return ms_router_allocations_json(n->router, type, buf, buflen);
 }
@@ -562,11 +510,8 @@ int ms_node_activate(struct ms_node *n, int type, const char *id,
     if (n->closing)
         return MS_ECANCELED;
     struct ms_waiter w = {cb, data, 0};
-    int64_t rc = n->router
-                     ? ms_router_activate(n->router, type, id, idlen,
-                                          timeout_ms, &w)
-                     : ms_dispatch_activate(n->d, type, id, idlen, timeout_ms,
-                                            uv_now(n->loop), &w);
+    int64_t rc = ms_router_activate(n->router, type, id, idlen, timeout_ms,
+                                    &w);
     return kick(n, rc < 0 ? (int)rc : 0);
 }
 
@@ -587,7 +532,7 @@ int ms_node_check_admin(struct ms_node *n, const char *token, size_t len,
 int ms_node_move(struct ms_node *n, const char *name, size_t len,
                  uint32_t shard)
 {
-    if (!n->router)
+    if (!n->router) /* closed */
         return MS_EINVAL;
     int type = ms_dispatch_type_index(n->d, name, len);
     if (type < 0)

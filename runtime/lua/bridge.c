@@ -21,6 +21,7 @@
 #include <lualib.h>
 
 #include "../core/log.h"
+#include "../io/router.h"
 #include "json_encode.h"
 #include "../core/running.h"
 
@@ -53,8 +54,8 @@ struct ms_bridge {
     int handled;
     uint64_t slow;
     uint64_t min_slow_ms; /* smallest slow_handler_ms of all types */
-    struct ms_route_ops route;
-    int routed;           /* route is set */
+    struct ms_router *router; /* the one send path; NULL: closing */
+    struct ms_bridge_reports reports;
 
     /* partitioners of the types that have one (see ms_bridge_partition) */
     int *part_ref;        /* [type] registry ref, or LUA_NOREF */
@@ -352,9 +353,8 @@ static int l_tell(lua_State *L)
     if (B->in_partition || given_shard(L, 4, type, id, idlen) < 0)
         return push_err(L, MS_EPARTITION);
     B->in_leaf = 1; /* sends only enqueue: no Lua from here */
-    int rc = B->routed
-                 ? B->route.tell(B->route.data, type, id, idlen, json, len)
-                 : ms_dispatch_tell(B->d, type, id, idlen, json, len);
+    int rc = B->router ? ms_router_tell(B->router, type, id, idlen, json, len)
+                       : MS_ECANCELED;
     B->in_leaf = 0;
     if (rc < 0)
         return push_err(L, rc);
@@ -378,10 +378,9 @@ static int l_ask(lua_State *L)
     if (B->in_partition || given_shard(L, 5, type, id, idlen) < 0)
         return push_err(L, MS_EPARTITION);
     B->in_leaf = 1;
-    int64_t corr = B->routed ? B->route.ask(B->route.data, type, id, idlen,
-                                            json, len, t, &w)
-                             : ms_dispatch_ask(B->d, type, id, idlen, json,
-                                               len, t, now_ms(), &w);
+    int64_t corr = B->router ? ms_router_ask(B->router, type, id, idlen, json,
+                                             len, t, &w)
+                             : MS_ECANCELED;
     B->in_leaf = 0;
     if (corr < 0)
         return push_err(L, (int)corr);
@@ -401,14 +400,14 @@ static int l_activate(lua_State *L)
     uint64_t timeout_ms = to_ms(luaL_checknumber(L, 3));
     if (B->cur_h == 0)
         return luaL_error(L, "activate is only possible inside a handler");
-    if (!B->routed)
-        return luaL_error(L, "activate needs a node");
     struct ms_waiter w = {NULL, NULL, B->cur_h};
     if (B->in_partition || given_shard(L, 4, type, id, idlen) < 0)
         return push_err(L, MS_EPARTITION);
     B->in_leaf = 1;
-    int64_t corr = B->route.activate(B->route.data, type, id, idlen,
-                                     timeout_ms ? timeout_ms : 1, &w);
+    int64_t corr = B->router ? ms_router_activate(B->router, type, id, idlen,
+                                                  timeout_ms ? timeout_ms : 1,
+                                                  &w)
+                             : MS_ECANCELED;
     B->in_leaf = 0;
     if (corr < 0)
         return push_err(L, (int)corr);
@@ -442,14 +441,14 @@ struct jctx {
 
 static size_t again_alloc(char *buf, size_t len, void *ctx)
 {
-    return B->route.allocations(B->route.data, ((struct jctx *)ctx)->type,
-                                buf, len);
+    return ms_router_allocations_json(B->router, ((struct jctx *)ctx)->type,
+                                      buf, len);
 }
 
 static size_t again_stats(char *buf, size_t len, void *ctx)
 {
     (void)ctx;
-    return B->route.stats(B->route.data, buf, len);
+    return B->reports.stats(B->reports.data, buf, len);
 }
 
 /* core.owner(type, id[, shard]) -> JSON {"shard":..,"owner":..|null} or
@@ -459,8 +458,8 @@ static int l_owner(lua_State *L)
     size_t idlen;
     int type = (int)luaL_checkinteger(L, 1);
     const char *id = luaL_checklstring(L, 2, &idlen);
-    if (!B->routed)
-        return luaL_error(L, "owner_for needs a node");
+    if (!B->router)
+        return luaL_error(L, "owner_for needs a running node");
     char buf[1024], *big = NULL;
     if (B->in_partition)
         return luaL_error(L, "a partitioner cannot send, ask or look up "
@@ -468,10 +467,10 @@ static int l_owner(lua_State *L)
     if (given_shard(L, 3, type, id, idlen) < 0)
         return luaL_error(L, "the shard is out of range");
     B->in_leaf = 1;
-    size_t n = B->route.owner(B->route.data, type, id, idlen, buf,
-                              sizeof buf);
+    size_t n = B->reports.owner(B->reports.data, type, id, idlen, buf,
+                                sizeof buf);
     if (n >= sizeof buf && (big = malloc(n + 1)) != NULL)
-        n = B->route.owner(B->route.data, type, id, idlen, big, n + 1);
+        n = B->reports.owner(B->reports.data, type, id, idlen, big, n + 1);
     B->in_leaf = 0;
     lua_pushlstring(L, big ? big : buf, n < sizeof buf || big ? n
                                                               : sizeof buf - 1);
@@ -483,21 +482,21 @@ static int l_owner(lua_State *L)
 static int l_allocations(lua_State *L)
 {
     struct jctx j = {(int)luaL_checkinteger(L, 1), NULL, 0};
-    if (!B->routed)
-        return luaL_error(L, "allocations needs a node");
+    if (!B->router)
+        return luaL_error(L, "allocations needs a running node");
     char small[4096];
-    size_t n = B->route.allocations(B->route.data, j.type, small,
-                                    sizeof small);
+    size_t n = ms_router_allocations_json(B->router, j.type, small,
+                                          sizeof small);
     return push_json(L, n, small, sizeof small, again_alloc, &j);
 }
 
 /* core.stats() -> JSON of the node's counters */
 static int l_stats(lua_State *L)
 {
-    if (!B->routed)
-        return luaL_error(L, "stats needs a node");
+    if (!B->router)
+        return luaL_error(L, "stats needs a running node");
     char small[4096];
-    size_t n = B->route.stats(B->route.data, small, sizeof small);
+    size_t n = B->reports.stats(B->reports.data, small, sizeof small);
     return push_json(L, n, small, sizeof small, again_stats, NULL);
 }
 
@@ -506,8 +505,8 @@ static int l_stats(lua_State *L)
 static int l_reconcile(lua_State *L)
 {
     (void)L;
-    if (B->routed && B->route.reconcile)
-        B->route.reconcile(B->route.data);
+    if (B->router)
+        ms_router_reconcile(B->router);
     return 0;
 }
 
@@ -1298,11 +1297,12 @@ int ms_bridge_run(struct ms_bridge *b, int budget)
     return b->handled;
 }
 
-void ms_bridge_set_route(struct ms_bridge *b, const struct ms_route_ops *ops)
+void ms_bridge_set_router(struct ms_bridge *b, struct ms_router *r,
+                          const struct ms_bridge_reports *reports)
 {
-    b->routed = ops != NULL;
-    if (ops)
-        b->route = *ops;
+    b->router = r;
+    if (reports)
+        b->reports = *reports;
 }
 
 int ms_bridge_gc_step(struct ms_bridge *b, int kb)
