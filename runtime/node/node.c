@@ -1,5 +1,8 @@
 /*
- * node.c -- one node: binds the dispatcher and the Lua bridge to libuv.
+ * node.c -- one node, the composition root: wires the loop, the core
+ * (dispatcher), the Lua bridge, the cluster (transport, membership,
+ * router) and the HTTP gateway together. Nothing else includes all of
+ * them.
  *
  * The loop runs dispatch work from an idle handle that is active only
  * while work is ready (so the loop still blocks in poll when there is
@@ -16,13 +19,13 @@
 #include "../core/dispatch.h"
 #include "../core/jsoncheck.h"
 #include "../core/log.h"
+#include "../io/cluster.h"
+#include "../io/http.h"
+#include "../io/router.h"
+#include "../io/uverr.h"
+#include "../io/watchdog.h"
 #include "../lua/bridge.h"
 #include "../moonshard.h"
-#include "cluster.h"
-#include "http.h"
-#include "router.h"
-#include "uverr.h"
-#include "watchdog.h"
 
 #define ROUND_BUDGET 4096
 
@@ -49,12 +52,6 @@ struct ms_node {
     void (*on_stopped)(void *);   /* the node decided to stop itself */
     void *on_stopped_data;
 };
-
-void ms_config_free(struct ms_config *c)
-{
-    free(c->types);
-    c->types = NULL;
-}
 
 static void arm(struct ms_node *n);
 
