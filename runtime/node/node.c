@@ -182,6 +182,123 @@ static void kick_node(void *data)
     arm(data);
 }
 
+/* ---- the gateway's view of the node (runtime/io/gateway.h) ------------- */
+
+static int gw_type(void *n, const char *name, size_t len)
+{
+    return ms_node_type(n, name, len);
+}
+
+static int gw_check_message(void *n, const char *json, size_t len,
+                            char *err, size_t errlen)
+{
+    return ms_node_check_message(n, json, len, err, errlen);
+}
+
+static int gw_tell(void *n, int type, const char *id, size_t idlen,
+                   const char *json, size_t len)
+{
+    return ms_node_tell(n, type, id, idlen, json, len);
+}
+
+static int gw_ask(void *n, int type, const char *id, size_t idlen,
+                  const char *json, size_t len, uint64_t timeout_ms,
+                  ms_ask_cb cb, void *data)
+{
+    return ms_node_ask(n, type, id, idlen, json, len, timeout_ms, cb, data);
+}
+
+static int gw_activate(void *n, int type, const char *id, size_t idlen,
+                       uint64_t timeout_ms, ms_ask_cb cb, void *data)
+{
+    return ms_node_activate(n, type, id, idlen, timeout_ms, cb, data);
+}
+
+static int gw_stop(void *n, int type, const char *id, size_t idlen)
+{
+    return ms_node_stop_entity(n, type, id, idlen);
+}
+
+static int gw_shard_of(void *n, int type, const char *id, size_t idlen,
+                       uint32_t *shard)
+{
+    return ms_node_shard_of(n, type, id, idlen, shard);
+}
+
+static size_t gw_stats_json(void *n, char *buf, size_t len)
+{
+    return ms_node_stats_json(n, buf, len);
+}
+
+static size_t gw_members_json(void *n, char *buf, size_t len)
+{
+    return ms_node_members_json(n, buf, len);
+}
+
+static size_t gw_owner_json(void *n, int type, const char *id, size_t idlen,
+                            char *buf, size_t len)
+{
+    return ms_node_owner_json(n, type, id, idlen, buf, len);
+}
+
+static size_t gw_allocations_json(void *n, int type, char *buf, size_t len)
+{
+    return ms_node_allocations_json(n, type, buf, len);
+}
+
+static int gw_call_lua(void *n, const char *module, const char *fn,
+                       const char *arg, char **out, char *err, size_t errlen)
+{
+    return ms_node_call_lua(n, module, fn, arg, out, err, errlen);
+}
+
+static int gw_check_admin(void *n, const char *token, size_t len,
+                          int loopback)
+{
+    return ms_node_check_admin(n, token, len, loopback);
+}
+
+static int gw_leave(void *n)
+{
+    return ms_node_leave(n);
+}
+
+static int gw_down(void *n, const char *address, int force)
+{
+    return ms_node_down(n, address, force);
+}
+
+static int gw_move(void *n, const char *type, size_t len, uint32_t shard)
+{
+    return ms_node_move(n, type, len, shard);
+}
+
+/* The gateway of node n: every endpoint goes through these. */
+static void gateway_of(struct ms_node *n, struct ms_gateway *gw)
+{
+    memset(gw, 0, sizeof *gw);
+    gw->data = n;
+    gw->name = n->cfg.node_name;
+    gw->max_message = n->cfg.max_message;
+    ms_node_http_limits(n, &gw->timeout_ms, &gw->connections);
+    gw->type = gw_type;
+    gw->check_message = gw_check_message;
+    gw->tell = gw_tell;
+    gw->ask = gw_ask;
+    gw->activate = gw_activate;
+    gw->stop = gw_stop;
+    gw->shard_of = gw_shard_of;
+    gw->stats_json = gw_stats_json;
+    gw->members_json = gw_members_json;
+    gw->owner_json = gw_owner_json;
+    gw->allocations_json = gw_allocations_json;
+    gw->call_lua = gw_call_lua;
+    gw->check_admin = gw_check_admin;
+    gw->leave = gw_leave;
+    gw->down = gw_down;
+    gw->move = gw_move;
+}
+
 int ms_node_new(struct ms_node **out, uv_loop_t *loop,
                 const struct ms_node_options *opts, char *err, size_t errlen)
 {
@@ -273,8 +390,10 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
                             eligible_lua, n);
     struct ms_bridge_reports reports = {n, report_owner, report_stats};
     ms_bridge_set_router(n->b, n->router, &reports);
-    rc = ms_http_start(&n->http, loop, n, n->cfg.http_host, n->cfg.http_port,
-                       err, errlen);
+    struct ms_gateway gw;
+    gateway_of(n, &gw);
+    rc = ms_http_start(&n->http, loop, &gw, n->cfg.http_host,
+                       n->cfg.http_port, err, errlen);
     if (rc < 0) {
         n->open_handles = 3;
         n->closing = 1;
