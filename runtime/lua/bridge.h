@@ -4,7 +4,8 @@
  * wrapper, and exposes the dispatcher to Lua as leaf functions
  * (moonshard.core) that only enqueue and never call back into Lua.
  *
- * One bridge per process: the leaf functions reach it through a static.
+ * The leaf functions find their bridge in an upvalue (no process-wide
+ * bridge); the files behind this header are mapped in bridge_int.h.
  */
 #ifndef MS_LUA_BRIDGE_H
 #define MS_LUA_BRIDGE_H
@@ -21,8 +22,7 @@ struct ms_router;
 struct ms_bridge;
 
 /* Creates the Lua VM with package paths for `home`/lua, `home`/entities
- * and the config file's folder. Returns 0 or MS_ENOMEM / MS_EINVAL (a
- * second bridge in one process). */
+ * and the config file's folder. Returns 0 or MS_ENOMEM. */
 int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home);
 
 /* Closes the VM and frees the bridge. */
