@@ -190,7 +190,8 @@ int ms_node_leave(struct ms_node *n);
  * for an unknown address. */
 int ms_node_down(struct ms_node *n, const char *address, int force);
 
-/* Number of messages accepted but not yet handled (all shards). */
+/* Number of messages accepted but not yet handled (all shards): in the
+ * shards' FIFOs, and waiting in the router for an owner. */
 uint64_t ms_node_pending(struct ms_node *n);
 
 /*

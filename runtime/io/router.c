@@ -1695,6 +1695,11 @@ size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
     return o + 1;
 }
 
+uint64_t ms_router_waiting(struct ms_router *r)
+{
+    return r->nbuffered;
+}
+
 uint32_t ms_router_owned(struct ms_router *r)
 {
     uint32_t n = 0;

@@ -754,7 +754,10 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
 
 uint64_t ms_node_pending(struct ms_node *n)
 {
-    return ms_dispatch_pending(n->d);
+    /* a message waiting in the router for its shard's owner is accepted
+     * and not handled yet, like one in a shard's FIFO */
+    return ms_dispatch_pending(n->d) +
+           (n->router ? ms_router_waiting(n->router) : 0);
 }
 
 int ms_node_call_lua(struct ms_node *n, const char *module, const char *fn,
