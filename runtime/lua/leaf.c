@@ -47,8 +47,9 @@ static int push_err(lua_State *L, int err)
     return 3;
 }
 
-/* Finishes entity h's current message: timing, then the dispatcher. */
-void ms__bridge_finish(struct ms_bridge *b, uint32_t h)
+/* Finishes entity h's current message: timing, then the dispatcher
+ * (static, so that the delivery loop below gets it inline). */
+static void finish(struct ms_bridge *b, uint32_t h)
 {
     uint64_t took_ms = (ms__bridge_clock_ns() - b->cur_start_ns) / 1000000;
     int type;
@@ -67,6 +68,11 @@ void ms__bridge_finish(struct ms_bridge *b, uint32_t h)
     }
     ms_dispatch_done(b->d, h, ms__bridge_now_ms(b));
     b->handled++;
+}
+
+void ms__bridge_finish(struct ms_bridge *b, uint32_t h)
+{
+    finish(b, h);
 }
 
 /* ---- moonshard.core leaf functions ----------------------------------- */
@@ -112,7 +118,7 @@ static uint32_t lua_next_delivery(struct ms_bridge *b, uint32_t prev,
                                   struct ms_lua_delivery *out)
 {
     if (prev)
-        ms__bridge_finish(b, prev);
+        finish(b, prev);
     b->cur_h = 0;
     struct ms_delivery dl;
     if (b->budget <= 0 || !ms_dispatch_next(b->d, &dl)) {
@@ -164,7 +170,7 @@ static uint32_t self_handle(struct ms_bridge *b, lua_State *L)
 static int l_done(lua_State *L)
 {
     struct ms_bridge *b = bridge_of(L);
-    ms__bridge_finish(b, (uint32_t)luaL_checkinteger(L, 1));
+    finish(b, (uint32_t)luaL_checkinteger(L, 1));
     return 0;
 }
 

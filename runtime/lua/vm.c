@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
-#include <time.h>
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -61,22 +60,6 @@ int ms__bridge_pcall(struct ms_bridge *b, int nargs, int nres, char *err,
                  msg ? msg : "(error object is not a string)");
     lua_pop(L, 1);
     return rc == LUA_ERRMEM ? MS_ENOMEM : MS_EINVAL;
-}
-
-/* ---- helpers --------------------------------------------------------- */
-
-/* Handler timing only needs to see slow handlers (>= milliseconds), so
- * the coarse monotonic clock is enough and costs a few nanoseconds. */
-uint64_t ms__bridge_clock_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t ms__bridge_now_ms(struct ms_bridge *b)
-{
-    return uv_now(b->loop);
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
