@@ -93,6 +93,31 @@ static int tell_all(struct bench *b, long messages)
     return 0;
 }
 
+/* A node allocates a shard when the shard's first message arrives (the
+ * coordinator's strategy places it): one tell to one entity of each
+ * shard, stopped again, so that the figures below measure messages, not
+ * the plan's first allocation. */
+static int warm_up(struct bench *b, uint32_t shards)
+{
+    char id[32];
+    for (uint32_t s = 0, k = 0; s < shards; s++) {
+        int n;
+        do
+            n = snprintf(id, sizeof id, "warm-up-%u", k++);
+        while (ms_shard_of(id, (size_t)n, shards) != s);
+        int rc = ms_node_tell(b->node, b->type, id, (size_t)n, PAYLOAD,
+                              sizeof PAYLOAD - 1);
+        if (rc == 0)
+            rc = ms_node_stop_entity(b->node, b->type, id, (size_t)n);
+        if (rc < 0) {
+            fprintf(stderr, "bench: warm-up failed: %s\n", ms_strerror(rc));
+            return rc;
+        }
+    }
+    drain(b);
+    return 0;
+}
+
 static void ask_one(struct bench *b);
 
 static void on_reply(void *data, int err, const char *payload, size_t len)
@@ -119,9 +144,34 @@ static void ask_one(struct bench *b)
     }
 }
 
+/* A port of 127.0.0.1 free now (the kernel's choice), or -1. */
+static int free_port(void)
+{
+    uv_loop_t loop;
+    uv_tcp_t tcp;
+    struct sockaddr_in a;
+    int alen = sizeof a, port = -1;
+    if (uv_loop_init(&loop) != 0)
+        return -1;
+    uv_tcp_init(&loop, &tcp);
+    uv_ip4_addr("127.0.0.1", 0, &a);
+    if (uv_tcp_bind(&tcp, (const struct sockaddr *)&a, 0) == 0 &&
+        uv_tcp_getsockname(&tcp, (struct sockaddr *)&a, &alen) == 0)
+        port = ntohs(a.sin_port);
+    uv_close((uv_handle_t *)&tcp, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return port;
+}
+
+/* The bench's node is a cluster of one, like any node: it binds its
+ * transport and gateway on free ports of 127.0.0.1. */
 static int write_config(char *dir, char *path, size_t len, long ids)
 {
-    if (!mkdtemp(dir))
+    int listen = free_port(), http = free_port();
+    for (int i = 0; i < 8 && http == listen; i++)
+        http = free_port();
+    if (listen < 0 || http == listen || http < 0 || !mkdtemp(dir))
         return -1;
     snprintf(path, len, "%s/bench.lua", dir);
     FILE *f = fopen(path, "w");
@@ -130,14 +180,14 @@ static int write_config(char *dir, char *path, size_t len, long ids)
     fprintf(f,
             "return {\n"
             "    cluster = \"bench\",\n"
-            "    nodes = { { name = \"bench\", listen = \"127.0.0.1:1\","
-            " http = \"127.0.0.1:2\" } },\n"
+            "    nodes = { { name = \"bench\", listen = \"127.0.0.1:%d\","
+            " http = \"127.0.0.1:%d\" } },\n"
             "    entities = {\n"
             "        Counter = { module = \"counter\", shard_count = 64,\n"
             "                    idle_timeout = 120, max_pending = %ld },\n"
             "    },\n"
             "}\n",
-            ids + 20000);
+            listen, http, ids + 20000);
     fclose(f);
     return 0;
 }
@@ -169,7 +219,7 @@ int ms_bench_local_main(int argc, char **argv)
     struct bench b;
     memset(&b, 0, sizeof b);
     b.loop = uv_default_loop();
-    struct ms_node_options opts = {path, NULL, 1, 1};
+    struct ms_node_options opts = {path, NULL};
     char err[1024];
     int rc = ms_node_new(&b.node, b.loop, &opts, err, sizeof err);
     unlink(path);
@@ -193,6 +243,8 @@ int ms_bench_local_main(int argc, char **argv)
     char arg[256], *out = NULL;
     snprintf(arg, sizeof arg, "counter %ld %ld %s", nids, messages, PAYLOAD);
 
+    if (warm_up(&b, 64) < 0)
+        return 1;
     ms_node_lua_gc(b.node);
     long rss0 = rss_bytes();
     double t0 = now_s();

@@ -170,6 +170,13 @@ static rlim_t raise_fd_limit(void)
  * files (a rough margin). */
 #define FD_MARGIN 128
 
+/* --watch reloads through the node's VM (ms_watch_call_fn). */
+static int watch_call(void *node, const char *module, const char *fn,
+                      const char *arg, char **out, char *err, size_t errlen)
+{
+    return ms_node_call_lua(node, module, fn, arg, out, err, errlen);
+}
+
 static int run_node(const char *config, const char *name, int watch)
 {
     rlim_t fds = raise_fd_limit();
@@ -177,7 +184,7 @@ static int run_node(const char *config, const char *name, int watch)
     memset(&r, 0, sizeof r);
     r.loop = uv_default_loop();
     signal(SIGPIPE, SIG_IGN);
-    struct ms_node_options opts = {config, name, 0, 0};
+    struct ms_node_options opts = {config, name};
     char err[1024];
     int rc = ms_node_new(&r.node, r.loop, &opts, err, sizeof err);
     if (rc < 0) {
@@ -201,7 +208,7 @@ static int run_node(const char *config, const char *name, int watch)
         ms_log(MS_LOG_ERROR, NULL, "cannot catch SIGINT and SIGTERM: %s",
                strerror(-rc));
     ms_node_on_stopped(r.node, stop_runner, &r);
-    if (watch && ms_watch_start(&r.watch, r.loop, r.node, config,
+    if (watch && ms_watch_start(&r.watch, r.loop, watch_call, r.node, config,
                                 MS_WATCH_INTERVAL_MS, err, sizeof err) < 0)
         ms_log(MS_LOG_WARN, NULL, "--watch: %s; not watching", err);
     print_hints(r.node);

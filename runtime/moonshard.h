@@ -35,13 +35,13 @@ struct ms_node;
 struct ms_node_options {
     const char *config_path; /* cluster config script; required */
     const char *node_name;   /* which node of config.nodes; NULL: first */
-    int no_http;             /* 1: do not start the HTTP gateway (bench) */
-    int no_cluster;          /* 1: no transport or membership (bench) */
 };
 
 /*
- * Loads the config script, starts the Lua VM, loads the behaviors and binds
- * the HTTP gateway on `loop`. On failure returns a negative code, writes a
+ * Loads the config script, starts the Lua VM, loads the behaviors, starts
+ * the transport and membership (a single node is a cluster of one: its
+ * plan owns every shard it allocates) and binds the HTTP gateway on
+ * `loop`. On failure returns a negative code, writes a
  * one-line reason into `err` (including the config file and line where it
  * applies) and starts nothing. On success `*out` is owned by the caller and
  * released with ms_node_close().
@@ -190,7 +190,8 @@ int ms_node_leave(struct ms_node *n);
  * for an unknown address. */
 int ms_node_down(struct ms_node *n, const char *address, int force);
 
-/* Number of messages accepted but not yet handled (all shards). */
+/* Number of messages accepted but not yet handled (all shards): in the
+ * shards' FIFOs, and waiting in the router for an owner. */
 uint64_t ms_node_pending(struct ms_node *n);
 
 /*

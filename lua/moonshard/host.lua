@@ -30,7 +30,7 @@ local KIND_ACTIVATE = 4
 
 local M = {}
 
--- The driver pulls deliveries through the FFI (see runtime/lua/bridge.c):
+-- The driver pulls deliveries through the FFI (see runtime/lua/leaf.c):
 -- the call stays inside the compiled trace of the loop.
 ffi.cdef [[
 struct ms_lua_delivery {
@@ -44,14 +44,17 @@ struct ms_lua_delivery {
     const char *payload;
     const char *id;
 };
-uint32_t ms_lua_next(uint32_t prev, struct ms_lua_delivery *out);
+uint32_t ms_lua_next(void *bridge, uint32_t prev, struct ms_lua_delivery *out);
 ]]
 local C = ffi.C
+-- the bridge of this VM, passed back to ms_lua_next (the host keeps no
+-- process-wide bridge)
+local BRIDGE = ffi.cast("void *", core.BRIDGE)
 local ffi_string = ffi.string
--- the declaration above mirrors runtime/lua/bridge.c: refuse to run with a
+-- the declaration above mirrors runtime/lua/leaf.c: refuse to run with a
 -- mismatch rather than read deliveries wrongly
 assert(ffi.sizeof("struct ms_lua_delivery") == core.DELIVERY_SIZE,
-       "struct ms_lua_delivery differs between host.lua and bridge.c")
+       "struct ms_lua_delivery differs between host.lua and leaf.c")
 
 local behaviors = {}   -- [type index] = behavior module
 local type_ids = {}    -- [type name] = type index, as the C dispatcher has
@@ -341,7 +344,7 @@ function M.driver()
     local dl = ffi.new("struct ms_lua_delivery")
     local prev = 0
     while true do
-        local h = C.ms_lua_next(prev, dl)
+        local h = C.ms_lua_next(BRIDGE, prev, dl)
         if h == 0 then
             prev = 0
             yield(IDLE)

@@ -49,6 +49,8 @@ struct ms_config {
     uint64_t stuck_handler_exit_ms; /* ... and exits at this; 0: never */
 };
 
+/* Frees what `c` owns (its types) and leaves it without them; `c` itself
+ * is the caller's. */
 void ms_config_free(struct ms_config *c);
 
 #endif

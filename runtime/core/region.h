@@ -245,6 +245,9 @@ uint32_t ms_region_owned(const struct ms_region *r);
 uint32_t ms_region_waiting(const struct ms_region *r, int type,
                            uint32_t shard);
 
+/* Messages waiting in the region, all shards (own and held). */
+uint32_t ms_region_buffered(const struct ms_region *r);
+
 /* 1 while `type` was refused by the cluster (REGISTER_REFUSED). */
 int ms_region_refused(const struct ms_region *r, int type);
 

@@ -427,6 +427,11 @@ uint32_t ms_region_owned(const struct ms_region *r)
     return n;
 }
 
+uint32_t ms_region_buffered(const struct ms_region *r)
+{
+    return r->nbuffered;
+}
+
 uint32_t ms_region_waiting(const struct ms_region *r, int type,
                            uint32_t shard)
 {

@@ -199,7 +199,7 @@ static void get_index(struct conn *c)
         "detail.\n"
         "The same from a shell: moonshard tell|ask|stop|status "
         "[--node %s] ...\n",
-        ms_node_name(c->h->node), a, a, a, a, a, a, a, a, a);
+        c->h->gw.name, a, a, a, a, a, a, a, a, a);
     if (n < 0)
         n = 0;
     if ((size_t)n >= sizeof text)
@@ -210,10 +210,11 @@ static void get_index(struct conn *c)
 /* The JSON a node writer produces, NUL-terminated: in `small` when it
  * fits, else in a buffer the caller frees (grown once); NULL when out of
  * memory. */
-static char *node_json(struct ms_node *n,
-                       size_t (*write)(struct ms_node *, char *, size_t),
+static char *node_json(const struct ms_gateway *gw,
+                       size_t (*write)(void *, char *, size_t),
                        char *small, size_t cap, size_t *len)
 {
+    void *n = gw->data;
     size_t need = write(n, small, cap);
     if (need < cap) {
         *len = need;
@@ -230,11 +231,11 @@ static char *node_json(struct ms_node *n,
 
 /* Answers 200 with the JSON a node writer produces. */
 static void get_json(struct conn *c,
-                     size_t (*write)(struct ms_node *, char *, size_t))
+                     size_t (*write)(void *, char *, size_t))
 {
     char small[4096];
     size_t len;
-    char *json = node_json(c->h->node, write, small, sizeof small, &len);
+    char *json = node_json(&c->h->gw, write, small, sizeof small, &len);
     if (json == NULL) {
         respond_node_error(c, MS_ENOMEM);
         return;
@@ -246,12 +247,12 @@ static void get_json(struct conn *c,
 
 static void get_stats(struct conn *c)
 {
-    get_json(c, ms_node_stats_json);
+    get_json(c, c->h->gw.stats_json);
 }
 
 static void get_members(struct conn *c)
 {
-    get_json(c, ms_node_members_json);
+    get_json(c, c->h->gw.members_json);
 }
 
 /* GET /metrics: the stats in the Prometheus text format, rendered by
@@ -260,14 +261,14 @@ static void get_metrics(struct conn *c)
 {
     char small[4096], err[256], *text = NULL;
     size_t len;
-    char *json = node_json(c->h->node, ms_node_stats_json, small,
+    char *json = node_json(&c->h->gw, c->h->gw.stats_json, small,
                            sizeof small, &len);
     if (json == NULL) {
         respond_node_error(c, MS_ENOMEM);
         return;
     }
     snprintf(err, sizeof err, "the metrics module returned nothing");
-    int rc = ms_node_call_lua(c->h->node, "moonshard.metrics", "render",
+    int rc = c->h->gw.call_lua(c->h->gw.data, "moonshard.metrics", "render",
                               json, &text, err, sizeof err);
     if (json != small)
         free(json);
@@ -287,20 +288,21 @@ static void get_allocations(struct conn *c, char *type, size_t tlen)
         respond_error(c, 400, "bad_request", "bad percent-escape in path");
         return;
     }
-    int t = ms_node_type(c->h->node, type, tlen);
+    const struct ms_gateway *gw = &c->h->gw;
+    int t = gw->type(gw->data, type, tlen);
     if (t < 0) {
         respond_error(c, 404, ms_errname(MS_ENOTYPE),
                       "unknown entity type '%.*s'",
                       (int)(tlen > 100 ? 100 : tlen), type);
         return;
     }
-    size_t need = ms_node_allocations_json(c->h->node, t, NULL, 0);
+    size_t need = gw->allocations_json(gw->data, t, NULL, 0);
     char *buf = malloc(need + 1);
     if (!buf) {
         respond_node_error(c, MS_ENOMEM);
         return;
     }
-    ms_node_allocations_json(c->h->node, t, buf, need + 1);
+    gw->allocations_json(gw->data, t, buf, need + 1);
     respond(c, 200, JSON, buf, need);
     free(buf);
 }
@@ -308,8 +310,8 @@ static void get_allocations(struct conn *c, char *type, size_t tlen)
 /* 1 when the request carries the admin token; else answers 403, 0. */
 static int admin_ok(struct conn *c)
 {
-    int rc = ms_node_check_admin(c->h->node, c->token, c->token_len,
-                                 c->loopback);
+    int rc = c->h->gw.check_admin(c->h->gw.data, c->token, c->token_len,
+                                  c->loopback);
     if (rc < 0)
         respond_error(c, 403, "forbidden", "%s",
                       rc == MS_EINVAL ? "this node has no admin_token "
@@ -335,7 +337,7 @@ static void post_admin(struct conn *c, int leave, const char *query,
         return;
     int rc;
     if (leave) {
-        rc = ms_node_leave(c->h->node);
+        rc = c->h->gw.leave(c->h->gw.data);
     } else {
         char address[MS_DOWNREQ_MAX_ADDRESS + 1];
         int force;
@@ -345,7 +347,7 @@ static void post_admin(struct conn *c, int leave, const char *query,
             respond_error(c, 400, "bad_request", "%s", why);
             return;
         }
-        rc = ms_node_down(c->h->node, address, force);
+        rc = c->h->gw.down(c->h->gw.data, address, force);
     }
     if (!leave && rc == MS_EBUSY)
         respond_error(c, 409, "reachable", "%s",
@@ -386,8 +388,8 @@ static void post_move(struct conn *c, const char *rest, size_t len)
         respond_error(c, 400, "bad_request", "the shard must be a number");
         return;
     }
-    rc = ms_node_move(c->h->node, rest, (size_t)(slash - rest),
-                      (uint32_t)shard);
+    rc = c->h->gw.move(c->h->gw.data, rest, (size_t)(slash - rest),
+                       (uint32_t)shard);
     if (rc == MS_ENOTYPE)
         respond_error(c, 404, "unknown_type", "unknown entity type");
     else if (rc == MS_EBUSY)
@@ -401,7 +403,7 @@ static void post_move(struct conn *c, const char *rest, size_t len)
 
 static void get_health(struct conn *c)
 {
-    const char *name = ms_node_name(c->h->node);
+    const char *name = c->h->gw.name;
     char body[1024];
     size_t n = 0, cap = sizeof body - 2;
 
@@ -419,7 +421,8 @@ static void get_health(struct conn *c)
 static void post_entity(struct conn *c, char *seg, size_t len,
                         const char *query, size_t qlen)
 {
-    struct ms_node *node = c->h->node;
+    const struct ms_gateway *gw = &c->h->gw;
+    void *node = gw->data;
     char *type, *id, *action, *slash, reason[256];
     size_t tlen, idlen, alen;
     uint64_t timeout_ms = 0;
@@ -458,7 +461,7 @@ static void post_entity(struct conn *c, char *seg, size_t len,
                       "entity id must be 1 to %d bytes long", ID_MAX);
         return;
     }
-    t = ms_node_type(node, type, tlen);
+    t = gw->type(node, type, tlen);
     if (t < 0) {
         respond_error(c, 404, ms_errname(MS_ENOTYPE),
                       "unknown entity type '%.*s'",
@@ -469,14 +472,14 @@ static void post_entity(struct conn *c, char *seg, size_t len,
     if (owner_q) {
         char buf[512], *big = NULL;
         uint32_t shard;
-        rc = ms_node_shard_of(node, t, id, idlen, &shard);
+        rc = gw->shard_of(node, t, id, idlen, &shard);
         if (rc < 0) {
             respond_node_error(c, rc);
             return;
         }
-        size_t n = ms_node_owner_json(node, t, id, idlen, buf, sizeof buf);
+        size_t n = gw->owner_json(node, t, id, idlen, buf, sizeof buf);
         if (n >= sizeof buf && (big = malloc(n + 1)) != NULL)
-            n = ms_node_owner_json(node, t, id, idlen, big, n + 1);
+            n = gw->owner_json(node, t, id, idlen, big, n + 1);
         else if (n >= sizeof buf)
             n = 0;
         if (n == 0)
@@ -488,8 +491,7 @@ static void post_entity(struct conn *c, char *seg, size_t len,
     }
     if (action[0] == 'a' && action[1] == 'c') {
         c->refs++;
-        rc = ms_node_activate(node, t, id, idlen, TIMEOUT_DEFAULT_MS, on_ask,
-                              c);
+        rc = gw->activate(node, t, id, idlen, TIMEOUT_DEFAULT_MS, on_ask, c);
         if (rc < 0) {
             c->refs--;
             respond_node_error(c, rc);
@@ -498,7 +500,7 @@ static void post_entity(struct conn *c, char *seg, size_t len,
     }
 
     if (action[0] == 's') {
-        rc = ms_node_stop_entity(node, t, id, idlen);
+        rc = gw->stop(node, t, id, idlen);
         if (rc < 0)
             respond_node_error(c, rc);
         else
@@ -513,8 +515,8 @@ static void post_entity(struct conn *c, char *seg, size_t len,
         return;
     }
     reason[0] = '\0';
-    rc = ms_node_check_message(node, c->body, c->body_len, reason,
-                               sizeof reason);
+    rc = gw->check_message(node, c->body, c->body_len, reason,
+                           sizeof reason);
     if (rc == MS_EBADJSON) {
         respond_error(c, 400, ms_errname(rc), "body is not valid JSON: %s",
                       reason);
@@ -527,7 +529,7 @@ static void post_entity(struct conn *c, char *seg, size_t len,
     }
 
     if (action[0] == 't') {
-        rc = ms_node_tell(node, t, id, idlen, c->body, c->body_len);
+        rc = gw->tell(node, t, id, idlen, c->body, c->body_len);
         if (rc < 0)
             respond_node_error(c, rc);
         else
@@ -538,8 +540,8 @@ static void post_entity(struct conn *c, char *seg, size_t len,
     /* The ask's reference keeps `c` alive until on_ask, even if the
      * connection closes first; the body stays until the reply too. */
     c->refs++;
-    rc = ms_node_ask(node, t, id, idlen, c->body, c->body_len, timeout_ms,
-                     on_ask, c);
+    rc = gw->ask(node, t, id, idlen, c->body, c->body_len, timeout_ms,
+                 on_ask, c);
     if (rc < 0) {
         c->refs--;
         respond_node_error(c, rc);

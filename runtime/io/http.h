@@ -8,18 +8,19 @@
 #include <stddef.h>
 #include <uv.h>
 
-#include "../moonshard.h"
+#include "gateway.h"
 
 struct ms_http;
 
 /*
- * Binds a listener on host:port (IPv4 or IPv6 literal) on `loop` and serves
- * the gateway of `node`. The node is borrowed and must outlive the gateway.
- * Returns 0 and sets *out, or a negative libuv code with a one-line reason
- * in `err`.
+ * Binds a listener on host:port (IPv4 or IPv6 literal) on `loop` and
+ * serves the endpoints through `gw` (copied; its data and name must
+ * outlive the gateway). Returns 0 and sets *out, or a negative code with
+ * a one-line reason in `err`.
  */
-int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
-                  const char *host, int port, char *err, size_t errlen);
+int ms_http_start(struct ms_http **out, uv_loop_t *loop,
+                  const struct ms_gateway *gw, const char *host, int port,
+                  char *err, size_t errlen);
 
 /* The address the gateway listens on, as a URL writes it: "host:port",
  * "[v6]:port" for IPv6, with the port bound (borrowed, h's life). */

@@ -607,7 +607,7 @@ static void send_continue(struct conn *c)
 static int on_headers_complete(http_parser *p)
 {
     struct conn *c = p->data;
-    size_t max = ms_node_max_message(c->h->node);
+    size_t max = c->h->gw.max_message;
 
     c->head_done = 1;
     c->keep_alive = http_should_keep_alive(p) && !p->upgrade;
@@ -636,7 +636,7 @@ static int on_headers_complete(http_parser *p)
 static int on_body(http_parser *p, const char *at, size_t len)
 {
     struct conn *c = p->data;
-    size_t max = ms_node_max_message(c->h->node);
+    size_t max = c->h->gw.max_message;
 
     /* Content-Length was checked; this catches chunked bodies. */
     if (c->body_len > max || len > max - c->body_len) {
@@ -878,8 +878,9 @@ static void on_sweep_closed(uv_handle_t *hd)
  * ms_http_close), or a negative libuv code with a one-line reason in `err`;
  * on failure the half-made listener is closed and freed by the loop.
  */
-int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
-                  const char *host, int port, char *err, size_t errlen)
+int ms_http_start(struct ms_http **out, uv_loop_t *loop,
+                  const struct ms_gateway *gw, const char *host, int port,
+                  char *err, size_t errlen)
 {
     struct sockaddr_storage ss;
     struct ms_http *h;
@@ -908,8 +909,9 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop, struct ms_node *node,
         return MS_ENOMEM;
     }
     h->loop = loop;
-    h->node = node;
-    ms_node_http_limits(node, &h->timeout_ms, &h->max_conns);
+    h->gw = *gw;
+    h->timeout_ms = gw->timeout_ms;
+    h->max_conns = gw->connections;
     if (uv_random(NULL, NULL, &h->id_seed, sizeof h->id_seed, 0, NULL) != 0)
         h->id_seed = uv_hrtime() ^ ((uint64_t)getpid() << 32);
     h->log4xx.burst = h->log5xx.burst = LOG_BURST;

@@ -68,7 +68,7 @@ struct ms_http {
     uv_tcp_t listener;
     uv_timer_t sweep;           /* closes connections past their deadline */
     uv_loop_t *loop;
-    struct ms_node *node;
+    struct ms_gateway gw;       /* the node, as the endpoints see it */
     struct conn *head[NCLASS], *tail[NCLASS];
     int handles;                /* open handles: listener, sweep timer,
                                    connections */

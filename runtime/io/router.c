@@ -381,6 +381,11 @@ uint32_t ms_router_owned(struct ms_router *r)
     return ms_region_owned(r->rg);
 }
 
+uint64_t ms_router_waiting(struct ms_router *r)
+{
+    return ms_region_buffered(r->rg);
+}
+
 size_t ms_router_allocations_json(struct ms_router *r, int type, char *buf,
                                   size_t len)
 {

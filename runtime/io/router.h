@@ -125,6 +125,9 @@ size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len);
 /* Shards of all types this node owns. */
 uint32_t ms_router_owned(struct ms_router *r);
 
+/* Messages waiting in the router (for an owner, or a moving shard). */
+uint64_t ms_router_waiting(struct ms_router *r);
+
 
 /* Fails every waiting message (MS_ECANCELED) and frees the router from its
  * timer's close callback. */

@@ -53,7 +53,7 @@ static int pipe_fd[2] = {-1, -1}; /* read, write; see the top comment */
 
 static uint64_t clock_ns(void)
 {
-    /* the clock running.h's since_ns comes from (bridge.c) */
+    /* the clock running.h's since_ns comes from (lua/vm.c) */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;

@@ -4,7 +4,8 @@
  * wrapper, and exposes the dispatcher to Lua as leaf functions
  * (moonshard.core) that only enqueue and never call back into Lua.
  *
- * One bridge per process: the leaf functions reach it through a static.
+ * The leaf functions find their bridge in an upvalue (no process-wide
+ * bridge); the files behind this header are mapped in bridge_int.h.
  */
 #ifndef MS_LUA_BRIDGE_H
 #define MS_LUA_BRIDGE_H
@@ -16,11 +17,12 @@
 #include "../core/config.h"
 #include "../core/dispatch.h"
 
+struct ms_router;
+
 struct ms_bridge;
 
 /* Creates the Lua VM with package paths for `home`/lua, `home`/entities
- * and the config file's folder. Returns 0 or MS_ENOMEM / MS_EINVAL (a
- * second bridge in one process). */
+ * and the config file's folder. Returns 0 or MS_ENOMEM. */
 int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home);
 
 /* Closes the VM and frees the bridge. */
@@ -48,29 +50,21 @@ int ms_bridge_node_names(struct ms_bridge *b, const char *path,
 int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,
                     const struct ms_config *cfg, char *err, size_t errlen);
 
-/* Where entity-to-entity sends go: by default straight into this node's
- * dispatcher; in a cluster through the router. */
-struct ms_route_ops {
+/* What core.owner and core.stats report: the node's JSON writers of the
+ * control API (see ms_node_owner_json and ms_node_stats_json). */
+struct ms_bridge_reports {
     void *data;
-    int (*tell)(void *data, int type, const char *id, size_t idlen,
-                const char *json, size_t len);
-    int64_t (*ask)(void *data, int type, const char *id, size_t idlen,
-                   const char *json, size_t len, uint64_t timeout_ms,
-                   const struct ms_waiter *w);
-    /* eager creation; the waiter gets {"created":true|false} */
-    int64_t (*activate)(void *data, int type, const char *id, size_t idlen,
-                        uint64_t timeout_ms, const struct ms_waiter *w);
-    /* JSON writers of the control API (see moonshard.h) */
     size_t (*owner)(void *data, int type, const char *id, size_t idlen,
                     char *buf, size_t len);
-    size_t (*allocations)(void *data, int type, char *buf, size_t len);
     size_t (*stats)(void *data, char *buf, size_t len);
-    /* a rebalance round soon, if this node coordinates (hot reload) */
-    void (*reconcile)(void *data);
 };
 
-/* Sets the route for entity sends (copied); NULL restores the default. */
-void ms_bridge_set_route(struct ms_bridge *b, const struct ms_route_ops *ops);
+/* The one send path of entity sends (core.tell, ask, activate) and of
+ * core.allocations and core.reconcile: the node's router (borrowed), and
+ * what core.owner and core.stats report (copied). NULL (the node is
+ * closing) refuses sends with MS_ECANCELED. */
+void ms_bridge_set_router(struct ms_bridge *b, struct ms_router *r,
+                          const struct ms_bridge_reports *reports);
 
 /* Runs ready work: resumes entities whose asks finished, then up to
  * `budget` deliveries. Returns the number of messages handled. */

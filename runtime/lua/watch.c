@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/errors.h"
 #include "../core/log.h"
-#include "../moonshard.h"
 
 /* What a poll knows about a file; `exists` 0 compares equal to any other
  * missing file. */
@@ -38,7 +38,8 @@ struct watched {
 struct ms_watch {
     uv_timer_t timer;
     uv_loop_t *loop;
-    struct ms_node *node;
+    ms_watch_call_fn call;    /* into the node's VM */
+    void *data;
     struct watched *files;
     int nfiles;
 };
@@ -132,8 +133,8 @@ static int call_reload(struct ms_watch *w, const char *fn, const char *arg,
                        char *err, size_t errlen)
 {
     char *out = NULL;
-    int rc = ms_node_call_lua(w->node, "moonshard.reload", fn, arg, &out,
-                              err, errlen);
+    int rc = w->call(w->data, "moonshard.reload", fn, arg, &out, err,
+                     errlen);
     if (rc < 0)
         return rc;
     apply(w, out);
@@ -178,7 +179,8 @@ static void on_poll(uv_timer_t *t)
     free(changed);
 }
 
-int ms_watch_start(struct ms_watch **out, uv_loop_t *loop, struct ms_node *n,
+int ms_watch_start(struct ms_watch **out, uv_loop_t *loop,
+                   ms_watch_call_fn call, void *data,
                    const char *config_path, uint64_t interval_ms, char *err,
                    size_t errlen)
 {
@@ -188,7 +190,8 @@ int ms_watch_start(struct ms_watch **out, uv_loop_t *loop, struct ms_node *n,
         return MS_ENOMEM;
     }
     w->loop = loop;
-    w->node = n;
+    w->call = call;
+    w->data = data;
     int rc = call_reload(w, "start", config_path, err, errlen);
     if (rc < 0) {
         free_files(w->files, w->nfiles);

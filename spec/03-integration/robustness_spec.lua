@@ -464,7 +464,7 @@ describe("SIGTERM with accepted messages", function()
     it("handles every tell queued behind an entity suspended in an ask "
        .. "before its stopped runs", function()
         -- more tells than one dispatch round handles (ROUND_BUDGET, 4096,
-        -- runtime/io/node.c), so the stop has rounds to overtake them in
+        -- runtime/node/node.c), so the stop has rounds to overtake them in
         local count = 5000
         local n = helpers.start({ entities = ENTITIES })
         local file = helpers.tmpdir() .. "/lines.txt"

@@ -1,5 +1,8 @@
 /*
- * node.c -- one node: binds the dispatcher and the Lua bridge to libuv.
+ * node.c -- one node, the composition root: wires the loop, the core
+ * (dispatcher), the Lua bridge, the cluster (transport, membership,
+ * router) and the HTTP gateway together. Nothing else includes all of
+ * them.
  *
  * The loop runs dispatch work from an idle handle that is active only
  * while work is ready (so the loop still blocks in poll when there is
@@ -16,13 +19,13 @@
 #include "../core/dispatch.h"
 #include "../core/jsoncheck.h"
 #include "../core/log.h"
+#include "../io/cluster.h"
+#include "../io/http.h"
+#include "../io/router.h"
+#include "../io/uverr.h"
+#include "../io/watchdog.h"
 #include "../lua/bridge.h"
 #include "../moonshard.h"
-#include "cluster.h"
-#include "http.h"
-#include "router.h"
-#include "uverr.h"
-#include "watchdog.h"
 
 #define ROUND_BUDGET 4096
 
@@ -50,12 +53,6 @@ struct ms_node {
     void *on_stopped_data;
 };
 
-void ms_config_free(struct ms_config *c)
-{
-    free(c->types);
-    c->types = NULL;
-}
-
 static void arm(struct ms_node *n);
 
 static void on_work(uv_idle_t *h)
@@ -63,8 +60,7 @@ static void on_work(uv_idle_t *h)
     struct ms_node *n = h->data;
     ms_dispatch_expire(n->d, uv_now(n->loop));
     ms_bridge_run(n->b, ROUND_BUDGET);
-    if (n->router)
-        ms_router_after_dispatch(n->router);
+    ms_router_after_dispatch(n->router);
     n->rounds++;
     n->gc_dirty = 1;
     arm(n);
@@ -126,16 +122,14 @@ static void on_self_removed(void *data);
 static void on_cluster_frame(void *data, uint64_t uid, const struct ms_frame *f)
 {
     struct ms_node *n = data;
-    if (n->router)
-        ms_router_on_frame(n->router, uid, f);
+    ms_router_on_frame(n->router, uid, f);
     arm(n);
 }
 
 static void on_coordinator(void *data, uint64_t uid)
 {
     struct ms_node *n = data;
-    if (n->router)
-        ms_router_on_coordinator(n->router, uid);
+    ms_router_on_coordinator(n->router, uid);
     arm(n);
 }
 
@@ -143,8 +137,7 @@ static void on_member(void *data, uint64_t uid, int status, int is_self)
 {
     struct ms_node *n = data;
     (void)is_self;
-    if (n->router)
-        ms_router_on_member(n->router, uid, status);
+    ms_router_on_member(n->router, uid, status);
     arm(n);
 }
 
@@ -185,38 +178,15 @@ static int resolve(struct ms_node *n, int type, const char *id,
     return rc;
 }
 
-static int64_t route_activate(void *data, int type, const char *id,
-                              size_t idlen, uint64_t timeout_ms,
-                              const struct ms_waiter *w)
-{
-    struct ms_node *n = data;
-    struct ms_dest dst;
-    int rc = resolve(n, type, id, idlen, 0, &dst);
-    if (rc < 0)
-        return rc;
-    return ms_router_activate(n->router, &dst, timeout_ms, w);
-}
-
-static size_t route_owner(void *data, int type, const char *id, size_t idlen,
-                          char *buf, size_t len)
+static size_t report_owner(void *data, int type, const char *id,
+                           size_t idlen, char *buf, size_t len)
 {
     return ms_node_owner_json(data, type, id, idlen, buf, len);
 }
 
-static size_t route_allocations(void *data, int type, char *buf, size_t len)
-{
-    return ms_node_allocations_json(data, type, buf, len);
-}
-
-static size_t route_stats(void *data, char *buf, size_t len)
+static size_t report_stats(void *data, char *buf, size_t len)
 {
     return ms_node_stats_json(data, buf, len);
-}
-
-static void route_reconcile(void *data)
-{
-    struct ms_node *n = data;
-    ms_router_reconcile(n->router);
 }
 
 static void kick_node(void *data)
@@ -224,27 +194,121 @@ static void kick_node(void *data)
     arm(data);
 }
 
-static int route_tell(void *data, int type, const char *id, size_t idlen,
-                      const char *json, size_t len)
+/* ---- the gateway's view of the node (runtime/io/gateway.h) ------------- */
+
+static int gw_type(void *n, const char *name, size_t len)
 {
-    struct ms_node *n = data;
-    struct ms_dest dst;
-    int rc = resolve(n, type, id, idlen, len, &dst);
-    if (rc < 0)
-        return rc;
-    return ms_router_tell(n->router, &dst, json, len);
+    return ms_node_type(n, name, len);
 }
 
-static int64_t route_ask(void *data, int type, const char *id, size_t idlen,
-                         const char *json, size_t len, uint64_t timeout_ms,
-                         const struct ms_waiter *w)
+static int gw_check_message(void *n, const char *json, size_t len,
+                            char *err, size_t errlen)
 {
-    struct ms_node *n = data;
-    struct ms_dest dst;
-    int rc = resolve(n, type, id, idlen, len, &dst);
-    if (rc < 0)
-        return rc;
-    return ms_router_ask(n->router, &dst, json, len, timeout_ms, w);
+    return ms_node_check_message(n, json, len, err, errlen);
+}
+
+static int gw_tell(void *n, int type, const char *id, size_t idlen,
+                   const char *json, size_t len)
+{
+    return ms_node_tell(n, type, id, idlen, json, len);
+}
+
+static int gw_ask(void *n, int type, const char *id, size_t idlen,
+                  const char *json, size_t len, uint64_t timeout_ms,
+                  ms_ask_cb cb, void *data)
+{
+    return ms_node_ask(n, type, id, idlen, json, len, timeout_ms, cb, data);
+}
+
+static int gw_activate(void *n, int type, const char *id, size_t idlen,
+                       uint64_t timeout_ms, ms_ask_cb cb, void *data)
+{
+    return ms_node_activate(n, type, id, idlen, timeout_ms, cb, data);
+}
+
+static int gw_stop(void *n, int type, const char *id, size_t idlen)
+{
+    return ms_node_stop_entity(n, type, id, idlen);
+}
+
+static int gw_shard_of(void *n, int type, const char *id, size_t idlen,
+                       uint32_t *shard)
+{
+    return ms_node_shard_of(n, type, id, idlen, shard);
+}
+
+static size_t gw_stats_json(void *n, char *buf, size_t len)
+{
+    return ms_node_stats_json(n, buf, len);
+}
+
+static size_t gw_members_json(void *n, char *buf, size_t len)
+{
+    return ms_node_members_json(n, buf, len);
+}
+
+static size_t gw_owner_json(void *n, int type, const char *id, size_t idlen,
+                            char *buf, size_t len)
+{
+    return ms_node_owner_json(n, type, id, idlen, buf, len);
+}
+
+static size_t gw_allocations_json(void *n, int type, char *buf, size_t len)
+{
+    return ms_node_allocations_json(n, type, buf, len);
+}
+
+static int gw_call_lua(void *n, const char *module, const char *fn,
+                       const char *arg, char **out, char *err, size_t errlen)
+{
+    return ms_node_call_lua(n, module, fn, arg, out, err, errlen);
+}
+
+static int gw_check_admin(void *n, const char *token, size_t len,
+                          int loopback)
+{
+    return ms_node_check_admin(n, token, len, loopback);
+}
+
+static int gw_leave(void *n)
+{
+    return ms_node_leave(n);
+}
+
+static int gw_down(void *n, const char *address, int force)
+{
+    return ms_node_down(n, address, force);
+}
+
+static int gw_move(void *n, const char *type, size_t len, uint32_t shard)
+{
+    return ms_node_move(n, type, len, shard);
+}
+
+/* The gateway of node n: every endpoint goes through these. */
+static void gateway_of(struct ms_node *n, struct ms_gateway *gw)
+{
+    memset(gw, 0, sizeof *gw);
+    gw->data = n;
+    gw->name = n->cfg.node_name;
+    gw->max_message = n->cfg.max_message;
+    ms_node_http_limits(n, &gw->timeout_ms, &gw->connections);
+    gw->type = gw_type;
+    gw->check_message = gw_check_message;
+    gw->tell = gw_tell;
+    gw->ask = gw_ask;
+    gw->activate = gw_activate;
+    gw->stop = gw_stop;
+    gw->shard_of = gw_shard_of;
+    gw->stats_json = gw_stats_json;
+    gw->members_json = gw_members_json;
+    gw->owner_json = gw_owner_json;
+    gw->allocations_json = gw_allocations_json;
+    gw->call_lua = gw_call_lua;
+    gw->check_admin = gw_check_admin;
+    gw->leave = gw_leave;
+    gw->down = gw_down;
+    gw->move = gw_move;
 }
 
 int ms_node_new(struct ms_node **out, uv_loop_t *loop,
@@ -310,49 +374,46 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     n->work.data = n->tick.data = n->gc.data = n;
     uv_timer_start(&n->gc, on_gc_tick, GC_IDLE_MS, GC_IDLE_MS);
     uv_unref((uv_handle_t *)&n->gc);
-    if (!opts->no_cluster) {
-        struct ms_cluster_hooks hooks;
-        memset(&hooks, 0, sizeof hooks);
-        hooks.data = n;
-        hooks.on_self_removed = on_self_removed;
-        hooks.on_frame = on_cluster_frame;
-        hooks.on_coordinator = on_coordinator;
-        hooks.on_member = on_member;
-        rc = ms_cluster_start(&n->cluster, loop, &n->cfg, &hooks, err,
-                              errlen);
-        if (rc == 0) {
-            rc = ms_router_new(&n->router, loop, n->d, n->cluster, &n->cfg);
-            if (rc < 0)
-                snprintf(err, errlen, "out of memory");
-        }
-        if (rc < 0) {
-            n->open_handles = 3;
-            n->closing = 1;
-            ms_node_close(n);
-            return rc;
-        }
-        ms_router_set_kick(n->router, kick_node, n);
-        ms_router_set_allocator(n->router, allocate_lua, rebalance_lua,
-                                eligible_lua, n);
-        struct ms_route_ops ops = {n,           route_tell,
-                                   route_ask,   route_activate,
-                                   route_owner, route_allocations,
-                                   route_stats, route_reconcile};
-        ms_bridge_set_route(n->b, &ops);
+    /* a single node is a cluster of one: transport, membership,
+     * coordinator and router always run, and every send goes through the
+     * router */
+    struct ms_cluster_hooks hooks;
+    memset(&hooks, 0, sizeof hooks);
+    hooks.data = n;
+    hooks.on_self_removed = on_self_removed;
+    hooks.on_frame = on_cluster_frame;
+    hooks.on_coordinator = on_coordinator;
+    hooks.on_member = on_member;
+    rc = ms_cluster_start(&n->cluster, loop, &n->cfg, &hooks, err, errlen);
+    if (rc == 0) {
+        rc = ms_router_new(&n->router, loop, n->d, n->cluster, &n->cfg);
+        if (rc < 0)
+            snprintf(err, errlen, "out of memory");
     }
-    if (!opts->no_http) {
-        rc = ms_http_start(&n->http, loop, n, n->cfg.http_host,
-                           n->cfg.http_port, err, errlen);
-        if (rc < 0) {
-            n->open_handles = 3;
-            n->closing = 1;
-            /* handles are initialised: close them properly */
-            ms_node_close(n);
-            return rc;
-        }
-        snprintf(n->http_address, sizeof n->http_address, "%s",
-                 ms_http_address(n->http)); /* "[::1]:7201" for IPv6 */
+    if (rc < 0) {
+        n->open_handles = 3;
+        n->closing = 1;
+        /* handles are initialised: close them properly */
+        ms_node_close(n);
+        return rc;
     }
+    ms_router_set_kick(n->router, kick_node, n);
+    ms_router_set_allocator(n->router, allocate_lua, rebalance_lua,
+                            eligible_lua, n);
+    struct ms_bridge_reports reports = {n, report_owner, report_stats};
+    ms_bridge_set_router(n->b, n->router, &reports);
+    struct ms_gateway gw;
+    gateway_of(n, &gw);
+    rc = ms_http_start(&n->http, loop, &gw, n->cfg.http_host,
+                       n->cfg.http_port, err, errlen);
+    if (rc < 0) {
+        n->open_handles = 3;
+        n->closing = 1;
+        ms_node_close(n);
+        return rc;
+    }
+    snprintf(n->http_address, sizeof n->http_address, "%s",
+             ms_http_address(n->http)); /* "[::1]:7201" for IPv6 */
     *out = n;
     return 0;
 fail:
@@ -383,7 +444,7 @@ void ms_node_close(struct ms_node *n)
         return;
     n->closing = 1;
     if (n->router) {
-        ms_bridge_set_route(n->b, NULL);
+        ms_bridge_set_router(n->b, NULL, NULL);
         ms_router_close(n->router);
         n->router = NULL;
     }
@@ -503,9 +564,7 @@ int ms_node_tell(struct ms_node *n, int type, const char *id, size_t idlen,
     int rc = resolve(n, type, id, idlen, len, &dst);
     if (rc < 0)
         return rc;
-    if (n->router)
-        return kick(n, ms_router_tell(n->router, &dst, json, len));
-    return kick(n, ms_dispatch_tell(n->d, &dst, json, len));
+    return kick(n, ms_router_tell(n->router, &dst, json, len));
 }
 
 int ms_node_ask(struct ms_node *n, int type, const char *id, size_t idlen,
@@ -521,9 +580,7 @@ int ms_node_ask(struct ms_node *n, int type, const char *id, size_t idlen,
     int64_t rc = resolve(n, type, id, idlen, len, &dst);
     if (rc < 0)
         return (int)rc;
-    rc = n->router ? ms_router_ask(n->router, &dst, json, len, timeout_ms, &w)
-                   : ms_dispatch_ask(n->d, &dst, json, len, timeout_ms,
-                                     uv_now(n->loop), &w);
+    rc = ms_router_ask(n->router, &dst, json, len, timeout_ms, &w);
     return kick(n, rc < 0 ? (int)rc : 0);
 }
 
@@ -536,9 +593,7 @@ int ms_node_stop_entity(struct ms_node *n, int type, const char *id,
     int rc = resolve(n, type, id, idlen, 0, &dst);
     if (rc < 0)
         return rc;
-    if (n->router)
-        return kick(n, ms_router_stop(n->router, &dst));
-    return kick(n, ms_dispatch_stop(n->d, &dst));
+    return kick(n, ms_router_stop(n->router, &dst));
 }
 
 void ms_node_stats(struct ms_node *n, struct ms_stats *out)
@@ -559,10 +614,9 @@ size_t ms_node_owner_json(struct ms_node *n, int type, const char *id,
     int rc = ms_dispatch_shard_of(n->d, type, id, idlen, &shard);
     if (rc < 0) /* {"code":..,"message":..} */
         return ms_error_json(buf, buflen, rc, ms_strerror(rc));
-    uint64_t owner = n->router ? ms_router_owner(n->router, type, shard) : 1;
-    const char *name = !n->router ? n->cfg.node_name
-                       : owner    ? ms_cluster_member_name(n->cluster, owner)
-                                  : NULL;
+    uint64_t owner = n->router ? ms_router_owner(n->router, type, shard) : 0;
+    const char *name = owner ? ms_cluster_member_name(n->cluster, owner)
+                             : NULL;
     char esc[6 * MS_MAX_ID + 1]; /* each byte escapes to 6 at most */
     size_t o = 0;
     ms_json_put_escaped(esc, sizeof esc - 1, &o, id,
@@ -583,7 +637,7 @@ size_t ms_node_owner_json(struct ms_node *n, int type, const char *id,
 size_t ms_node_allocations_json(struct ms_node *n, int type, char *buf,
                                 size_t buflen)
 {
-    if (!n->router)
+    if (!n->router) /* closed */
         return (size_t)snprintf(buf, buflen, "{}");
     return ms_router_allocations_json(n->router, type, buf, buflen);
 }
@@ -599,9 +653,7 @@ int ms_node_activate(struct ms_node *n, int type, const char *id,
     int64_t rc = resolve(n, type, id, idlen, 0, &dst);
     if (rc < 0)
         return (int)rc;
-    rc = n->router ? ms_router_activate(n->router, &dst, timeout_ms, &w)
-                   : ms_dispatch_activate(n->d, &dst, timeout_ms,
-                                          uv_now(n->loop), &w);
+    rc = ms_router_activate(n->router, &dst, timeout_ms, &w);
     return kick(n, rc < 0 ? (int)rc : 0);
 }
 
@@ -622,7 +674,7 @@ int ms_node_check_admin(struct ms_node *n, const char *token, size_t len,
 int ms_node_move(struct ms_node *n, const char *name, size_t len,
                  uint32_t shard)
 {
-    if (!n->router)
+    if (!n->router) /* closed */
         return MS_EINVAL;
     int type = ms_dispatch_type_index(n->d, name, len);
     if (type < 0)
@@ -728,7 +780,10 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
 
 uint64_t ms_node_pending(struct ms_node *n)
 {
-    return ms_dispatch_pending(n->d);
+    /* a message waiting in the router for its shard's owner is accepted
+     * and not handled yet, like one in a shard's FIFO */
+    return ms_dispatch_pending(n->d) +
+           (n->router ? ms_router_waiting(n->router) : 0);
 }
 
 int ms_node_call_lua(struct ms_node *n, const char *module, const char *fn,

@@ -1,0 +1,68 @@
+/*
+ * gateway.h -- what the HTTP gateway (http.c, http_conn.c) may ask of the
+ * node that serves it: exactly what its endpoints need, and nothing else.
+ * The node (runtime/node/node.c) fills it in; the gateway never sees the
+ * node itself, so the two do not depend on each other.
+ *
+ * Every function gets `data` first and is called on the loop thread.
+ * Codes are the core's MS_E* (runtime/core/errors.h).
+ */
+#ifndef MS_IO_GATEWAY_H
+#define MS_IO_GATEWAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/base.h"
+
+struct ms_gateway {
+    void *data;
+
+    /* Fixed for the gateway's life. */
+    const char *name;   /* the node's name (borrowed) */
+    size_t max_message; /* largest accepted body (limits.max_message_bytes) */
+    uint64_t timeout_ms;/* limits.http_timeout */
+    int connections;    /* limits.http_connections */
+
+    /* The entity API (see ms_node_type, ms_node_check_message,
+     * ms_node_tell, ms_node_ask, ms_node_activate, ms_node_stop_entity
+     * and ms_node_shard_of in runtime/moonshard.h). */
+    int (*type)(void *data, const char *name, size_t len);
+    int (*check_message)(void *data, const char *json, size_t len,
+                         char *err, size_t errlen);
+    int (*tell)(void *data, int type, const char *id, size_t idlen,
+                const char *json, size_t len);
+    int (*ask)(void *data, int type, const char *id, size_t idlen,
+               const char *json, size_t len, uint64_t timeout_ms,
+               ms_ask_cb cb, void *cb_data);
+    int (*activate)(void *data, int type, const char *id, size_t idlen,
+                    uint64_t timeout_ms, ms_ask_cb cb, void *cb_data);
+    int (*stop)(void *data, int type, const char *id, size_t idlen);
+    int (*shard_of)(void *data, int type, const char *id, size_t idlen,
+                    uint32_t *shard);
+
+    /* JSON writers: write what fits into buf (NUL-terminated, buf may be
+     * NULL with len 0) and return the length of the whole text (see
+     * ms_node_stats_json, ms_node_members_json, ms_node_owner_json,
+     * ms_node_allocations_json). */
+    size_t (*stats_json)(void *data, char *buf, size_t len);
+    size_t (*members_json)(void *data, char *buf, size_t len);
+    size_t (*owner_json)(void *data, int type, const char *id, size_t idlen,
+                         char *buf, size_t len);
+    size_t (*allocations_json)(void *data, int type, char *buf, size_t len);
+
+    /* GET /metrics: calls `fn` of Lua module `module` with one string (see
+     * ms_node_call_lua); *out is the caller's to free. */
+    int (*call_lua)(void *data, const char *module, const char *fn,
+                    const char *arg, char **out, char *err, size_t errlen);
+
+    /* The admin endpoints (see ms_node_check_admin, ms_node_leave,
+     * ms_node_down and ms_node_move). */
+    int (*check_admin)(void *data, const char *token, size_t len,
+                       int loopback);
+    int (*leave)(void *data);
+    int (*down)(void *data, const char *address, int force);
+    int (*move)(void *data, const char *type, size_t len, uint32_t shard);
+};
+
+#endif

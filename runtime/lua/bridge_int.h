@@ -1,0 +1,156 @@
+/*
+ * bridge_int.h -- what the files of the Lua bridge share (not a public
+ * API; bridge.h is). The bridge is split by job:
+ *
+ *   vm.c          the lua_State, package paths, the one protected call,
+ *                 calls into Lua modules, GC, what runs now (watchdog)
+ *   config_load.c the config script read into struct ms_config
+ *   leaf.c        moonshard.core: the leaf functions handlers call
+ *                 (never back into Lua) and ms_lua_next for the FFI
+ *   driver.c      the behaviors loaded, driver coroutines resumed
+ *                 (ms_bridge_run), asks waited for, errors handled
+ *   strategy.c    partitioners and allocation strategies
+ *
+ * There is no process-wide bridge: the leaf functions find theirs in an
+ * upvalue, the driver passes it to ms_lua_next.
+ */
+#ifndef MS_LUA_BRIDGE_INT_H
+#define MS_LUA_BRIDGE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <lua.h>
+
+#include "../core/log.h"
+#include "../core/running.h"
+#include "bridge.h"
+
+#define POOL_MAX 16
+/* type=, shard= and id= of an entity: an id escapes to 4 bytes a byte */
+#define ENTITY_FIELDS_MAX (128 + 4 * MS_LOG_VALUE_MAX)
+
+struct ms_bridge {
+    lua_State *L;
+    uv_loop_t *loop;
+    struct ms_dispatch *d;
+    const struct ms_config *cfg;
+    char home[512];
+
+    int driver_fn;     /* registry ref: moonshard.host.driver */
+    int check_fn;      /* registry ref: moonshard.host.check */
+    int on_error_fn;   /* registry ref: moonshard.host.on_error */
+    int traceback_fn;  /* registry ref: debug.traceback */
+    int cur_driver;    /* registry ref of the driver in use, or LUA_NOREF */
+    int pool[POOL_MAX];
+    int npool;
+    struct waiting *co_of; /* [handle] -> its coroutine waiting in an ask */
+    uint32_t nco;
+
+    uint32_t cur_h;       /* entity whose handler runs now */
+    int cur_kind;         /* its delivery's kind */
+    uint64_t ask_corr;    /* the ask the running handler issued last */
+    uint64_t cur_start_ns;
+    int budget;
+    int handled;
+    uint64_t slow;
+    uint64_t min_slow_ms; /* smallest slow_handler_ms of all types */
+    struct ms_router *router; /* the one send path; NULL: closing */
+    struct ms_bridge_reports reports;
+
+    /* partitioners of the types that have one (see ms_bridge_partition) */
+    int *part_ref;        /* [type] registry ref, or LUA_NOREF */
+    uint64_t *part_fails; /* [type] failures, for the log */
+    int npart;
+    int in_leaf;          /* inside a core.* send or owner lookup */
+    int in_next;          /* inside ms_lua_next (an FFI call) */
+    int in_partition;     /* a partitioner runs */
+    int pc_type;          /* last answer: type, id, shard */
+    size_t pc_len;
+    uint32_t pc_shard;
+    char pc_id[MS_MAX_ID];
+
+    /* what runs now, for the watchdog thread (see running.h) */
+    struct ms_running running;
+};
+
+/* An entity suspended in an ask: its coroutine, the kind of the message
+ * it was handling, and the ask it waits for. A finished ask resumes the
+ * coroutine only if it is that ask (an ask abandoned by a handler that
+ * went on, or died, must not answer a later one). */
+struct waiting {
+    int ref;
+    int kind;
+    uint64_t corr;
+};
+
+/* Sentinels yielded by driver coroutines; their addresses are the keys
+ * (driver.c; core.ASK, core.IDLE and core.FREE in Lua). */
+extern char ms__bridge_tok_ask, ms__bridge_tok_idle, ms__bridge_tok_free;
+
+/* ---- vm.c ---------------------------------------------------------------- */
+
+/* The monotonic coarse clock in ns (handler timing). Handler timing only
+ * needs to see slow handlers (>= milliseconds), so the coarse clock is
+ * enough and costs a few nanoseconds; inline, as it runs per message. */
+static inline uint64_t ms__bridge_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The loop's time in ms. */
+static inline uint64_t ms__bridge_now_ms(struct ms_bridge *b)
+{
+    return uv_now(b->loop);
+}
+
+/* Publishes Lua code other than a handler as running (see running.h),
+ * unless something is published already. Returns whether it published,
+ * for ms__bridge_unmark. */
+int ms__bridge_mark(struct ms_bridge *b, int kind, int type,
+                    const char *text, size_t len);
+void ms__bridge_unmark(struct ms_bridge *b, int marked);
+
+/* Calls the function below `nargs` arguments on b->L's stack with a
+ * traceback handler. Returns 0 with `nres` results on the stack, or a
+ * negative code with the error text in `err` and the stack restored. */
+int ms__bridge_pcall(struct ms_bridge *b, int nargs, int nres, char *err,
+                     size_t errlen);
+
+/* Calls require(module).fn with the `nargs` arguments on the stack;
+ * leaves `nres` results (ms__bridge_pcall's contract). */
+int ms__bridge_call_module(struct ms_bridge *b, const char *module,
+                           const char *fn, int nargs, int nres, char *err,
+                           size_t errlen);
+
+/* ms__bridge_call_module, published for the watchdog as "module.fn" (and
+ * the entity type it is for, when not NULL). */
+int ms__bridge_call_labelled(struct ms_bridge *b, const char *module,
+                             const char *fn, const char *type_name,
+                             int nargs, int nres, char *err, size_t errlen);
+
+/* core.now() and moonshard.clock.now(): wall-clock seconds. */
+int ms__bridge_l_now(lua_State *L);
+
+/* ---- leaf.c -------------------------------------------------------------- */
+
+/* Pushes moonshard.core, its functions bound to b (package.preload). */
+int ms__bridge_open_core(lua_State *L);
+
+/* The log fields naming entity h: type=, shard=, id=, each escaped. */
+void ms__bridge_entity_fields(struct ms_bridge *b, uint32_t h, char *buf,
+                              size_t len);
+
+/* Finishes entity h's current message: timing, then the dispatcher. */
+void ms__bridge_finish(struct ms_bridge *b, uint32_t h);
+
+/* ---- strategy.c ---------------------------------------------------------- */
+
+/* Room for the partitioner refs of n types (the refs of an earlier load
+ * are released). 0 or MS_ENOMEM. */
+int ms__bridge_part_alloc(struct ms_bridge *b, int n);
+
+#endif

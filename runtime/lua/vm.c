@@ -1,0 +1,285 @@
+/*
+ * vm.c -- the bridge's LuaJIT VM: its creation with the package paths and
+ * preloads, the one protected-call wrapper, calls into Lua modules, the
+ * GC, and what runs now for the watchdog (see bridge_int.h for the map of
+ * the bridge).
+ */
+#include "bridge_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "json_encode.h"
+
+/* ---- what runs now, for the watchdog --------------------------------- */
+
+/* A handler's own calls stay the handler's: see bridge_int.h. */
+int ms__bridge_mark(struct ms_bridge *b, int kind, int type,
+                    const char *text, size_t len)
+{
+    if (!ms_running_is_idle(&b->running))
+        return 0;
+    ms_running_set(&b->running, kind, type, 0, text, len,
+                   ms__bridge_clock_ns());
+    return 1;
+}
+
+void ms__bridge_unmark(struct ms_bridge *b, int marked)
+{
+    if (marked)
+        ms_running_idle(&b->running);
+}
+
+/* ---- the one protected-call wrapper --------------------------------- */
+
+/* stack in: fn, args...   out: results... (or nothing) */
+int ms__bridge_pcall(struct ms_bridge *b, int nargs, int nres, char *err,
+                     size_t errlen)
+{
+    static const char what[] = "Lua code of the host";
+    lua_State *L = b->L;
+    int base = lua_gettop(L) - nargs;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, b->traceback_fn);
+    lua_insert(L, base); /* stack: traceback, fn, args... */
+    int marked = ms__bridge_mark(b, MS_RUN_LUA, -1, what, sizeof what - 1);
+    int rc = lua_pcall(L, nargs, nres, base);
+    ms__bridge_unmark(b, marked);
+    lua_remove(L, base);
+    if (rc == 0)
+        return 0;
+    const char *msg = lua_tostring(L, -1);
+    if (err)
+        snprintf(err, errlen, "%s%s",
+                 rc == LUA_ERRMEM ? "out of memory: " :
+                 rc == LUA_ERRERR ? "error in error handler: " : "",
+                 msg ? msg : "(error object is not a string)");
+    lua_pop(L, 1);
+    return rc == LUA_ERRMEM ? MS_ENOMEM : MS_EINVAL;
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+/* core.now() -> wall-clock seconds */
+int ms__bridge_l_now(lua_State *L)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    lua_pushnumber(L, (lua_Number)tv.tv_sec + tv.tv_usec / 1e6);
+    return 1;
+}
+
+static int open_clock(lua_State *L)
+{
+    lua_newtable(L);
+    lua_pushcfunction(L, ms__bridge_l_now);
+    lua_setfield(L, -2, "now");
+    return 1;
+}
+
+/* package.path: lua/, entities/ first (the config's folder is added by
+ * moonshard.config when the script loads); moonshard.clock preloaded. */
+static void set_paths(lua_State *L, const char *home)
+{
+    /* stack: package */
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    lua_pushfstring(L, "%s/lua/?.lua;%s/lua/?/init.lua;%s/entities/?.lua;%s",
+                    home, home, home, lua_tostring(L, -1));
+    lua_setfield(L, -3, "path");
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "preload");
+    lua_pushcfunction(L, open_clock);
+    lua_setfield(L, -2, "moonshard.clock");
+    lua_pop(L, 2);
+}
+
+int ms_lua_run_isolated(const char *home, const char *module, const char *fn,
+                        const char *arg, char **out, char *err, size_t errlen)
+{
+    lua_State *L = luaL_newstate();
+    if (!L)
+        return MS_ENOMEM;
+    luaL_openlibs(L);
+    set_paths(L, home);
+    int rc = MS_EINVAL;
+    *out = NULL;
+    /* stack: require, module -> mod */
+    lua_getglobal(L, "require");
+    lua_pushstring(L, module);
+    if (lua_pcall(L, 1, 1, 0) != 0) {
+        snprintf(err, errlen, "%s", lua_tostring(L, -1));
+        goto done;
+    }
+    lua_getfield(L, -1, fn);
+    lua_pushstring(L, arg);
+    if (lua_pcall(L, 1, 1, 0) != 0) {
+        snprintf(err, errlen, "%s", lua_tostring(L, -1));
+        goto done;
+    }
+    *out = strdup(lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
+    rc = *out ? 0 : MS_ENOMEM;
+done:
+    lua_close(L);
+    return rc;
+}
+
+int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home)
+{
+    struct ms_bridge *b = calloc(1, sizeof *b);
+    if (!b)
+        return MS_ENOMEM;
+    b->L = luaL_newstate();
+    if (!b->L) {
+        free(b);
+        return MS_ENOMEM;
+    }
+    b->loop = loop;
+    b->cur_driver = LUA_NOREF;
+    b->pc_type = -1;
+    snprintf(b->home, sizeof b->home, "%s", home);
+    lua_State *L = b->L;
+    luaL_openlibs(L);
+    /* stack: package.preload */
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "preload");
+    lua_pushlightuserdata(L, b); /* the leaf functions' bridge */
+    lua_pushcclosure(L, ms__bridge_open_core, 1);
+    lua_setfield(L, -2, "moonshard.core");
+    lua_pushcfunction(L, ms_json_encode_open);
+    lua_setfield(L, -2, "moonshard.encoder");
+    lua_pop(L, 2);
+    set_paths(L, home);
+    lua_getglobal(L, "debug");
+    lua_getfield(L, -1, "traceback");
+    b->traceback_fn = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pop(L, 1);
+    *out = b;
+    return 0;
+}
+
+void ms_bridge_free(struct ms_bridge *b)
+{
+    if (!b)
+        return;
+    lua_close(b->L);
+    free(b->co_of);
+    free(b->part_ref);
+    free(b->part_fails);
+    free(b);
+}
+
+/* stack in: args...  out: results... */
+int ms__bridge_call_module(struct ms_bridge *b, const char *module,
+                           const char *fn, int nargs, int nres, char *err,
+                           size_t errlen)
+{
+    lua_State *L = b->L;
+    lua_getglobal(L, "require");
+    lua_pushstring(L, module);
+    int rc = ms__bridge_pcall(b, 1, 1, err, errlen);
+    if (rc < 0) {
+        lua_pop(L, nargs);
+        return rc;
+    }
+    lua_getfield(L, -1, fn);
+    lua_remove(L, -2);
+    if (!lua_isfunction(L, -1)) {
+        snprintf(err, errlen, "%s.%s is not a function", module, fn);
+        lua_pop(L, nargs + 1);
+        return MS_EINVAL;
+    }
+    lua_insert(L, -1 - nargs); /* stack: fn, args... */
+    return ms__bridge_pcall(b, nargs, nres, err, errlen);
+}
+
+int ms__bridge_call_labelled(struct ms_bridge *b, const char *module,
+                             const char *fn, const char *type_name,
+                             int nargs, int nres, char *err, size_t errlen)
+{
+    char what[MS_RUNNING_TEXT_MAX];
+    int n = snprintf(what, sizeof what, "%s.%s%s%s", module, fn,
+                     type_name ? " of " : "", type_name ? type_name : "");
+    size_t len = n < 0 ? 0 : (size_t)n >= sizeof what ? sizeof what - 1
+                                                       : (size_t)n;
+    int marked = ms__bridge_mark(b, MS_RUN_LUA, -1, what, len);
+    int rc = ms__bridge_call_module(b, module, fn, nargs, nres, err, errlen);
+    ms__bridge_unmark(b, marked);
+    return rc;
+}
+
+void ms_bridge_set_router(struct ms_bridge *b, struct ms_router *r,
+                          const struct ms_bridge_reports *reports)
+{
+    b->router = r;
+    if (reports)
+        b->reports = *reports;
+}
+
+int ms_bridge_gc_step(struct ms_bridge *b, int kb)
+{
+    return lua_gc(b->L, LUA_GCSTEP, kb);
+}
+
+size_t ms_bridge_gc_full(struct ms_bridge *b)
+{
+    lua_gc(b->L, LUA_GCCOLLECT, 0);
+    return (size_t)lua_gc(b->L, LUA_GCCOUNT, 0) * 1024 +
+           (size_t)lua_gc(b->L, LUA_GCCOUNTB, 0);
+}
+
+int ms_bridge_check(struct ms_bridge *b, const char *json, size_t len,
+                    char *err, size_t errlen)
+{
+    lua_State *L = b->L;
+    static const char what[] = "moonshard.host.check";
+    lua_rawgeti(L, LUA_REGISTRYINDEX, b->check_fn);
+    lua_pushlstring(L, json, len);
+    int marked = ms__bridge_mark(b, MS_RUN_LUA, -1, what, sizeof what - 1);
+    int called = ms__bridge_pcall(b, 1, 2, err, errlen);
+    ms__bridge_unmark(b, marked);
+    if (called < 0)
+        return MS_EBADJSON;
+    int rc = 0;
+    if (!lua_isnil(L, -2)) {
+        const char *code = lua_tostring(L, -2);
+        rc = code && strcmp(code, "not_object") == 0 ? MS_ENOTTABLE
+                                                     : MS_EBADJSON;
+        snprintf(err, errlen, "%s", lua_tostring(L, -1));
+    }
+    lua_pop(L, 2);
+    return rc;
+}
+
+int ms_bridge_call(struct ms_bridge *b, const char *module, const char *fn,
+                   const char *arg, char **out, char *err, size_t errlen)
+{
+    lua_State *L = b->L;
+    lua_pushstring(L, arg ? arg : "");
+    int rc = ms__bridge_call_labelled(b, module, fn, NULL, 1, 1, err, errlen);
+    if (rc < 0)
+        return rc;
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    *out = malloc(len + 1);
+    if (*out) {
+        memcpy(*out, s ? s : "", s ? len : 0);
+        (*out)[s ? len : 0] = 0;
+    }
+    lua_pop(L, 1);
+    return *out ? 0 : MS_ENOMEM;
+}
+
+uint64_t ms_bridge_slow_count(struct ms_bridge *b)
+{
+    return b->slow;
+}
+
+const struct ms_running *ms_bridge_running(struct ms_bridge *b)
+{
+    return &b->running;
+}

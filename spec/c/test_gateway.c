@@ -1,0 +1,403 @@
+/* The HTTP gateway over a fake node (runtime/io/gateway.h): what each
+ * endpoint asks of the node, with which arguments, and what it answers.
+ * Real sockets on 127.0.0.1, one loop; no node, no Lua. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../runtime/core/log.h"
+#include "../../runtime/io/http.h"
+#include "check.h"
+
+/* ---- the fake node -------------------------------------------------------- */
+
+struct fake {
+    uv_loop_t *loop;
+    int tells, asks, activates, stops, leaves, downs, moves, admin_checks;
+    int type;                 /* of the last call */
+    char id[64];              /* the last id, decoded */
+    char body[256];           /* the last payload */
+    uint64_t timeout_ms;      /* of the last ask */
+    char lua[128];            /* "module.fn" of the last call_lua */
+    int admin_rc;             /* what check_admin answers */
+    ms_ask_cb cb;             /* the ask to answer */
+    void *cb_data;
+    uv_timer_t answer;
+};
+
+static void keep(char *dst, size_t cap, const char *s, size_t len)
+{
+    snprintf(dst, cap, "%.*s", (int)len, s);
+}
+
+static int f_type(void *d, const char *name, size_t len)
+{
+    (void)d;
+    return len == 7 && memcmp(name, "Counter", 7) == 0 ? 3 : MS_ENOTYPE;
+}
+
+static int f_check(void *d, const char *json, size_t len, char *err,
+                   size_t errlen)
+{
+    (void)d;
+    if (len > 0 && json[0] == '{')
+        return 0;
+    snprintf(err, errlen, "not an object");
+    return MS_ENOTTABLE;
+}
+
+static int f_tell(void *d, int type, const char *id, size_t idlen,
+                  const char *json, size_t len)
+{
+    struct fake *f = d;
+    f->tells++;
+    f->type = type;
+    keep(f->id, sizeof f->id, id, idlen);
+    keep(f->body, sizeof f->body, json, len);
+    return 0;
+}
+
+static void on_answer(uv_timer_t *t)
+{
+    struct fake *f = t->data;
+    static const char reply[] = "{\"n\":42}";
+    f->cb(f->cb_data, 0, reply, sizeof reply - 1);
+}
+
+static int f_ask(void *d, int type, const char *id, size_t idlen,
+                 const char *json, size_t len, uint64_t timeout_ms,
+                 ms_ask_cb cb, void *data)
+{
+    struct fake *f = d;
+    f->asks++;
+    f->type = type;
+    f->timeout_ms = timeout_ms;
+    keep(f->id, sizeof f->id, id, idlen);
+    keep(f->body, sizeof f->body, json, len);
+    f->cb = cb; /* answered from the loop, never before this returns */
+    f->cb_data = data;
+    uv_timer_start(&f->answer, on_answer, 1, 0);
+    return 0;
+}
+
+static int f_activate(void *d, int type, const char *id, size_t idlen,
+                      uint64_t timeout_ms, ms_ask_cb cb, void *data)
+{
+    struct fake *f = d;
+    f->activates++;
+    (void)type, (void)id, (void)idlen, (void)timeout_ms, (void)cb;
+    (void)data;
+    return MS_EUNAVAIL; /* refused: the callback is not called */
+}
+
+static int f_stop(void *d, int type, const char *id, size_t idlen)
+{
+    struct fake *f = d;
+    f->stops++;
+    f->type = type;
+    keep(f->id, sizeof f->id, id, idlen);
+    return 0;
+}
+
+static int f_shard_of(void *d, int type, const char *id, size_t idlen,
+                      uint32_t *shard)
+{
+    (void)d, (void)type, (void)id, (void)idlen;
+    *shard = 7;
+    return 0;
+}
+
+static size_t put(char *buf, size_t len, const char *text)
+{
+    size_t n = strlen(text);
+    if (buf && len)
+        snprintf(buf, len, "%s", text);
+    return n;
+}
+
+static size_t f_stats(void *d, char *buf, size_t len)
+{
+    (void)d;
+    return put(buf, len, "{\"routed\":5}");
+}
+
+static size_t f_members(void *d, char *buf, size_t len)
+{
+    (void)d;
+    return put(buf, len, "{\"members\":[]}");
+}
+
+static size_t f_owner(void *d, int type, const char *id, size_t idlen,
+                      char *buf, size_t len)
+{
+    (void)d, (void)type, (void)id, (void)idlen;
+    return put(buf, len, "{\"shard\":7,\"owner\":null}");
+}
+
+/* longer than the endpoint's first buffer: it must ask again */
+static size_t f_allocations(void *d, int type, char *buf, size_t len)
+{
+    (void)d, (void)type;
+    static char big[9000];
+    if (!big[0]) {
+        memset(big, ' ', sizeof big - 1);
+        memcpy(big, "{\"shards\":[]}", 13);
+    }
+    return put(buf, len, big);
+}
+
+static int f_call_lua(void *d, const char *module, const char *fn,
+                      const char *arg, char **out, char *err, size_t errlen)
+{
+    struct fake *f = d;
+    (void)err, (void)errlen;
+    snprintf(f->lua, sizeof f->lua, "%s.%s", module, fn);
+    char text[128];
+    snprintf(text, sizeof text, "metrics of %s\n", arg);
+    *out = strdup(text);
+    return 0;
+}
+
+static int f_check_admin(void *d, const char *token, size_t len,
+                         int loopback)
+{
+    struct fake *f = d;
+    f->admin_checks++;
+    (void)token, (void)len, (void)loopback;
+    return f->admin_rc;
+}
+
+static int f_leave(void *d)
+{
+    ((struct fake *)d)->leaves++;
+    return 0;
+}
+
+static int f_down(void *d, const char *address, int force)
+{
+    struct fake *f = d;
+    f->downs++;
+    snprintf(f->body, sizeof f->body, "%s force=%d", address, force);
+    return 0;
+}
+
+static int f_move(void *d, const char *type, size_t len, uint32_t shard)
+{
+    struct fake *f = d;
+    f->moves++;
+    snprintf(f->body, sizeof f->body, "%.*s/%u", (int)len, type, shard);
+    return 0;
+}
+
+/* ---- a client: one request, the whole response (Connection: close) -------- */
+
+struct client {
+    uv_tcp_t tcp;
+    uv_connect_t conn;
+    uv_write_t wr;
+    const char *request;
+    char resp[16384];
+    size_t len;
+    int done;
+};
+
+static void on_alloc(uv_handle_t *h, size_t want, uv_buf_t *b)
+{
+    struct client *c = h->data;
+    (void)want;
+    *b = uv_buf_init(c->resp + c->len, (unsigned)(sizeof c->resp - 1 -
+                                                  c->len));
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    ((struct client *)h->data)->done = 1;
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+{
+    struct client *c = s->data;
+    (void)b;
+    if (n > 0) {
+        c->len += (size_t)n;
+        c->resp[c->len] = 0;
+    } else if (n < 0) {
+        uv_close((uv_handle_t *)s, on_closed);
+    }
+}
+
+static void on_written(uv_write_t *w, int status)
+{
+    (void)w, (void)status;
+}
+
+static void on_connect(uv_connect_t *r, int status)
+{
+    struct client *c = r->data;
+    if (status < 0) {
+        uv_close((uv_handle_t *)&c->tcp, on_closed);
+        return;
+    }
+    uv_buf_t b = uv_buf_init((char *)c->request,
+                             (unsigned)strlen(c->request));
+    uv_write(&c->wr, (uv_stream_t *)&c->tcp, &b, 1, on_written);
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+/* Sends `request` to the gateway at `port` and returns its status; the
+ * response is in c->resp. */
+static int request(uv_loop_t *loop, int port, struct client *c,
+                   const char *req)
+{
+    struct sockaddr_in a;
+    memset(c, 0, sizeof *c);
+    c->request = req;
+    c->tcp.data = c->conn.data = c;
+    uv_ip4_addr("127.0.0.1", port, &a);
+    uv_tcp_init(loop, &c->tcp);
+    uv_tcp_connect(&c->conn, &c->tcp, (struct sockaddr *)&a, on_connect);
+    while (!c->done)
+        uv_run(loop, UV_RUN_ONCE);
+    int status = 0;
+    if (sscanf(c->resp, "HTTP/1.1 %d", &status) != 1)
+        status = -1;
+    return status;
+}
+
+static const char *body_of(const struct client *c)
+{
+    const char *p = strstr(c->resp, "\r\n\r\n");
+    return p ? p + 4 : "";
+}
+
+int main(void)
+{
+    ms_log_setup("test", getenv("VERBOSE") ? 0 : MS_LOG_ERROR + 1);
+    uv_loop_t *loop = uv_default_loop();
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    f.loop = loop;
+    f.admin_rc = MS_EINVAL;
+    uv_timer_init(loop, &f.answer);
+    f.answer.data = &f;
+    struct ms_gateway gw = {
+        .data = &f, .name = "fake", .max_message = 64, .timeout_ms = 5000,
+        .connections = 16, .type = f_type, .check_message = f_check,
+        .tell = f_tell, .ask = f_ask, .activate = f_activate,
+        .stop = f_stop, .shard_of = f_shard_of, .stats_json = f_stats,
+        .members_json = f_members, .owner_json = f_owner,
+        .allocations_json = f_allocations, .call_lua = f_call_lua,
+        .check_admin = f_check_admin, .leave = f_leave, .down = f_down,
+        .move = f_move};
+    struct ms_http *h;
+    char err[256];
+    CHECK(ms_http_start(&h, loop, &gw, "127.0.0.1", 0, err, sizeof err) == 0);
+    int port = atoi(strrchr(ms_http_address(h), ':') + 1);
+    CHECK(port > 0);
+    struct client c;
+
+    /* tell: the id is percent-decoded, the type resolved, 202 */
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/c%201/tell HTTP/1.1\r\n"
+                  "Host: x\r\nConnection: close\r\nContent-Length: 7\r\n"
+                  "\r\n{\"a\":1}") == 202);
+    CHECK(f.tells == 1 && f.type == 3 && strcmp(f.id, "c 1") == 0 &&
+          strcmp(f.body, "{\"a\":1}") == 0);
+
+    /* an unknown type: 404, the node is not asked to send */
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Nope/c1/tell HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\nContent-Length: 2\r\n\r\n{}") == 404);
+    CHECK(f.tells == 1);
+
+    /* a body the node's check refuses: 400, not sent */
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/c1/tell HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\nContent-Length: 2\r\n\r\n[]") == 400);
+    CHECK(f.tells == 1);
+
+    /* a body above max_message: 413 before the node sees it */
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/c1/tell HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\nContent-Length: 65\r\n\r\n") == 413);
+    CHECK(f.tells == 1);
+
+    /* ask: the timeout in ms, the reply from the callback as the body */
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/k/ask?timeout=2.5 HTTP/1.1\r\n"
+                  "Host: x\r\nConnection: close\r\nContent-Length: 2\r\n"
+                  "\r\n{}") == 200);
+    CHECK(f.asks == 1 && f.timeout_ms == 2500 && strcmp(f.id, "k") == 0);
+    CHECK(strcmp(body_of(&c), "{\"n\":42}") == 0);
+
+    /* activate refused by the node: its code's status (503) */
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/k/activate HTTP/1.1\r\n"
+                  "Host: x\r\nConnection: close\r\nContent-Length: 0\r\n"
+                  "\r\n") == 503);
+    CHECK(f.activates == 1);
+
+    /* stop */
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/k2/stop HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\nContent-Length: 0\r\n\r\n") == 202);
+    CHECK(f.stops == 1 && strcmp(f.id, "k2") == 0);
+
+    /* the JSON writers */
+    CHECK(request(loop, port, &c,
+                  "GET /v1/stats HTTP/1.1\r\nHost: x\r\nConnection: close"
+                  "\r\n\r\n") == 200);
+    CHECK(strcmp(body_of(&c), "{\"routed\":5}") == 0);
+    CHECK(request(loop, port, &c,
+                  "GET /v1/members HTTP/1.1\r\nHost: x\r\nConnection: close"
+                  "\r\n\r\n") == 200);
+    CHECK(strcmp(body_of(&c), "{\"members\":[]}") == 0);
+    CHECK(request(loop, port, &c,
+                  "GET /v1/entities/Counter/k/owner HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\n\r\n") == 200);
+    CHECK(strcmp(body_of(&c), "{\"shard\":7,\"owner\":null}") == 0);
+    CHECK(request(loop, port, &c,
+                  "GET /v1/allocations/Counter HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\n\r\n") == 200);
+    CHECK(strlen(body_of(&c)) == 8999 &&
+          strncmp(body_of(&c), "{\"shards\":[]}", 13) == 0);
+
+    /* /metrics renders the stats through the node's Lua */
+    CHECK(request(loop, port, &c,
+                  "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close"
+                  "\r\n\r\n") == 200);
+    CHECK(strcmp(f.lua, "moonshard.metrics.render") == 0);
+    CHECK(strcmp(body_of(&c), "metrics of {\"routed\":5}\n") == 0);
+
+    /* health and the help page name the node */
+    CHECK(request(loop, port, &c,
+                  "GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close"
+                  "\r\n\r\n") == 200);
+    CHECK(strcmp(body_of(&c), "{\"ok\":true,\"node\":\"fake\"}") == 0);
+
+    /* admin endpoints: refused while the node's check refuses ... */
+    CHECK(request(loop, port, &c,
+                  "POST /v1/leave HTTP/1.1\r\nHost: x\r\nConnection: close"
+                  "\r\nContent-Length: 0\r\n\r\n") == 403);
+    CHECK(f.admin_checks == 1 && f.leaves == 0);
+    /* ... and carried out once it accepts */
+    f.admin_rc = 0;
+    CHECK(request(loop, port, &c,
+                  "POST /v1/leave HTTP/1.1\r\nHost: x\r\nConnection: close"
+                  "\r\nContent-Length: 0\r\n\r\n") == 202);
+    CHECK(f.leaves == 1);
+    CHECK(request(loop, port, &c,
+                  "POST /v1/down HTTP/1.1\r\nHost: x\r\nConnection: close"
+                  "\r\nContent-Length: 16\r\n\r\n\"127.0.0.1:7946\"") == 202);
+    CHECK(f.downs == 1 && strcmp(f.body, "127.0.0.1:7946 force=0") == 0);
+    CHECK(request(loop, port, &c,
+                  "POST /v1/move/Counter/12 HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\nContent-Length: 0\r\n\r\n") == 202);
+    CHECK(f.moves == 1 && strcmp(f.body, "Counter/12") == 0);
+
+    ms_http_close(h);
+    uv_close((uv_handle_t *)&f.answer, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+    CHECK(uv_loop_close(loop) == 0);
+    CHECK_DONE();
+}
