@@ -351,7 +351,6 @@ static void on_closed(uv_handle_t *h)
         r->self_head = m->next;
         free(m);
     }
-    ms_region_free(r->rg);
     free(r);
 }
 
@@ -363,6 +362,10 @@ void ms_router_close(struct ms_router *r)
         ms_log(MS_LOG_WARN, NULL, "%llu tells waiting for their shard's "
                "owner were dropped: the node is stopping",
                (unsigned long long)dropped);
+    /* freed now, not from the handles' close callbacks: the region
+     * borrows the node's config, which the node may free first */
+    ms_region_free(r->rg);
+    r->rg = NULL;
     r->open_handles = 3;
     uv_close((uv_handle_t *)&r->sweep, on_closed);
     uv_close((uv_handle_t *)&r->self_check, on_closed);
