@@ -226,15 +226,21 @@ static int given_shard(struct ms_bridge *b, lua_State *L, int arg, int type, con
     return 0;
 }
 
-/* The one check of a send from Lua, at this edge: the destination is
- * resolved (type, id, shard: the one given above) and the payload's size
- * checked once; the router and the dispatcher take the result. */
-static int resolve_send(struct ms_bridge *b, int type, const char *id,
-                        size_t idlen, size_t len, struct ms_dest *dst)
+/* The one check of a send from Lua, at this edge: the shard the sender
+ * gave (argument `arg`) is taken, the destination resolved (type, id,
+ * shard) and the payload's size checked once; the router and the
+ * dispatcher take the result. Returns 0 or a negative code. */
+static int dest_of(struct ms_bridge *b, lua_State *L, int arg, int type,
+                   const char *id, size_t idlen, size_t len,
+                   struct ms_dest *dst)
 {
+    if (b->in_partition || given_shard(b, L, arg, type, id, idlen) < 0)
+        return MS_EPARTITION;
     if (!b->router)
         return MS_ECANCELED; /* the node is closing */
+    b->in_leaf = 1; /* the partitioner reads the given shard: no Lua */
     int rc = ms_dispatch_resolve(b->d, type, id, idlen, dst);
+    b->in_leaf = 0;
     if (rc == 0 && b->cfg && len > b->cfg->max_message)
         rc = MS_E2BIG;
     return rc;
@@ -248,13 +254,12 @@ static int l_tell(lua_State *L)
     int type = (int)luaL_checkinteger(L, 1);
     const char *id = luaL_checklstring(L, 2, &idlen);
     const char *json = luaL_checklstring(L, 3, &len);
-    if (b->in_partition || given_shard(b, L, 4, type, id, idlen) < 0)
-        return push_err(L, MS_EPARTITION);
-    b->in_leaf = 1; /* sends only enqueue: no Lua from here */
     struct ms_dest dst;
-    int rc = resolve_send(b, type, id, idlen, len, &dst);
-    if (rc == 0)
-        rc = ms_router_tell(b->router, &dst, json, len);
+    int rc = dest_of(b, L, 4, type, id, idlen, len, &dst);
+    if (rc < 0)
+        return push_err(L, rc);
+    b->in_leaf = 1; /* sends only enqueue: no Lua from here */
+    rc = ms_router_tell(b->router, &dst, json, len);
     b->in_leaf = 0;
     if (rc < 0)
         return push_err(L, rc);
@@ -276,13 +281,12 @@ static int l_ask(lua_State *L)
         return luaL_error(L, "ask is only possible inside a handler");
     struct ms_waiter w = {NULL, NULL, b->cur_h};
     uint64_t t = timeout_ms ? timeout_ms : 1;
-    if (b->in_partition || given_shard(b, L, 5, type, id, idlen) < 0)
-        return push_err(L, MS_EPARTITION);
-    b->in_leaf = 1;
     struct ms_dest dst;
-    int64_t corr = resolve_send(b, type, id, idlen, len, &dst);
-    if (corr == 0)
-        corr = ms_router_ask(b->router, &dst, json, len, t, &w);
+    int rc = dest_of(b, L, 5, type, id, idlen, len, &dst);
+    if (rc < 0)
+        return push_err(L, rc);
+    b->in_leaf = 1;
+    int64_t corr = ms_router_ask(b->router, &dst, json, len, t, &w);
     b->in_leaf = 0;
     if (corr < 0)
         return push_err(L, (int)corr);
@@ -304,14 +308,13 @@ static int l_activate(lua_State *L)
     if (b->cur_h == 0)
         return luaL_error(L, "activate is only possible inside a handler");
     struct ms_waiter w = {NULL, NULL, b->cur_h};
-    if (b->in_partition || given_shard(b, L, 4, type, id, idlen) < 0)
-        return push_err(L, MS_EPARTITION);
-    b->in_leaf = 1;
     struct ms_dest dst;
-    int64_t corr = resolve_send(b, type, id, idlen, 0, &dst);
-    if (corr == 0)
-        corr = ms_router_activate(b->router, &dst,
-                                  timeout_ms ? timeout_ms : 1, &w);
+    int rc = dest_of(b, L, 4, type, id, idlen, 0, &dst);
+    if (rc < 0)
+        return push_err(L, rc);
+    b->in_leaf = 1;
+    int64_t corr = ms_router_activate(b->router, &dst,
+                                      timeout_ms ? timeout_ms : 1, &w);
     b->in_leaf = 0;
     if (corr < 0)
         return push_err(L, (int)corr);

@@ -60,7 +60,9 @@ static void on_work(uv_idle_t *h)
     struct ms_node *n = h->data;
     ms_dispatch_expire(n->d, uv_now(n->loop));
     ms_bridge_run(n->b, ROUND_BUDGET);
-    ms_router_after_dispatch(n->router);
+    if (n->router) /* NULL once the node closes: the cluster may still
+                      report what it was handling */
+        ms_router_after_dispatch(n->router);
     n->rounds++;
     n->gc_dirty = 1;
     arm(n);
@@ -122,14 +124,16 @@ static void on_self_removed(void *data);
 static void on_cluster_frame(void *data, uint64_t uid, const struct ms_frame *f)
 {
     struct ms_node *n = data;
-    ms_router_on_frame(n->router, uid, f);
+    if (n->router)
+        ms_router_on_frame(n->router, uid, f);
     arm(n);
 }
 
 static void on_coordinator(void *data, uint64_t uid)
 {
     struct ms_node *n = data;
-    ms_router_on_coordinator(n->router, uid);
+    if (n->router)
+        ms_router_on_coordinator(n->router, uid);
     arm(n);
 }
 
@@ -137,7 +141,8 @@ static void on_member(void *data, uint64_t uid, int status, int is_self)
 {
     struct ms_node *n = data;
     (void)is_self;
-    ms_router_on_member(n->router, uid, status);
+    if (n->router)
+        ms_router_on_member(n->router, uid, status);
     arm(n);
 }
 

@@ -11,18 +11,7 @@ local helpers = require "helpers.node"
 
 local format = string.format
 
-local function must(argv, timeout)
-    local code, out, err = helpers.run(argv, timeout)
-    if code ~= 0 then
-        error(format("%s exited %s:\n%s\n%s", table.concat(argv, " "),
-                     tostring(code), out, err), 2)
-    end
-    return out
-end
-
-local function exists(path)
-    return helpers.run({ "test", "-e", path }) == 0
-end
+local must, exists = helpers.must, helpers.exists
 
 local build = helpers.bin:match("^(.*)/[^/]+$")
 local bench = build .. "/moonshard-bench"

@@ -11,19 +11,7 @@ local helpers = require "helpers.node"
 
 local format, find = string.format, string.find
 
--- Runs argv; raises with its output unless it exits 0. Returns stdout.
-local function must(argv, timeout)
-    local code, out, err = helpers.run(argv, timeout)
-    if code ~= 0 then
-        error(format("%s exited %s:\n%s\n%s", table.concat(argv, " "),
-                     tostring(code), out, err), 2)
-    end
-    return out
-end
-
-local function exists(path)
-    return helpers.run({ "test", "-e", path }) == 0
-end
+local must, exists = helpers.must, helpers.exists
 
 -- A 1-node config with the shipped counter, in a fresh folder.
 local function write_config(listen, http)

@@ -2,6 +2,7 @@
  * holds exactly what was set, for every id length; a reader on another
  * thread never sees a publication torn between two writes. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -51,6 +52,10 @@ static void *writer(void *arg)
                        k);
         if (k % 7 == 0)
             ms_running_idle(&shared);
+        if (k % 64 == 0)
+            sched_yield(); /* on a busy machine the reader must get
+                              stretches without a write, as a real
+                              loop between handlers gives it */
     }
     return NULL;
 }
@@ -60,7 +65,7 @@ static void concurrent(void)
     pthread_t t;
     CHECK(pthread_create(&t, NULL, writer, NULL) == 0);
     int reads = 0, torn = 0;
-    for (int i = 0; i < 200000; i++) {
+    for (int i = 0; i < 2000000 && reads < 20000; i++) {
         struct ms_running_view v;
         if (!ms_running_read(&shared, &v))
             continue;

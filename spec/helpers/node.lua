@@ -56,6 +56,7 @@ for _, k in ipairs({ "SIGKILL", "SIGTERM", "SIGSTOP", "SIGCONT", "now",
                      "sleep", "wait_until", "home", "bin", "fixtures",
                      "read_file", "write_file", "tmpdir", "cleanup",
                      "spawn", "pid_alive", "running", "leaks", "run",
+                     "must", "exists",
                      "moonshard", "scratch", "_sentinel" }) do
     M[k] = node_proc[k]
 end

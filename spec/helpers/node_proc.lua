@@ -344,6 +344,22 @@ function P.run(argv, timeout)
     return p.code, P.read_file(out) or "", P.read_file(err) or "", p.signal
 end
 
+-- Runs argv like P.run; raises with its output unless it exits 0.
+-- Returns stdout.
+function P.must(argv, timeout)
+    local code, out, err = P.run(argv, timeout)
+    if code ~= 0 then
+        error(format("%s exited %s:\n%s\n%s", concat(argv, " "),
+                     tostring(code), out, err), 2)
+    end
+    return out
+end
+
+-- 1 when `path` exists (a file, a folder or a link).
+function P.exists(path)
+    return P.run({ "test", "-e", path }) == 0
+end
+
 -- Runs the moonshard binary: P.moonshard("shard", "--count", "8", "a").
 function P.moonshard(...)
     local argv = { P.bin, ... }
