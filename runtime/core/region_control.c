@@ -337,6 +337,8 @@ int ms_region_new(struct ms_region **out, const struct ms_region_config *rc)
     r->cfg = cfg;
     r->usable = rc->usable;
     r->data = rc->data;
+    r->wake = rc->wake;
+    r->wake_data = rc->wake_data;
     r->self = rc->self_uid;
     r->ntypes = cfg->ntypes;
     r->types = calloc((size_t)cfg->ntypes + 1, sizeof *r->types);
