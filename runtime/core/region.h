@@ -159,7 +159,9 @@ int ms_region_new(struct ms_region **out, const struct ms_region_config *rc);
  * dropped. The region stays usable only for draining and ms_region_free. */
 uint64_t ms_region_cancel_all(struct ms_region *r);
 
-/* Frees the region, its coordinator and actions not taken. NULL: no-op. */
+/* Frees the region, its coordinator and actions not taken. NULL: no-op.
+ * It reads neither the config nor the dispatcher it was given, so their
+ * owner may free them first (a node's close callbacks run in any order). */
 void ms_region_free(struct ms_region *r);
 
 /* --- sends of this node (the destination resolved by the caller with
