@@ -119,9 +119,14 @@ static void on_self_removed(void *data);
 
 /* ---- cluster hooks ------------------------------------------------------ */
 
+/* The cluster's hooks can come after the router is gone: the node closes
+ * from inside one of them (on_self_removed, from the membership's drain,
+ * which goes on with the actions after it, e.g. a new coordinator). */
 static void on_cluster_frame(void *data, uint64_t uid, const struct ms_frame *f)
 {
     struct ms_node *n = data;
+    if (!n->router)
+        return;
     ms_router_on_frame(n->router, uid, f);
     arm(n);
 }
@@ -129,6 +134,8 @@ static void on_cluster_frame(void *data, uint64_t uid, const struct ms_frame *f)
 static void on_coordinator(void *data, uint64_t uid)
 {
     struct ms_node *n = data;
+    if (!n->router)
+        return;
     ms_router_on_coordinator(n->router, uid);
     arm(n);
 }
@@ -137,6 +144,8 @@ static void on_member(void *data, uint64_t uid, int status, int is_self)
 {
     struct ms_node *n = data;
     (void)is_self;
+    if (!n->router)
+        return;
     ms_router_on_member(n->router, uid, status);
     arm(n);
 }
