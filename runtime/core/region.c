@@ -504,8 +504,15 @@ static void on_remote_reply(void *data, int err, const char *payload,
     f.flags = err == 0 ? 0 : (uint16_t)(-err);
     f.payload = payload;
     f.payload_len = len;
-    ms__region_emit(ra->r, MS_REGION_SEND, ra->uid, &f, RG_FAIL_NONE, 0);
+    struct ms_region *r = ra->r;
+    uint64_t uid = ra->uid;
     free(ra);
+    /* the dispatcher calls this outside of any region call (ctx:reply,
+     * a handler's end, a deadline): the caller drains now, so the reply
+     * leaves when it is made, not when the dispatch round ends */
+    if (ms__region_emit(r, MS_REGION_SEND, uid, &f, RG_FAIL_NONE, 0) == 0
+        && r->wake)
+        r->wake(r->wake_data);
 }
 
 /* Hands a request from node `uid` to this node's dispatcher; an ask's

@@ -32,8 +32,9 @@
  * asks completed or failed) are made directly through dispatch.h, which
  * is core too; effects outside come out as struct ms_region_action, which
  * the caller drains with ms_region_next_action() after each call (and
- * after each dispatch round: a remote ask's reply is queued when the
- * dispatcher answers it) and performs, like the coordinator's actions.
+ * when the `wake` callback says so: a remote ask's reply is queued when
+ * the dispatcher answers it, outside of any region call) and performs,
+ * like the coordinator's actions.
  *
  * CONTROL messages this node sends to itself come out as SEND actions to
  * its own uid: the caller feeds them back with ms_region_on_frame() later,
@@ -111,7 +112,15 @@ struct ms_region_config {
     ms_coord_allocate_cb allocate;
     ms_coord_rebalance_cb rebalance;
     ms_coord_eligible_cb eligible;
-    void *data;                     /* passed to every callback */
+    void *data;                     /* passed to every callback above */
+    /* Optional: the region queued actions outside of any call into it (a
+     * remote ask answered by this node's dispatcher, at ctx:reply, or its
+     * deadline); the caller drains them now, as after a call, so that a
+     * reply leaves when the handler makes it, not when the dispatch round
+     * ends. Called with wake_data; it may drain the region (it is never
+     * called from inside a region call). */
+    void (*wake)(void *wake_data);
+    void *wake_data;
 };
 
 enum ms_region_action_kind {
@@ -150,7 +159,9 @@ int ms_region_new(struct ms_region **out, const struct ms_region_config *rc);
  * dropped. The region stays usable only for draining and ms_region_free. */
 uint64_t ms_region_cancel_all(struct ms_region *r);
 
-/* Frees the region, its coordinator and actions not taken. NULL: no-op. */
+/* Frees the region, its coordinator and actions not taken. NULL: no-op.
+ * It reads neither the config nor the dispatcher it was given, so their
+ * owner may free them first (a node's close callbacks run in any order). */
 void ms_region_free(struct ms_region *r);
 
 /* --- sends of this node (the destination resolved by the caller with

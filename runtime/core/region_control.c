@@ -337,6 +337,8 @@ int ms_region_new(struct ms_region **out, const struct ms_region_config *rc)
     r->cfg = cfg;
     r->usable = rc->usable;
     r->data = rc->data;
+    r->wake = rc->wake;
+    r->wake_data = rc->wake_data;
     r->self = rc->self_uid;
     r->ntypes = cfg->ntypes;
     r->types = calloc((size_t)cfg->ntypes + 1, sizeof *r->types);
@@ -379,10 +381,13 @@ void ms_region_free(struct ms_region *r)
 {
     if (!r)
         return;
+    /* the config may be gone already (the node frees it in a close
+     * callback that can run before the router's): the plan has the
+     * shard count */
     for (int t = 0; r->types && t < r->ntypes; t++) {
         struct rtype *rt = &r->types[t];
-        for (uint32_t s = 0; rt->shards && s < r->cfg->types[t].shard_count;
-             s++)
+        uint32_t n = rt->plan ? ms_plan_shard_count(rt->plan) : 0;
+        for (uint32_t s = 0; rt->shards && s < n; s++)
             while (rt->shards[s].head) {
                 struct pend *p = rt->shards[s].head;
                 rt->shards[s].head = p->next;

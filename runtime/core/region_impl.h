@@ -68,6 +68,8 @@ struct ms_region {
     const struct ms_config *cfg;
     ms_region_usable_cb usable;
     void *data;
+    void (*wake)(void *wake_data); /* optional (region.h) */
+    void *wake_data;
     struct rtype *types;
     int ntypes;
     uint64_t self;

@@ -38,6 +38,7 @@ struct ms_router {
     uv_idle_t self_idle;
     int open_handles;
     int draining;
+    int closed;              /* ms_router_close was called */
     void (*kick)(void *);    /* the dispatcher may have work now */
     void *kick_data;
 };
@@ -140,6 +141,16 @@ static void drain(struct ms_router *r)
         ms_region_action_free(&a);
     }
     r->draining = 0;
+}
+
+/* The region queued a remote ask's reply outside of a call into it (the
+ * dispatcher answered it inside a handler, or at its deadline): send it
+ * now, as a send from a handler is, not when the dispatch round ends. */
+static void on_wake(void *data)
+{
+    struct ms_router *r = data;
+    if (!r->closed)
+        drain(r);
 }
 
 /* 1 when `uid` is a member that is Up (or Leaving) and reachable here. */
@@ -315,6 +326,8 @@ int ms_router_new(struct ms_router **out, uv_loop_t *loop,
     rc.rebalance = ms_strategy_rebalance;
     rc.eligible = ms_strategy_eligible;
     rc.data = &r->strat;
+    rc.wake = on_wake;
+    rc.wake_data = r;
     int err = ms_region_new(&r->rg, &rc);
     if (err < 0) {
         free(r);
@@ -351,6 +364,7 @@ static void on_closed(uv_handle_t *h)
         r->self_head = m->next;
         free(m);
     }
+    ms_region_free(r->rg);
     free(r);
 }
 
@@ -358,14 +372,11 @@ void ms_router_close(struct ms_router *r)
 {
     uint64_t dropped = ms_region_cancel_all(r->rg);
     drain(r);
+    r->closed = 1; /* what the dispatcher answers from now on stays */
     if (dropped)
         ms_log(MS_LOG_WARN, NULL, "%llu tells waiting for their shard's "
                "owner were dropped: the node is stopping",
                (unsigned long long)dropped);
-    /* freed now, not from the handles' close callbacks: the region
-     * borrows the node's config, which the node may free first */
-    ms_region_free(r->rg);
-    r->rg = NULL;
     r->open_handles = 3;
     uv_close((uv_handle_t *)&r->sweep, on_closed);
     uv_close((uv_handle_t *)&r->self_check, on_closed);

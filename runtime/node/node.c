@@ -60,8 +60,7 @@ static void on_work(uv_idle_t *h)
     struct ms_node *n = h->data;
     ms_dispatch_expire(n->d, uv_now(n->loop));
     ms_bridge_run(n->b, ROUND_BUDGET);
-    if (n->router) /* NULL once the node closes: the cluster may still
-                      report what it was handling */
+    if (n->router) /* NULL once the node closed */
         ms_router_after_dispatch(n->router);
     n->rounds++;
     n->gc_dirty = 1;
@@ -121,19 +120,24 @@ static void on_self_removed(void *data);
 
 /* ---- cluster hooks ------------------------------------------------------ */
 
+/* The cluster's hooks can come after the router is gone: the node closes
+ * from inside one of them (on_self_removed, from the membership's drain,
+ * which goes on with the actions after it, e.g. a new coordinator). */
 static void on_cluster_frame(void *data, uint64_t uid, const struct ms_frame *f)
 {
     struct ms_node *n = data;
-    if (n->router)
-        ms_router_on_frame(n->router, uid, f);
+    if (!n->router)
+        return;
+    ms_router_on_frame(n->router, uid, f);
     arm(n);
 }
 
 static void on_coordinator(void *data, uint64_t uid)
 {
     struct ms_node *n = data;
-    if (n->router)
-        ms_router_on_coordinator(n->router, uid);
+    if (!n->router)
+        return;
+    ms_router_on_coordinator(n->router, uid);
     arm(n);
 }
 
@@ -141,8 +145,9 @@ static void on_member(void *data, uint64_t uid, int status, int is_self)
 {
     struct ms_node *n = data;
     (void)is_self;
-    if (n->router)
-        ms_router_on_member(n->router, uid, status);
+    if (!n->router)
+        return;
+    ms_router_on_member(n->router, uid, status);
     arm(n);
 }
 

@@ -26,6 +26,7 @@ struct node {
     int ngot;
     int frames_in;        /* requests (TELL, ASK) that reached it */
     int noconn;           /* usable, but sends to it fail (no connection) */
+    int wakes;            /* calls of the region's wake callback */
 };
 
 static struct node nodes[MAXN];
@@ -211,6 +212,12 @@ static uint64_t allocate(void *data, int type, uint32_t shard,
     return 0;
 }
 
+static void on_wake(void *data)
+{
+    struct node *n = data;
+    n->wakes++;
+}
+
 static void add_node(uint64_t uid)
 {
     struct node *n = &nodes[nn++];
@@ -236,6 +243,8 @@ static void add_node(uint64_t uid)
     rc.d = n->d;
     rc.usable = usable;
     rc.allocate = allocate;
+    rc.wake = on_wake;
+    rc.wake_data = n;
     CHECK(ms_region_new(&n->r, &rc) == 0);
 }
 
@@ -664,6 +673,65 @@ static void lying_peer(void)
     CHECK(nodes[1].ngot == 2 && got(2, 1, "{\"n\":9}"));
 }
 
+/* A remote ask answered by the owner's dispatcher (ctx:reply inside a
+ * handler, outside of any region call) wakes the owner's caller with the
+ * REPLY queued, so it leaves then, not when the dispatch round ends. */
+static void reply_wakes(void)
+{
+    boot(2, 1);
+    cb_calls = 0;
+    CHECK(ask_n(2, "x", "{\"q\":1}", 5000) > 0);
+    pump(100000); /* the ASK reaches node 1's dispatcher */
+    struct node *owner = &nodes[0];
+    struct ms_delivery dl;
+    CHECK(ms_dispatch_next(owner->d, &dl) && dl.kind == MS_KIND_ASK);
+    int before = owner->wakes;
+    CHECK(!ms_region_pending(owner->r));
+    ms_dispatch_reply(owner->d, dl.h, "{\"ok\":2}", 8, now);
+    /* the handler has not finished: the reply waits for no round */
+    CHECK(owner->wakes == before + 1);
+    CHECK(ms_region_pending(owner->r));
+    struct ms_region_action a;
+    CHECK(ms_region_next_action(owner->r, &a));
+    CHECK(a.kind == MS_REGION_SEND && a.uid == 2 &&
+          a.frame.kind == MS_FRAME_REPLY);
+    ms_region_on_frame(nodes[1].r, 1, &a.frame, now);
+    ms_region_action_free(&a);
+    CHECK(cb_calls == 1 && cb_err == 0);
+    ms_dispatch_done(owner->d, dl.h, now);
+    /* an ask that fails on the owner (the handler ends without a reply)
+     * wakes it the same way */
+    CHECK(ask_n(2, "x", "{\"q\":2}", 5000) > 0);
+    pump(100000);
+    CHECK(ms_dispatch_next(owner->d, &dl) && dl.kind == MS_KIND_ASK);
+    before = owner->wakes;
+    ms_dispatch_done(owner->d, dl.h, now);
+    CHECK(owner->wakes == before + 1);
+    pump(100000);
+    CHECK(cb_calls == 2 && cb_err == MS_ENOREPLY);
+    /* the sender's own ask, answered from the network, wakes nobody */
+    CHECK(nodes[1].wakes == 0);
+}
+
+/* A node frees its config and dispatcher in close callbacks that libuv
+ * may run before the router's, which frees the region: ms_region_free
+ * must not read them (it did: a segfault when a node that had shard
+ * state, e.g. after a leave, stopped). */
+static void free_after_config(void)
+{
+    boot(2, 0);
+    CHECK(tell_n(2, "x", "{\"n\":1}") == 0); /* waits: shard state */
+    CHECK(ms_region_waiting(nodes[1].r, 0, 0) == 1);
+    struct ms_type_config *types = nodes[1].cfg.types;
+    nodes[1].cfg.types = NULL; /* what ms_config_free leaves */
+    ms_dispatch_free(nodes[1].d);
+    nodes[1].d = NULL;
+    ms_region_free(nodes[1].r);
+    nodes[1].r = NULL;
+    nodes[1].cfg.types = types;
+    CHECK(1);
+}
+
 int main(void)
 {
     fence_fifo();
@@ -676,6 +744,8 @@ int main(void)
     held_requests_flushed();
     failed_sends_wait_in_order();
     lying_peer();
+    reply_wakes();
+    free_after_config();
     reset();
     CHECK_DONE();
 }
