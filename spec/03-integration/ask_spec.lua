@@ -32,7 +32,7 @@ describe("asks", function()
     end)
 
     teardown(function()
-        helpers.stop_all()
+        helpers.stop_all_checked()
         assert.same({}, helpers.leaks())
     end)
 

@@ -27,7 +27,7 @@ describe("the moonshard CLI", function()
     end)
 
     teardown(function()
-        helpers.stop_all()
+        helpers.stop_all_checked()
         assert.same({}, helpers.leaks())
     end)
 

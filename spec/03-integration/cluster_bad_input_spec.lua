@@ -77,7 +77,7 @@ describe("a cluster's node port", function()
     end)
 
     teardown(function()
-        helpers.stop_all()
+        helpers.stop_all_checked()
         assert.same({}, helpers.leaks())
     end)
 

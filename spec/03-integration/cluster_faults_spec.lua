@@ -108,7 +108,7 @@ describe("cluster faults", function()
     end)
 
     teardown(function()
-        helpers.stop_all()
+        helpers.stop_all_checked()
         assert.same({}, helpers.leaks())
     end)
 

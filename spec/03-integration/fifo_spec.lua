@@ -84,7 +84,7 @@ describe("per-shard FIFO under load", function()
     end)
 
     lazy_teardown(function()
-        helpers.stop_all()
+        helpers.stop_all_checked()
         assert.same({}, helpers.leaks())
     end)
 

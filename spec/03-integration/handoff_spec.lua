@@ -140,7 +140,7 @@ describe("handoff", function()
     end)
 
     teardown(function()
-        helpers.stop_all()
+        helpers.stop_all_checked()
         assert.same({}, helpers.leaks()) -- nodes and loaders, by PID
     end)
 
@@ -382,7 +382,7 @@ describe("handoff", function()
         local rc
 
         setup(function()
-            helpers.stop_all()
+            helpers.stop_all_checked()
             rc = helpers.cluster({
                 size = 3,
                 entities = {
@@ -444,7 +444,7 @@ describe("handoff", function()
         end
 
         setup(function()
-            helpers.stop_all()
+            helpers.stop_all_checked()
             wc = helpers.cluster({
                 size = 2,
                 watch = true,

@@ -78,7 +78,7 @@ end
 
 describe("--watch", function()
     teardown(function()
-        helpers.stop_all()
+        helpers.stop_all_checked()
         assert.same({}, helpers.leaks())
     end)
 

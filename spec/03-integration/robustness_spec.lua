@@ -86,7 +86,7 @@ describe("robustness", function()
     end)
 
     teardown(function()
-        helpers.stop_all()
+        helpers.stop_all_checked()
         assert.same({}, helpers.leaks())
     end)
 
@@ -441,7 +441,7 @@ describe("SIGTERM with accepted messages", function()
     end
 
     after_each(function()
-        helpers.stop_all()
+        helpers.stop_all_checked()
         assert.same({}, helpers.leaks())
     end)
 

@@ -23,7 +23,7 @@ end
 
 describe("graceful stop", function()
     after_each(function()
-        helpers.stop_all()
+        helpers.stop_all_checked()
         assert.same({}, helpers.leaks())
     end)
 

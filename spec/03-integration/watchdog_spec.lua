@@ -48,7 +48,7 @@ end
 
 describe("the watchdog", function()
     after_each(function()
-        helpers.stop_all(1)
+        helpers.stop_all_checked(1)
         assert.same({}, helpers.leaks())
     end)
 

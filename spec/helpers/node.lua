@@ -248,10 +248,15 @@ function Node:stop(grace)
     return self.proc.code, self.proc.signal
 end
 
+-- Signals of a fault: a process that ends by one of these crashed
+-- (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV).
+local CRASH_SIGNALS = { [4] = true, [6] = true, [7] = true, [8] = true,
+                        [11] = true }
+
 -- Stops every node this spec file started, and every other process it
 -- started that still runs, by PID: SIGTERM to all of them at once, then
 -- SIGKILL to those still running after `grace` seconds (5). Removes the
--- temp dirs.
+-- temp dirs. Returns those that had crashed, as "pid N (signal S)".
 function M.stop_all(grace)
     local procs, seen = {}, {}
     for _, n in ipairs(nodes) do
@@ -284,12 +289,24 @@ function M.stop_all(grace)
     end
     nodes = {}
     M.cleanup()
+    local crashed = {}
+    for _, p in ipairs(procs) do
+        if CRASH_SIGNALS[p.signal] then
+            crashed[#crashed + 1] = format("pid %d (signal %d)", p.pid,
+                                           p.signal)
+        end
+    end
+    return crashed
 end
 
 -- For a spec file's teardown: stops every process it started (stop_all)
--- and raises, naming them, when one of them outlived that.
+-- and raises, naming them, when one of them outlived that or had crashed
+-- (a signal of a fault, whenever it came: a crash at any stop fails).
 function M.stop_all_checked(grace)
-    M.stop_all(grace)
+    local crashed = M.stop_all(grace)
+    if #crashed > 0 then
+        error("processes crashed: " .. concat(crashed, ", "), 2)
+    end
     local left = M.leaks()
     if #left > 0 then
         error("processes left running: " .. concat(left, ", "), 2)
