@@ -354,6 +354,10 @@ void ms_router_set_kick(struct ms_router *r, void (*kick)(void *),
     r->kick_data = data;
 }
 
+/* The last handle closed: frees the region. The node closes the router
+ * before its own handles, and libuv runs close callbacks newest first, so
+ * the node's callback has freed the dispatcher by now; its shutdown ended
+ * the remote asks through the region, which must still be alive then. */
 static void on_closed(uv_handle_t *h)
 {
     struct ms_router *r = h->data;
