@@ -114,7 +114,9 @@ local function shard_for(t, id)
         error("a partitioner cannot send, ask or look up owners", 3)
     end
     local p = partitioners[t]
-    if not p then return nil end
+    -- a type whose module failed to load is refused as unavailable by
+    -- core.* before any shard is needed: its partitioner is not run
+    if not p or not behaviors[t] then return nil end
     placing[here] = true
     local ok, s = pcall(p[1], id, p[2])
     placing[here] = nil

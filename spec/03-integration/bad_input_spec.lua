@@ -36,6 +36,12 @@ describe("bad input", function()
                 Broken = { module = "broken_syntax" },
                 Hollow = { module = "no_receive" },
                 Missing = { module = "no_such_module" },
+                -- missing too, and its partitioner refuses every id: the
+                -- answer names the type's state, not the partitioner
+                MissingPart = { module = "no_such_module",
+                                partitioner = { __lua = [[function(id, n)
+                                    error("no id is placed here")
+                                end]] } },
             },
             limits = { max_message_bytes = MAX_BYTES },
             files = {
@@ -206,6 +212,20 @@ describe("bad input", function()
            function()
             local status, body, raw = n:ask("Missing", "m1", { type = "x" })
             assert_error(503, "unavailable", status, body, raw)
+        end)
+
+        it("answers 503 unavailable before it runs such a type's "
+           .. "partitioner", function()
+            local status, body, raw = n:ask("MissingPart", "m1",
+                                            { type = "x" })
+            assert_error(503, "unavailable", status, body, raw)
+            status, body, raw = n:tell("MissingPart", "m1", { type = "x" })
+            assert_error(503, "unavailable", status, body, raw)
+            local r = n:call("Asker", "a3", {
+                type = "ask", target = { type = "MissingPart", id = "m2" },
+                msg = { type = "x" }, timeout = 1,
+            })
+            assert.equal("unavailable", r.err.code)
         end)
 
         it("gives an entity err.code unavailable when it asks such a type",
