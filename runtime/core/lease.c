@@ -293,7 +293,7 @@ int ms_lease_admit(struct ms_lease *l, int type, uint32_t shard, void *msg,
         return MS_ENOOWNER; /* no shard of the type was assigned yet */
     }
     if (s->state == MS_LEASE_NONE || s->state == MS_LEASE_STOPPING ||
-        s->state == MS_LEASE_RELEASING || s->handoff)
+        (s->state == MS_LEASE_RELEASING && !s->reassign) || s->handoff)
         return MS_ENOOWNER;
     if (usable(s) && !s->n)
         return MS_LEASE_OPEN;
@@ -386,11 +386,16 @@ static void lose(struct ms_lease *l, int type, uint32_t shard,
     emit(l, MS_LEASE_STOP_ENTITIES, type, shard, s, NULL, 0);
 }
 
+/* Back to NONE; the epoch seen and the barrier (messages that came for a
+ * shard assigned here again while it was released) stay. */
 static void to_none(struct lshard *s)
 {
-    uint64_t max_epoch = s->max_epoch;
+    struct lshard keep = *s;
     memset(s, 0, sizeof *s);
-    s->max_epoch = max_epoch;
+    s->max_epoch = keep.max_epoch;
+    s->head = keep.head;
+    s->tail = keep.tail;
+    s->n = keep.n;
 }
 
 /* The handoff proper (the barrier is empty). */
@@ -429,6 +434,18 @@ static void released(struct ms_lease *l, int type, uint32_t shard,
 
 /* The lease is held: what waited is delivered in order, then the shard
  * opens (or its handoff goes on). */
+static void flush_open(struct ms_lease *l, int type, uint32_t shard,
+                       struct lshard *s, uint64_t now)
+{
+    drain_barrier(l, type, shard, s, MS_LEASE_DELIVER, 0);
+    if (s->n)
+        return; /* no memory: ms_lease_tick goes on */
+    if (s->handoff)
+        do_handoff(l, type, shard, s, now);
+    else
+        emit(l, MS_LEASE_OPEN_SHARD, type, shard, s, NULL, 0);
+}
+
 static void now_held(struct ms_lease *l, int type, uint32_t shard,
                      struct lshard *s, uint64_t now)
 {
@@ -436,11 +453,7 @@ static void now_held(struct ms_lease *l, int type, uint32_t shard,
     l->nheld++;
     s->window_on = 0;
     s->window_spent = 0;
-    drain_barrier(l, type, shard, s, MS_LEASE_DELIVER, 0);
-    if (s->handoff && !s->n)
-        do_handoff(l, type, shard, s, now);
-    else if (!s->handoff)
-        emit(l, MS_LEASE_OPEN_SHARD, type, shard, s, NULL, 0);
+    flush_open(l, type, shard, s, now);
 }
 
 /* ---- events -------------------------------------------------------------- */
@@ -453,7 +466,8 @@ int ms_lease_shard_assigned(struct ms_lease *l, int type, uint32_t shard,
     if (!s)
         return nomem ? MS_ENOMEM : MS_EINVAL;
     if (s->state == MS_LEASE_RELEASING) {
-        s->reassign = 1;
+        s->reassign = 1; /* its messages wait meanwhile */
+        start_window(l, type, s, now_ms);
         return 0;
     }
     if (s->state != MS_LEASE_NONE) {
@@ -568,7 +582,11 @@ int ms_lease_on_answer(struct ms_lease *l, const struct ms_lease_answer *a,
     }
     int type = a->type;
     uint32_t shard = a->shard;
-    int64_t left = a->expires_at_ms - a->db_now_ms; /* on the db's clock */
+    /* what the lease has left, on the database's clock; never more than
+     * the duration asked for (a clock or a row gone wrong) */
+    int64_t left = a->expires_at_ms - a->db_now_ms;
+    if (left > (int64_t)l->types[type].s.duration_ms)
+        left = (int64_t)l->types[type].s.duration_ms;
     if (a->kind == MS_LEASE_ANS_DB_ERROR)
         l->st.db_errors++;
     switch (s->state) {
@@ -682,6 +700,8 @@ static void tick_shard(struct ms_lease *l, int type, uint32_t shard,
         s->window_spent = 1;
         drain_barrier(l, type, shard, s, MS_LEASE_REJECT, MS_ELEASE);
     }
+    if (usable(s) && s->n && !s->handoff) /* a DELIVER lacked memory */
+        flush_open(l, type, shard, s, now);
     if (s->handoff && !s->n)
         do_handoff(l, type, shard, s, now);
 }

@@ -259,6 +259,17 @@ static void test_late_renewal(void)
     drain(l);
     CHECK(find(MS_LEASE_STOP_ENTITIES) >= 0);
     ms_lease_free(l);
+
+    /* an answer claiming more than the duration asked for is cut to it */
+    l = mk(0, 0, 0);
+    CHECK(ms_lease_shard_assigned(l, 0, 3, 0) == 0);
+    drain(l);
+    answer(l, MS_LEASE_ANS_ACQUIRED, acts[0].req, 1, 3600000, 0, 10);
+    drain(l);
+    ms_lease_tick(l, 10000);
+    drain(l);
+    CHECK(find(MS_LEASE_STOP_ENTITIES) >= 0);
+    ms_lease_free(l);
 }
 
 /* An answer to a request the shard no longer waits for changes nothing. */
@@ -397,6 +408,27 @@ static void test_handoff(void)
     answer(l, MS_LEASE_ANS_RELEASED, acts[0].req, 0, 0, 5000, 5010);
     CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_NONE);
     CHECK(ms_lease_stats(l)->released == 1);
+    ms_lease_free(l);
+
+    /* assigned here again while the release is out: its messages wait,
+     * and the lease is acquired once the release is answered */
+    l = mk(0, 0, 0);
+    acquire(l, 0, 5);
+    CHECK(ms_lease_handoff(l, 0, 3, 100) == 0);
+    CHECK(ms_lease_entities_stopped(l, 0, 3, 200) == 0);
+    drain(l);
+    uint64_t rel = acts[find(MS_LEASE_RELEASE)].req;
+    CHECK(ms_lease_admit(l, 0, 3, &tags[0], 210) == MS_ENOOWNER);
+    CHECK(ms_lease_shard_assigned(l, 0, 3, 220) == 0);
+    CHECK(ms_lease_admit(l, 0, 3, &tags[1], 230) == 0);
+    CHECK(drain(l) == 0);
+    answer(l, MS_LEASE_ANS_RELEASED, rel, 0, 0, 200, 240);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_ACQUIRE);
+    answer(l, MS_LEASE_ANS_ACQUIRED, acts[0].req, 6, 10000, 240, 250);
+    drain(l);
+    CHECK(nacts == 2 && acts[0].msg == &tags[1] &&
+          acts[1].kind == MS_LEASE_OPEN_SHARD);
     ms_lease_free(l);
 
     /* the barrier holds messages: the handoff waits until they are
