@@ -385,6 +385,19 @@ static void test_unreachable(void)
     CHECK(nacts == 0);
     CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_NONE);
     ms_lease_free(l);
+
+    /* a member becomes unreachable while the entities stop for a
+     * handoff: once stopped, nothing is released either */
+    l = mk(0, 0, 0);
+    acquire(l, 0, 2);
+    CHECK(ms_lease_handoff(l, 0, 3, 100) == 0);
+    drain(l);
+    ms_lease_member_unreachable(l, 150);
+    CHECK(ms_lease_entities_stopped(l, 0, 3, 200) == 0);
+    drain(l);
+    CHECK(count(MS_LEASE_RELEASE) == 0);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_NONE);
+    ms_lease_free(l);
 }
 
 /* A handoff stops the entities, and releases only after they stopped; it
