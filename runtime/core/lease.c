@@ -533,6 +533,12 @@ void ms_lease_member_unreachable(struct ms_lease *l, uint64_t now_ms)
             if (usable(s)) {
                 l->nheld--;
                 l->st.fenced++;
+                /* a renewal out may have been granted: the lease may
+                 * live until a duration after it was sent */
+                uint64_t d = lt->s.duration_ms;
+                if (s->state == MS_LEASE_RENEWING &&
+                    s->req_sent_ms + d > s->expiry_ms)
+                    s->expiry_ms = s->req_sent_ms + d;
                 s->state = MS_LEASE_FENCED;
                 s->req = 0; /* a renewal's answer is stale now */
                 start_window(l, t, s, now_ms);
@@ -700,7 +706,7 @@ static void tick_shard(struct ms_lease *l, int type, uint32_t shard,
         s->window_spent = 1;
         drain_barrier(l, type, shard, s, MS_LEASE_REJECT, MS_ELEASE);
     }
-    if (usable(s) && s->n && !s->handoff) /* a DELIVER lacked memory */
+    if (usable(s) && s->n) /* a DELIVER lacked memory */
         flush_open(l, type, shard, s, now);
     if (s->handoff && !s->n)
         do_handoff(l, type, shard, s, now);

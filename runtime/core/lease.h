@@ -24,6 +24,7 @@
  *   LOST/EXPIRED --backoff--> ACQUIRING (unless a member is unreachable)
  *   any held --member_unreachable--> FENCED (STOP_ENTITIES; no renew, no
  *       release: the lease runs out in the database) --expiry--> EXPIRED
+ *       (a renewal that was out counts as granted for this expiry)
  *   --handoff (barrier empty)--> STOPPING (STOP_ENTITIES) --entities
  *       stopped--> RELEASING (RELEASE) --answer--> NONE
  *
@@ -134,7 +135,9 @@ enum ms_lease_action_kind {
     MS_LEASE_ACQUIRE = 1,
     /* Renew the lease of `epoch` held by `owner` for duration_ms. */
     MS_LEASE_RENEW,
-    /* Release the lease of `epoch` held by `owner` (answer optional). */
+    /* Release the lease of `epoch` held by `owner` (answer optional; the
+     * epoch is the last one this shard held here, 0 if none: the
+     * statement frees only a row `owner` still holds). */
     MS_LEASE_RELEASE,
     /* Stop the shard's local entities now (no more writes). */
     MS_LEASE_STOP_ENTITIES,
