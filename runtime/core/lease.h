@@ -261,7 +261,9 @@ void ms_lease_tick(struct ms_lease *l, uint64_t now_ms);
 
 /*
  * A message `msg` (the caller's handle, never NULL; kept until it comes
- * back in a DELIVER or REJECT action) for the shard. Returns:
+ * back in a DELIVER or REJECT action, so it must stay valid until then:
+ * an ask that timed out meanwhile is the caller's to skip at DELIVER,
+ * as the region does with its buffer) for the shard. Returns:
  * MS_LEASE_OPEN (held and nothing waits: deliver it now; not kept),
  * 0 (it waits in the barrier), MS_EOVERFLOW (the barrier is full),
  * MS_ELEASE (the window ran out: answer lease_unavailable), MS_ENOOWNER

@@ -238,6 +238,7 @@ static void test_late_renewal(void)
     drain(l);
     CHECK(nacts == 1 && acts[0].kind == MS_LEASE_STOP_ENTITIES);
     CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_EXPIRED);
+    CHECK(ms_lease_held(l) == 0);
     /* the renewal's answer comes now: too late, ignored */
     answer(l, MS_LEASE_ANS_RENEWED, req, 2, 10000, 3000, 10001);
     CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_EXPIRED);
@@ -352,6 +353,7 @@ static void test_unreachable(void)
     drain(l);
     CHECK(nacts == 1 && acts[0].kind == MS_LEASE_STOP_ENTITIES);
     CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_FENCED);
+    CHECK(ms_lease_held(l) == 0);
     /* the renewal's answer is not taken */
     answer(l, MS_LEASE_ANS_RENEWED, renew, 2, 10000, 3000, 3200);
     CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_FENCED);
@@ -415,6 +417,7 @@ static void test_handoff(void)
     drain(l);
     CHECK(nacts == 1 && acts[0].kind == MS_LEASE_STOP_ENTITIES);
     CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_STOPPING);
+    CHECK(ms_lease_held(l) == 0);
     CHECK(ms_lease_admit(l, 0, 3, &tags[0], 110) == MS_ENOOWNER);
     ms_lease_tick(l, 5000); /* no renewal, no release yet */
     CHECK(drain(l) == 0);
