@@ -41,6 +41,8 @@ M.codes = {
     no_owner      = "no_owner",      -- no node takes the message as the
                                      -- owner of its shard (it is moving)
     bad_timeout   = "bad_timeout",   -- an ask timeout was not a positive number
+    lease_unavailable = "lease_unavailable", -- a persistent shard's lease
+                                     -- could not be had within its window
 }
 
 local mt = {}

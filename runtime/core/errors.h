@@ -44,7 +44,9 @@
     X(MS_ENOOWNER, -4116, "no_owner",                                       \
       "no node takes the message as the owner of its shard")               \
     X(MS_EBADTIMEOUT, -4117, "bad_timeout",                                 \
-      "the ask timeout is not a positive number")
+      "the ask timeout is not a positive number")                           \
+    X(MS_ELEASE, -4118, "lease_unavailable",                                \
+      "the shard's lease could not be had within its window")
 
 enum ms_error {
 #define MS_ERROR_ENUM(c, v, name, text) c = v,
