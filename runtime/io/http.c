@@ -118,6 +118,7 @@ static int err_status(int err)
     case MS_EOVERFLOW:
     case MS_EUNAVAIL:
     case MS_ENOOWNER:
+    case MS_ELEASE:
     case MS_ECANCELED:
         return 503;
     case MS_ETIMEDOUT:

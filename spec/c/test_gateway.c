@@ -14,6 +14,7 @@
 struct fake {
     uv_loop_t *loop;
     int tells, asks, activates, stops, leaves, downs, moves, admin_checks;
+    int tell_rc;              /* what tell answers */
     int type;                 /* of the last call */
     char id[64];              /* the last id, decoded */
     char body[256];           /* the last payload */
@@ -54,7 +55,7 @@ static int f_tell(void *d, int type, const char *id, size_t idlen,
     f->type = type;
     keep(f->id, sizeof f->id, id, idlen);
     keep(f->body, sizeof f->body, json, len);
-    return 0;
+    return f->tell_rc;
 }
 
 static void on_answer(uv_timer_t *t)
@@ -336,6 +337,14 @@ int main(void)
                   "Host: x\r\nConnection: close\r\nContent-Length: 0\r\n"
                   "\r\n") == 503);
     CHECK(f.activates == 1);
+
+    /* a shard whose lease cannot be had: 503 lease_unavailable */
+    f.tell_rc = MS_ELEASE;
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/k/tell HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\nContent-Length: 2\r\n\r\n{}") == 503);
+    CHECK(strstr(body_of(&c), "\"code\":\"lease_unavailable\"") != NULL);
+    f.tell_rc = 0;
 
     /* stop */
     CHECK(request(loop, port, &c,
