@@ -52,6 +52,12 @@ start_on() {
         -o "-c port=$port" >/dev/null 2>&1
 }
 
+# alive PID: the process exists and is no zombie
+alive() {
+    kill -0 "$1" 2>/dev/null || return 1
+    [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
 stop_server() {
     local dir=$1 bin pid
     bin=$(pgbin)
@@ -59,10 +65,12 @@ stop_server() {
     [ -n "$pid" ] || pid=$(cat "$dir/pid" 2>/dev/null || true)
     as_pg "$bin/pg_ctl" stop -w -t 20 -m fast -D "$dir/data" >/dev/null 2>&1 \
         || true
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -KILL "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    fi
+    # pg_ctl returns when postmaster.pid is gone, a moment before the
+    # postmaster exits: give it 5 s, then SIGKILL it
+    [ -n "$pid" ] || return 0
+    for _ in $(seq 100); do alive "$pid" || return 0; sleep 0.05; done
+    kill -KILL "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do alive "$pid" || return 0; sleep 0.05; done
 }
 
 cmd_start() {
