@@ -72,6 +72,8 @@ struct ms_pg {
     int queued;
     int jobs; /* queued + running */
     uv_timer_t tick;
+    uv_timer_t kick; /* runs pump on the next loop turn after a submit */
+    int polls;       /* socket watches not yet freed */
     int in_cb;
     int closing;
     char last_error[MS_PG_MESSAGE_MAX]; /* of the last failed attempt */
@@ -160,11 +162,20 @@ static void log_conn(int level, struct conn *c, const char *fmt,
 
 /* -- the socket watch --------------------------------------------------- */
 
-static void free_poll(uv_handle_t *h) { free(h); }
+static void maybe_free(struct ms_pg *pg);
+
+static void free_poll(uv_handle_t *h)
+{
+    struct ms_pg *pg = h->data;
+    free(h);
+    pg->polls--;
+    maybe_free(pg);
+}
 
 static void unwatch(struct conn *c)
 {
     if (c->poll) {
+        c->poll->data = c->pool; /* the pool outlives its watches */
         uv_close((uv_handle_t *)c->poll, free_poll);
         c->poll = NULL;
     }
@@ -191,6 +202,7 @@ static int watch(struct conn *c, int events)
             return -1;
         }
         c->poll->data = c;
+        c->pool->polls++;
         c->poll_fd = fd;
         c->poll_events = 0;
     }
@@ -658,6 +670,8 @@ int ms_pg_new(uv_loop_t *loop, const struct ms_pg_config *cfg,
              d.statement_timeout_ms, d.idle_tx_timeout_ms);
     uv_timer_init(loop, &pg->tick);
     pg->tick.data = pg;
+    uv_timer_init(loop, &pg->kick);
+    pg->kick.data = pg;
     for (int i = 0; i < d.connections; i++) {
         struct conn *c = &pg->conns[i];
         c->pool = pg;
@@ -672,6 +686,8 @@ int ms_pg_new(uv_loop_t *loop, const struct ms_pg_config *cfg,
     *out = pg;
     return 0;
 }
+
+static void on_kick(uv_timer_t *t) { pump(t->data); }
 
 /* Queues a job made by the callers below (takes ownership of it). */
 static int enqueue(struct ms_pg *pg, struct job *j)
@@ -693,9 +709,10 @@ static int enqueue(struct ms_pg *pg, struct job *j)
     pg->queued++;
     if (pg->jobs++ == 0)
         uv_timer_start(&pg->tick, on_tick, TICK_MS, TICK_MS);
-    /* not from inside a callback's caller that is mid-step: the loop runs
-     * pump when that step ends; elsewhere start it now */
-    pump(pg);
+    /* started on the next loop turn, never here: no callback runs inside
+     * ms_pg_query, and a callback that queues is not re-entered */
+    if (!uv_is_active((uv_handle_t *)&pg->kick))
+        uv_timer_start(&pg->kick, on_kick, 0, 0);
     return 0;
 }
 
@@ -768,10 +785,9 @@ int ms_pg_transaction(struct ms_pg *pg, int n, const char *const *sql,
     return make_job(pg, 1, n, sql, nparams, params, cb, data);
 }
 
-static void closed_one(uv_handle_t *h)
+static void maybe_free(struct ms_pg *pg)
 {
-    struct ms_pg *pg = h->data;
-    if (--pg->pending_closes > 0)
+    if (!pg->closing || pg->pending_closes > 0 || pg->polls > 0)
         return;
     ms_pg_close_cb cb = pg->close_cb;
     void *data = pg->close_data;
@@ -781,6 +797,13 @@ static void closed_one(uv_handle_t *h)
     free(pg);
     if (cb)
         cb(data);
+}
+
+static void closed_one(uv_handle_t *h)
+{
+    struct ms_pg *pg = h->data;
+    pg->pending_closes--;
+    maybe_free(pg);
 }
 
 int ms_pg_close(struct ms_pg *pg, ms_pg_close_cb cb, void *data)
@@ -807,8 +830,9 @@ int ms_pg_close(struct ms_pg *pg, ms_pg_close_cb cb, void *data)
         if (j)
             job_fail(pg, j, MS_ECANCELED, "", "the pool is closing", -1);
     }
-    pg->pending_closes = pg->cfg.connections + 1;
+    pg->pending_closes = pg->cfg.connections + 2;
     uv_timer_stop(&pg->tick);
+    uv_close((uv_handle_t *)&pg->kick, closed_one);
     for (int i = 0; i < pg->cfg.connections; i++) {
         pg->conns[i].timer.data = pg;
         uv_close((uv_handle_t *)&pg->conns[i].timer, closed_one);

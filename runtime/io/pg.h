@@ -25,8 +25,12 @@
  * it); queued jobs wait for a connection until their deadline.
  *
  * The connection string may hold a password: the pool logs it masked
- * (ms_pg_mask_conninfo). Single-threaded: call everything on the loop's
- * thread.
+ * (ms_pg_mask_conninfo). The pool passes the two timeouts as the
+ * connection's `options` (an `options` in the connection string is
+ * replaced). libpq resolves a host NAME with a blocking getaddrinfo:
+ * give `host` as an IP address (or `hostaddr`) to keep the loop free.
+ * Results are read whole into memory by libpq: bound big SELECTs with
+ * LIMIT. Single-threaded: call everything on the loop's thread.
  */
 #ifndef MS_IO_PG_H
 #define MS_IO_PG_H
@@ -83,7 +87,8 @@ int ms_pg_new(uv_loop_t *loop, const struct ms_pg_config *cfg,
               struct ms_pg **out, char *err, size_t err_len);
 
 /* Queues one statement with `nparams` text parameters ($1...; NULL is
- * SQL NULL). `sql` and `params` are copied. 0: `cb` will be called once;
+ * SQL NULL). `sql` and `params` are copied. Jobs start on a later loop
+ * turn: `cb` never runs inside this call. 0: `cb` will be called once;
  * else no callback: MS_PG_EFULL, MS_EINVAL (too many parameters, no
  * sql), MS_ECANCELED (the pool is closing) or MS_ENOMEM. */
 int ms_pg_query(struct ms_pg *pg, const char *sql, int nparams,

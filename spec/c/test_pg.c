@@ -132,6 +132,15 @@ static void on_done(const struct ms_pg_result *r, void *data)
     g->affected = ms_pg_result_affected(r);
 }
 
+static struct ms_pg *close_from_cb_pool;
+static int close_from_cb_rc;
+
+static void on_done_close(const struct ms_pg_result *r, void *data)
+{
+    on_done(r, data);
+    close_from_cb_rc = ms_pg_close(close_from_cb_pool, NULL, NULL);
+}
+
 static void on_closed(void *data) { *(int *)data = 1; }
 
 static void close_pool(struct ms_pg *pg)
@@ -259,6 +268,16 @@ static void test_queries(void)
     run(pg, "SELECT count(*) FROM pg_stat_activity WHERE "
             "state LIKE 'idle in transaction%'", 0, NULL, &g, 5000);
     CHECK(g.err == 0 && strcmp(g.v0, "0") == 0);
+    /* a callback never runs inside the submit, and may not close */
+    memset(&g, 0, sizeof g);
+    close_from_cb_rc = 0;
+    close_from_cb_pool = pg;
+    CHECK(ms_pg_query(pg, "SELECT 1", 0, NULL, on_done_close, &g) == 0);
+    CHECK(g.done == 0);
+    CHECK(wait_for(&g.done, 5000));
+    CHECK(close_from_cb_rc == MS_EBUSY);
+    run(pg, "SELECT 8", 0, NULL, &g, 5000);
+    CHECK(g.err == 0 && strcmp(g.v0, "8") == 0);
     /* misuse is refused at once, without a callback */
     CHECK(ms_pg_query(pg, NULL, 0, NULL, on_done, &g) == MS_EINVAL);
     CHECK(ms_pg_query(pg, "SELECT 1", MS_PG_MAX_PARAMS + 1, p, on_done, &g)
