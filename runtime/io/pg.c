@@ -290,6 +290,10 @@ static void conn_lost(struct conn *c, const char *why)
 static void connect_step(struct conn *c)
 {
     PostgresPollingStatusType st = PQconnectPoll(c->pg);
+    /* libpq may have closed its socket and opened another under the same
+     * number (next address, SSL or GSS fallback): the old watch would
+     * then see nothing, so each step watches afresh */
+    unwatch(c);
     if (st == PGRES_POLLING_READING || st == PGRES_POLLING_WRITING) {
         if (watch(c, st == PGRES_POLLING_READING ? UV_READABLE
                                                  : UV_WRITABLE) != 0)

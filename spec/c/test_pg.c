@@ -8,6 +8,7 @@
 #include <uv.h>
 
 #include "check.h"
+#include "free_port.h"
 #include "../../runtime/core/errors.h"
 #include "../../runtime/core/log.h"
 #include "../../runtime/io/pg.h"
@@ -286,6 +287,25 @@ static void test_queries(void)
     close_pool(pg);
 }
 
+/* a connection string with two addresses, the first refused: libpq
+ * moves on to the second (on 127.0.0.1 the refusal is usually seen inside
+ * one PQconnectPoll, so this does not prove that the pool re-watches a
+ * socket libpq replaced between two steps; pg.c does so anyway) */
+static void test_second_address(void)
+{
+    char ci[700];
+    struct got g;
+    snprintf(ci, sizeof ci, "host=127.0.0.1,127.0.0.1 port=%d,%s user=ms "
+             "password=%s dbname=moonshard_test", free_port(), port,
+             password);
+    struct ms_pg *pg = pool(ci, 0, 3000, 1, 0);
+    if (!pg)
+        return;
+    run(pg, "SELECT 'second'", 0, NULL, &g, 8000);
+    CHECK(g.err == 0 && strcmp(g.v0, "second") == 0);
+    close_pool(pg);
+}
+
 static void test_timeouts(void)
 {
     /* the server's statement_timeout cancels a long statement */
@@ -415,6 +435,7 @@ int main(void)
     loop = uv_default_loop();
     test_config();
     test_queries();
+    test_second_address();
     test_timeouts();
     test_queue_bound();
     test_restart();
