@@ -68,6 +68,24 @@ describe("the throwaway PostgreSQL", function()
         for _, p in ipairs(pids) do assert.falsy(pg.alive(p)) end
     end)
 
+    it("is stopped by its guard once its owner is gone", function()
+        local f = io.popen("sleep 300 >/dev/null 2>&1 & echo $!")
+        local owner = tonumber(f:read("*a"))
+        f:close()
+        local srv = pg.start(owner)
+        local dir, pid = srv.dir, srv.pid
+        assert.truthy(pg.psql(srv, "SELECT 1"))
+        os.execute("kill " .. owner)
+        -- the guard looks once a second; give it 20
+        local gone = false
+        for _ = 1, 200 do
+            if not pg.alive(pid) and not exists(dir) then gone = true; break end
+            os.execute("sleep 0.1")
+        end
+        assert.is_true(gone)
+        srv.dir = nil -- nothing left for stop_all
+    end)
+
     it("fails clearly when no server can start", function()
         local saved = pg.script
         pg.script = "/nonexistent/pg_server.sh"

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "check.h"
@@ -40,8 +41,10 @@ static void chomp(char *s) { s[strcspn(s, "\n")] = '\0'; }
 
 static int server_start(void)
 {
-    FILE *p = popen(MS_PG_SERVER_SH " start", "r");
-    char pid[32];
+    char cmd[1024], pid[32];
+    /* the guard stops the server should this test die before it does */
+    snprintf(cmd, sizeof cmd, "%s start %d", MS_PG_SERVER_SH, (int)getpid());
+    FILE *p = popen(cmd, "r");
     if (!p)
         return -1;
     int ok = fgets(server_dir, sizeof server_dir, p) &&

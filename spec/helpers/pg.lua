@@ -4,7 +4,9 @@
 -- with a random password; run as `postgres` when we are root).
 --
 --   local pg = require "helpers.pg"
---   local srv = pg.start()   -- raises when no server can be started
+--   local srv = pg.start()   -- raises when no server can be started;
+--                            -- a guard stops it if this process dies
+--   pg.start(pid)            -- the guard watches `pid` instead
 --   srv.conninfo, srv.port, srv.pid, srv.dir
 --   srv:pause() / srv:resume()   -- stop and start again, same port
 --   srv:stop()                   -- stop it by PID, remove its folder
@@ -16,9 +18,19 @@
 local io_popen, io_open = io.popen, io.open
 local format = string.format
 local error, tonumber, setmetatable = error, tonumber, setmetatable
+local pcall = pcall
 local pairs = pairs
 
+local ffi = require "ffi"
+
 local M = {}
+
+if not pcall(ffi.typeof, "struct ms_spec_pg_getpid") then
+    ffi.cdef [[
+        struct ms_spec_pg_getpid { int unused; };
+        int getpid(void);
+    ]]
+end
 
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$") or "."
 M.script = here .. "/pg_server.sh"
@@ -63,9 +75,12 @@ function Server:resume()
     self.pid = tonumber(out:match("%d+"))
 end
 
--- Starts a server; raises with the reason when it cannot.
-function M.start()
-    local out, ok = run(format("%s start", sh_quote(M.script)))
+-- Starts a server; raises with the reason when it cannot. Once the
+-- process `owner` (default: this one) is gone, a guard process stops the
+-- server and removes its folder, should the spec not get to it.
+function M.start(owner)
+    owner = owner or ffi.C.getpid()
+    local out, ok = run(format("%s start %d", sh_quote(M.script), owner))
     local dir, port, pid, conninfo =
         out:match("^([^\n]+)\n(%d+)\n(%d+)\n([^\n]+)\n$")
     if not (ok and dir) then

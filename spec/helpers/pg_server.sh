@@ -2,11 +2,15 @@
 # pg_server.sh -- a throwaway PostgreSQL for the tests (spec/helpers/pg.lua
 # and spec/c/test_pg.c run it; nothing else should).
 #
-#   pg_server.sh start          initdb into a new folder under $TMPDIR (or
+#   pg_server.sh start [OWNER]  initdb into a new folder under $TMPDIR (or
 #                               /tmp), start a server on 127.0.0.1 at a free
 #                               port, create the database moonshard_test;
 #                               prints four lines: the folder, the port, the
-#                               postmaster's PID, a libpq connection string
+#                               postmaster's PID, a libpq connection string.
+#                               With OWNER (a PID), a guard process stops
+#                               the server and removes the folder once
+#                               OWNER is gone (a test that crashed or was
+#                               killed leaves nothing running)
 #   pg_server.sh stop DIR       stop the server of DIR (pg_ctl stop -m fast,
 #                               then SIGKILL to its postmaster PID if it is
 #                               still alive) and remove DIR
@@ -58,6 +62,13 @@ alive() {
     [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
 }
 
+# stop_guard DIR: ends DIR's guard (by its PID); pause keeps it
+stop_guard() {
+    local guard
+    guard=$(cat "$1/guard" 2>/dev/null || true)
+    [ -n "$guard" ] && kill "$guard" 2>/dev/null || true
+}
+
 stop_server() {
     local dir=$1 bin pid
     bin=$(pgbin)
@@ -74,7 +85,8 @@ stop_server() {
 }
 
 cmd_start() {
-    local bin dir pw port ok=""
+    local owner=${1:-} bin dir pw port ok=""
+    case "$owner" in *[!0-9]*) die "OWNER must be a PID: $owner" ;; esac
     bin=$(pgbin)
     dir=$(mktemp -d "${TMPDIR:-/tmp}/ms-pg.XXXXXX")
     trap 'stop_server "$dir"; rm -rf "$dir"' ERR
@@ -110,6 +122,12 @@ EOF
         moonshard_test >/dev/null 2>&1 \
         || { stop_server "$dir"; rm -rf "$dir"; die "createdb failed"; }
     trap - ERR
+    if [ -n "$owner" ]; then
+        ( while kill -0 "$owner" 2>/dev/null && [ -d "$dir" ]; do sleep 1; done
+          if [ -d "$dir" ]; then stop_server "$dir"; rm -rf "$dir"; fi
+        ) </dev/null >/dev/null 2>&1 &
+        echo $! >"$dir/guard"
+    fi
     echo "$dir"
     echo "$port"
     cat "$dir/pid"
@@ -122,12 +140,12 @@ check_dir() {
 }
 
 case "${1:-}" in
-start) cmd_start ;;
-stop)  check_dir "${2:-}"; stop_server "$2"; rm -rf "$2" ;;
+start) cmd_start "${2:-}" ;;
+stop)  check_dir "${2:-}"; stop_guard "$2"; stop_server "$2"; rm -rf "$2" ;;
 pause) check_dir "${2:-}"; stop_server "$2" ;;
 resume)
     check_dir "${2:-}"
     start_on "$2" "$(cat "$2/port")" || die "the server did not start again"
     pm_pid "$2" | tee "$2/pid" ;;
-*) die "usage: pg_server.sh start | stop DIR | pause DIR | resume DIR" ;;
+*) die "usage: pg_server.sh start [OWNER] | stop DIR | pause DIR | resume DIR" ;;
 esac
