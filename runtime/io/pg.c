@@ -74,6 +74,7 @@ struct ms_pg {
     uv_timer_t tick;
     uv_timer_t kick; /* runs pump on the next loop turn after a submit */
     int polls;       /* socket watches not yet freed */
+    unsigned long long attempts; /* connection attempts started */
     int in_cb;
     int closing;
     char last_error[MS_PG_MESSAGE_MAX]; /* of the last failed attempt */
@@ -324,6 +325,7 @@ static void conn_start(struct conn *c)
     const char *vals[] = {pg->conninfo, pg->options, NULL};
     c->pg = PQconnectStartParams(keys, vals, 1);
     c->state = C_CONNECTING;
+    pg->attempts++;
     if (!c->pg) {
         attempt_failed(c, "out of memory");
         return;
@@ -847,6 +849,11 @@ int ms_pg_close(struct ms_pg *pg, ms_pg_close_cb cb, void *data)
 }
 
 int ms_pg_queued(const struct ms_pg *pg) { return pg->queued; }
+
+unsigned long long ms_pg_attempts(const struct ms_pg *pg)
+{
+    return pg->attempts;
+}
 
 int ms_pg_connected(const struct ms_pg *pg)
 {

@@ -112,6 +112,10 @@ int ms_pg_close(struct ms_pg *pg, ms_pg_close_cb cb, void *data);
 /* Jobs waiting in the queue (not running). */
 int ms_pg_queued(const struct ms_pg *pg);
 
+/* Connection attempts the pool has started, over its life (the first
+ * ones included): how hard it is retrying. */
+unsigned long long ms_pg_attempts(const struct ms_pg *pg);
+
 /* Connections open and ready now (idle or running a job). */
 int ms_pg_connected(const struct ms_pg *pg);
 

@@ -387,7 +387,15 @@ static void test_restart(void)
     if (g.err != MS_PG_ECONN)
         fprintf(stderr, "got %d %s\n", g.err, g.msg);
     CHECK(g.msg[0] != '\0');
-    idle_for(600); /* a few attempts fail, with backoff */
+    /* attempts fail, further and further apart: with retries every
+     * 50 ms there would be about 30 in 1.5 s; the backoff (50, 100, 200,
+     * then 400 ms, the cap) allows 6 */
+    unsigned long long a0 = ms_pg_attempts(pg);
+    idle_for(1500);
+    unsigned long long tried = ms_pg_attempts(pg) - a0;
+    CHECK(tried >= 2 && tried <= 10);
+    if (tried < 2 || tried > 10)
+        fprintf(stderr, "attempts in 1.5 s: %llu\n", tried);
     CHECK(ms_pg_connected(pg) == 0);
     memset(&g2, 0, sizeof g2);
     CHECK(ms_pg_query(pg, "SELECT 'back'", 0, NULL, on_done, &g2) == 0);
