@@ -749,6 +749,12 @@ static int make_job(struct ms_pg *pg, int tx, int n, const char *const *sql,
         if (!sql[i] || np < 0 || np > MS_PG_MAX_PARAMS ||
             (np && (!params || !params[i])))
             return MS_EINVAL;
+        size_t bytes = strnlen(sql[i], MS_PG_STATEMENT_MAX + 1);
+        for (int p = 0; p < np && bytes <= MS_PG_STATEMENT_MAX; p++)
+            if (params[i][p])
+                bytes += strnlen(params[i][p], MS_PG_STATEMENT_MAX + 1);
+        if (bytes > MS_PG_STATEMENT_MAX)
+            return MS_E2BIG;
     }
     if (pg->closing)
         return MS_ECANCELED;

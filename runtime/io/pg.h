@@ -44,6 +44,8 @@
 #define MS_PG_MAX_PARAMS 64         /* parameters of one statement */
 #define MS_PG_MAX_STATEMENTS 64     /* statements of one transaction */
 #define MS_PG_MESSAGE_MAX 512       /* bytes of an error message kept */
+#define MS_PG_STATEMENT_MAX (1 << 20) /* bytes of one statement's text and
+                                         parameters together (MS_E2BIG) */
 
 /* The pool's own error codes (the others it returns are MS_E* codes of
  * runtime/core/errors.h: MS_ETIMEDOUT, MS_ECANCELED, MS_EINVAL,
@@ -90,7 +92,8 @@ int ms_pg_new(uv_loop_t *loop, const struct ms_pg_config *cfg,
  * SQL NULL). `sql` and `params` are copied. Jobs start on a later loop
  * turn: `cb` never runs inside this call. 0: `cb` will be called once;
  * else no callback: MS_PG_EFULL, MS_EINVAL (too many parameters, no
- * sql), MS_ECANCELED (the pool is closing) or MS_ENOMEM. */
+ * sql), MS_E2BIG (above MS_PG_STATEMENT_MAX), MS_ECANCELED (the pool is
+ * closing) or MS_ENOMEM. */
 int ms_pg_query(struct ms_pg *pg, const char *sql, int nparams,
                 const char *const *params, ms_pg_done_cb cb, void *data);
 

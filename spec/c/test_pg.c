@@ -282,6 +282,16 @@ static void test_queries(void)
     CHECK(close_from_cb_rc == MS_EBUSY);
     run(pg, "SELECT 8", 0, NULL, &g, 5000);
     CHECK(g.err == 0 && strcmp(g.v0, "8") == 0);
+    /* a statement above its size limit is refused at once */
+    char *big = malloc(MS_PG_STATEMENT_MAX);
+    if (big) {
+        memset(big, 'x', MS_PG_STATEMENT_MAX - 1);
+        big[MS_PG_STATEMENT_MAX - 1] = '\0';
+        const char *bp[] = {big, "y"};
+        CHECK(ms_pg_query(pg, "SELECT $1, $2", 2, bp, on_done, &g)
+              == MS_E2BIG);
+        free(big);
+    }
     /* misuse is refused at once, without a callback */
     CHECK(ms_pg_query(pg, NULL, 0, NULL, on_done, &g) == MS_EINVAL);
     CHECK(ms_pg_query(pg, "SELECT 1", MS_PG_MAX_PARAMS + 1, p, on_done, &g)
