@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# pg_server.sh -- a throwaway PostgreSQL for the tests (spec/helpers/pg.lua
+# and spec/c/test_pg.c run it; nothing else should).
+#
+#   pg_server.sh start [OWNER]  initdb into a new folder under $TMPDIR (or
+#                               /tmp), start a server on 127.0.0.1 at a free
+#                               port, create the database moonshard_test;
+#                               prints four lines: the folder, the port, the
+#                               postmaster's PID, a libpq connection string.
+#                               With OWNER (a PID), a guard process stops
+#                               the server and removes the folder once
+#                               OWNER is gone (a test that crashed or was
+#                               killed leaves nothing running)
+#   pg_server.sh stop DIR       stop the server of DIR (pg_ctl stop -m fast,
+#                               then SIGKILL to its postmaster PID if it is
+#                               still alive) and remove DIR
+#   pg_server.sh pause DIR      stop the server of DIR, keep the folder
+#   pg_server.sh resume DIR     start it again on the same port; prints the
+#                               new postmaster PID
+#
+# The server listens on 127.0.0.1 only; its unix socket lives in DIR. Its
+# superuser `ms` logs in with a random password (scram-sha-256), so the
+# tests can try a wrong one. Run as root, the server runs as the user
+# `postgres` (initdb refuses root) and DIR is owned by it. Exit status 0
+# or 1 with the reason on stderr; a failed start removes what it made.
+set -euo pipefail
+
+die() { echo "pg_server.sh: $*" >&2; exit 1; }
+
+pgbin() {
+    local d
+    d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+    [ -n "$d" ] && [ -x "$d/pg_ctl" ] \
+        || die "no PostgreSQL server found under /usr/lib/postgresql" \
+               "(install Debian's postgresql package: .ci/deps)"
+    echo "$d"
+}
+
+# as_pg CMD...: runs CMD as the folder's owner (postgres when we are root)
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+# the postmaster PID of DIR's server, empty when it has none
+pm_pid() { [ -f "$1/data/postmaster.pid" ] && head -n 1 "$1/data/postmaster.pid" || true; }
+
+# start_on DIR PORT: starts the server of DIR on PORT; 0 when it runs
+start_on() {
+    local dir=$1 port=$2 bin
+    bin=$(pgbin)
+    as_pg "$bin/pg_ctl" start -w -t 30 -D "$dir/data" -l "$dir/server.log" \
+        -o "-c port=$port" >/dev/null 2>&1
+}
+
+# alive PID: the process exists and is no zombie
+alive() {
+    kill -0 "$1" 2>/dev/null || return 1
+    [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+# stop_guard DIR: ends DIR's guard (by its PID); pause keeps it
+stop_guard() {
+    local guard
+    guard=$(cat "$1/guard" 2>/dev/null || true)
+    [ -n "$guard" ] && kill "$guard" 2>/dev/null || true
+}
+
+stop_server() {
+    local dir=$1 bin pid
+    bin=$(pgbin)
+    pid=$(pm_pid "$dir")
+    [ -n "$pid" ] || pid=$(cat "$dir/pid" 2>/dev/null || true)
+    as_pg "$bin/pg_ctl" stop -w -t 20 -m fast -D "$dir/data" >/dev/null 2>&1 \
+        || true
+    # pg_ctl returns when postmaster.pid is gone, a moment before the
+    # postmaster exits: give it 5 s, then SIGKILL it
+    [ -n "$pid" ] || return 0
+    for _ in $(seq 100); do alive "$pid" || return 0; sleep 0.05; done
+    kill -KILL "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do alive "$pid" || return 0; sleep 0.05; done
+}
+
+cmd_start() {
+    local owner=${1:-} bin dir pw port ok=""
+    case "$owner" in *[!0-9]*) die "OWNER must be a PID: $owner" ;; esac
+    bin=$(pgbin)
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/ms-pg.XXXXXX")
+    trap 'stop_server "$dir"; rm -rf "$dir"' ERR
+    chmod 700 "$dir"
+    pw=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+    printf '%s\n' "$pw" >"$dir/pwfile"
+    [ "$(id -u)" = 0 ] && chown -R postgres: "$dir"
+    as_pg "$bin/initdb" -D "$dir/data" -U ms --pwfile="$dir/pwfile" \
+        -A scram-sha-256 -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 \
+        || { cat "$dir/initdb.log" >&2; rm -rf "$dir"; die "initdb failed"; }
+    cat >>"$dir/data/postgresql.conf" <<EOF
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$dir'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+shared_buffers = 16MB
+max_connections = 40
+EOF
+    # a random port; another process may hold it: try a few
+    for _ in 1 2 3 4 5 6 7 8; do
+        port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        if start_on "$dir" "$port"; then ok=1; break; fi
+        grep -q "already in use" "$dir/server.log" 2>/dev/null \
+            || { cat "$dir/server.log" >&2 || true; break; }
+    done
+    if [ -z "$ok" ]; then
+        stop_server "$dir"; rm -rf "$dir"; die "the server did not start"
+    fi
+    echo "$port" >"$dir/port"
+    pm_pid "$dir" >"$dir/pid"
+    PGPASSWORD=$pw "$bin/createdb" -h 127.0.0.1 -p "$port" -U ms \
+        moonshard_test >/dev/null 2>&1 \
+        || { stop_server "$dir"; rm -rf "$dir"; die "createdb failed"; }
+    trap - ERR
+    if [ -n "$owner" ]; then
+        ( while kill -0 "$owner" 2>/dev/null && [ -d "$dir" ]; do sleep 1; done
+          if [ -d "$dir" ]; then stop_server "$dir"; rm -rf "$dir"; fi
+        ) </dev/null >/dev/null 2>&1 &
+        echo $! >"$dir/guard"
+    fi
+    echo "$dir"
+    echo "$port"
+    cat "$dir/pid"
+    echo "host=127.0.0.1 port=$port user=ms password=$pw dbname=moonshard_test connect_timeout=5"
+}
+
+check_dir() {
+    [ -n "${1:-}" ] && [ -d "$1/data" ] && [ -f "$1/port" ] \
+        || die "not a folder made by pg_server.sh start: ${1:-(none)}"
+}
+
+case "${1:-}" in
+start) cmd_start "${2:-}" ;;
+stop)  check_dir "${2:-}"; stop_guard "$2"; stop_server "$2"; rm -rf "$2" ;;
+pause) check_dir "${2:-}"; stop_server "$2" ;;
+resume)
+    check_dir "${2:-}"
+    start_on "$2" "$(cat "$2/port")" || die "the server did not start again"
+    pm_pid "$2" | tee "$2/pid" ;;
+*) die "usage: pg_server.sh start [OWNER] | stop DIR | pause DIR | resume DIR" ;;
+esac
