@@ -43,6 +43,9 @@ M.codes = {
     bad_timeout   = "bad_timeout",   -- an ask timeout was not a positive number
     lease_unavailable = "lease_unavailable", -- a persistent shard's lease
                                      -- could not be had within its window
+    db_query      = "db_query",      -- PostgreSQL refused the statement
+    db_connection = "db_connection", -- no connection to PostgreSQL
+    db_queue_full = "db_queue_full", -- the node's PostgreSQL queue is full
 }
 
 local mt = {}

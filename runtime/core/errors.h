@@ -46,7 +46,10 @@
     X(MS_EBADTIMEOUT, -4117, "bad_timeout",                                 \
       "the ask timeout is not a positive number")                           \
     X(MS_ELEASE, -4118, "lease_unavailable",                                \
-      "the shard's lease could not be had within its window")
+      "the shard's lease could not be had within its window")               \
+    X(MS_EDBQUERY, -4119, "db_query", "PostgreSQL refused the statement")   \
+    X(MS_EDBCONN, -4120, "db_connection", "no connection to PostgreSQL")    \
+    X(MS_EDBFULL, -4121, "db_queue_full", "the PostgreSQL queue is full")
 
 enum ms_error {
 #define MS_ERROR_ENUM(c, v, name, text) c = v,

@@ -909,22 +909,12 @@ long ms_pg_result_affected(const struct ms_pg_result *r)
 
 const char *ms_pg_errname(int code)
 {
-    switch (code) {
-    case MS_PG_EQUERY: return "query_error";
-    case MS_PG_ECONN: return "connection";
-    case MS_PG_EFULL: return "queue_full";
-    default: return ms_errname(code);
-    }
+    return ms_errname(code);
 }
 
 const char *ms_pg_strerror(int code)
 {
-    switch (code) {
-    case MS_PG_EQUERY: return "PostgreSQL refused the statement";
-    case MS_PG_ECONN: return "no connection to PostgreSQL";
-    case MS_PG_EFULL: return "the PostgreSQL queue is full";
-    default: return ms_strerror(code);
-    }
+    return ms_strerror(code);
 }
 
 void ms_pg_mask_conninfo(const char *conninfo, char *out, size_t out_len)

@@ -38,6 +38,8 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "../core/errors.h"
+
 /* Limits: each is checked by ms_pg_new (MS_EINVAL above it). */
 #define MS_PG_MAX_CONNECTIONS 64    /* connections of one pool */
 #define MS_PG_MAX_QUEUE 100000      /* queue_max */
@@ -50,9 +52,10 @@
 /* The pool's own error codes (the others it returns are MS_E* codes of
  * runtime/core/errors.h: MS_ETIMEDOUT, MS_ECANCELED, MS_EINVAL,
  * MS_ENOMEM, MS_EBUSY). Their range does not overlap the core's. */
-#define MS_PG_EQUERY (-4200) /* the server refused the statement: sqlstate */
-#define MS_PG_ECONN (-4201)  /* no connection: lost, or cannot connect */
-#define MS_PG_EFULL (-4202)  /* the queue holds queue_max jobs already */
+/* the pool's codes, rows of the one table (runtime/core/errors.h) */
+#define MS_PG_EQUERY MS_EDBQUERY /* the server refused it: see sqlstate */
+#define MS_PG_ECONN MS_EDBCONN   /* no connection: lost, or cannot connect */
+#define MS_PG_EFULL MS_EDBFULL   /* the queue holds queue_max jobs already */
 
 struct ms_pg_config {
     const char *conninfo;        /* libpq key=value or URI; copied */
@@ -139,8 +142,8 @@ const char *ms_pg_result_value(const struct ms_pg_result *res, int row,
 /* Rows a command touched (INSERT/UPDATE/DELETE...), else 0. */
 long ms_pg_result_affected(const struct ms_pg_result *res);
 
-/* The stable name ("query_error", "connection", "queue_full", else
- * ms_errname's) and text (else ms_strerror's) of a code. */
+/* ms_errname and ms_strerror: the pool's codes are rows of the core's
+ * table ("db_query", "db_connection", "db_queue_full"). */
 const char *ms_pg_errname(int code);
 const char *ms_pg_strerror(int code);
 

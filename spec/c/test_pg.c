@@ -242,7 +242,7 @@ static void test_queries(void)
     CHECK(g.err == MS_PG_EQUERY);
     CHECK(strcmp(g.sqlstate, "42P01") == 0);
     CHECK(strstr(g.msg, "no_such_table") != NULL);
-    CHECK(strcmp(ms_pg_errname(g.err), "query_error") == 0);
+    CHECK(strcmp(ms_pg_errname(g.err), "db_query") == 0);
     run(pg, "SELECT 7", 0, NULL, &g, 5000);
     CHECK(g.err == 0 && strcmp(g.v0, "7") == 0);
 
@@ -365,7 +365,7 @@ static void test_queue_bound(void)
     CHECK(ms_pg_queued(pg) == 3);
     CHECK(ms_pg_query(pg, "SELECT 1", 0, NULL, on_done, &g[3])
           == MS_PG_EFULL);
-    CHECK(strcmp(ms_pg_errname(MS_PG_EFULL), "queue_full") == 0);
+    CHECK(strcmp(ms_pg_errname(MS_PG_EFULL), "db_queue_full") == 0);
     CHECK(wait_for(&g[2].done, 10000));
     for (int i = 0; i < 3; i++)
         CHECK(g[i].done == 1 && g[i].err == 0);
