@@ -642,7 +642,7 @@ local TOP_FIELDS = {
     cluster = true, secret = true, seeds = true, nodes = true,
     entities = true, limits = true, gc_step_kb = true, admin_token = true,
     admin_remote = true, handoff_timeout = true, rebalance_interval = true,
-    stuck_handler_ms = true, stuck_handler_exit_ms = true,
+    stuck_handler_ms = true, stuck_handler_exit_ms = true, database = true,
 }
 local NODE_FIELDS = { name = true, listen = true, http = true, roles = true }
 local ENTITY_FIELDS = {
@@ -1005,6 +1005,19 @@ local function check_watchdog(t, root, cfg)
                                       and cfg.stuck_handler_ms or 60000)
 end
 
+-- The PostgreSQL of persistent types (issue 11): a libpq connection string
+-- or postgresql:// URI, parsed by libpq itself. It may hold a password, so
+-- no error shows it; the host keeps it in a buffer of 1,024 bytes.
+local function check_database(t, root)
+    local v = string_field(t, "database", root, { max_len = 1023,
+                                                  conceal = true })
+    if v and find(v, "%z") then
+        fail(child(root, "database"), "must not contain a NUL byte",
+             setmetatable({ what = format("%d bytes", #v) }, Concealed))
+    end
+    return v
+end
+
 local function check(t)
     local root = {}
     check_known(t, root, TOP_FIELDS)
@@ -1038,6 +1051,7 @@ local function check(t)
     end
     cfg.seeds = seeds
     check_secret(cfg)
+    cfg.database = check_database(t, root)
     cfg.entities, cfg.entity_list = check_entities(t.entities, { "entities" })
     cfg.limits = check_limits(t.limits, { "limits" })
     cfg.gc_step_kb = integer_field(t, "gc_step_kb", root, 1, INT_MAX, 64, true)
