@@ -104,19 +104,24 @@ static int migrate(const char *config)
         goto out;
     }
     ms_pg_mask_conninfo(cfg.database, masked, sizeof masked);
-    if (probe(cfg.database, masked))
-        goto out;
-
+    /* the pool refuses what libpq cannot parse (as a node will); it
+     * connects only once the loop runs */
     struct ms_pg_config pc = { .conninfo = cfg.database, .connections = 1,
                                .statement_timeout_ms = 30000 };
     struct ms_pg *pg;
     if (ms_pg_new(loop, &pc, &pg, err, sizeof err) < 0) {
-        fprintf(stderr, "moonshard db migrate: %s\n", err);
+        /* not libpq's words: they may quote a piece of the string, and
+         * so of a password holding a space */
+        fprintf(stderr, "moonshard db migrate: %s: database: libpq cannot "
+                "parse it as key=value pairs or a postgresql:// URI\n",
+                config);
         goto out;
     }
     struct run r = { 0 };
-    int q = ms_pg_migrate(pg, migrated, &r);
-    if (q < 0) {
+    int q = 0;
+    if (probe(cfg.database, masked))
+        ; /* said why */
+    else if ((q = ms_pg_migrate(pg, migrated, &r)) < 0) {
         fprintf(stderr, "moonshard db migrate: %s\n", ms_pg_strerror(q));
     } else {
         while (!r.done && uv_run(loop, UV_RUN_ONCE))

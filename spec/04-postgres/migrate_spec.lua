@@ -141,6 +141,20 @@ describe("moonshard db migrate", function()
         end
     end)
 
+    it("refuses a schema newer than the binary and changes nothing", function()
+        query(srv, "moonshard_test", "CREATE DATABASE mig_newer")
+        local config = write_config(string.format("%q",
+            (srv.conninfo:gsub("dbname=%S+", "dbname=mig_newer"))))
+        assert.equal(0, (migrate(config)))
+        query(srv, "mig_newer", "INSERT INTO moonshard_schema VALUES (2, now())")
+        local rc, out = migrate(config)
+        assert.equal(1, rc, out)
+        assert.truthy(out:find("schema is at version 2, newer than this "
+            .. "moonshard's (1)", 1, true), out)
+        assert.same({ "1,2" }, query(srv, "mig_newer", "SELECT string_agg("
+            .. "version::text, ',' ORDER BY version) FROM moonshard_schema"))
+    end)
+
     describe("fails with exit 1 and never shows the password", function()
         local function fails(database, expect)
             local rc, out = migrate(write_config(database))
@@ -170,6 +184,14 @@ describe("moonshard db migrate", function()
         it("when the database does not exist", function()
             fails(string.format("%q", (srv.conninfo:gsub("dbname=%S+",
                 "dbname=no_such_db"))), 'database "no_such_db" does not exist')
+        end)
+
+        it("when libpq cannot parse it, without quoting any of it", function()
+            -- libpq's own message would quote the word after the space
+            fails([["host=127.0.0.1 password=pw-1 pw-9d3e71c5 dbname=x"]],
+                  "libpq cannot parse it")
+            fails([["postgresql://ms:pw-9d3e71c5@127.0.0.1:1/x?pw-9d3e71c5=1"]],
+                  "libpq cannot parse it")
         end)
 
         it("when the config has no database", function()
