@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "core/config.h"
+#include "core/errors.h"
 #include "core/log.h"
 #include "io/pg.h"
 #include "io/pg_schema.h"
@@ -109,16 +110,19 @@ static int migrate(const char *config)
     struct ms_pg_config pc = { .conninfo = cfg.database, .connections = 1,
                                .statement_timeout_ms = 30000 };
     struct ms_pg *pg;
-    if (ms_pg_new(loop, &pc, &pg, err, sizeof err) < 0) {
+    int q = ms_pg_new(loop, &pc, &pg, err, sizeof err);
+    if (q == MS_EINVAL) {
         /* not libpq's words: they may quote a piece of the string, and
          * so of a password holding a space */
         fprintf(stderr, "moonshard db migrate: %s: database: libpq cannot "
                 "parse it as key=value pairs or a postgresql:// URI\n",
                 config);
         goto out;
+    } else if (q < 0) {
+        fprintf(stderr, "moonshard db migrate: %s\n", ms_pg_strerror(q));
+        goto out;
     }
     struct run r = { 0 };
-    int q = 0;
     if (probe(cfg.database, masked))
         ; /* said why */
     else if ((q = ms_pg_migrate(pg, migrated, &r)) < 0) {

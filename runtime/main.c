@@ -1,6 +1,6 @@
 /*
  * main.c -- the moonshard command: run, node, tell/ask/stop/status, shard,
- * secret. The benchmarks are another executable, moonshard-bench (bench/).
+ * db, secret. The benchmarks are another executable, moonshard-bench (bench/).
  */
 #include <errno.h>
 #include <limits.h>
