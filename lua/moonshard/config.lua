@@ -36,6 +36,7 @@ local sort = table.sort
 local concat = table.concat
 local format = string.format
 local find = string.find
+local lower = string.lower
 local match = string.match
 local gmatch = string.gmatch
 local gsub = string.gsub
@@ -529,13 +530,17 @@ local function sorted_keys(t)
     return keys
 end
 
+-- the fields whose values no error shows
+local CONCEALED_FIELDS = { secret = true, admin_token = true, database = true }
+
 -- Fails on the first key of `t` (in sorted order) not listed in `known`.
 local function check_known(t, path, known)
     for _, k in ipairs(sorted_keys(t)) do
         if not known[k] then
             local reason = "unknown field"
+            local best
             if type(k) == "string" then
-                local best, best_d
+                local best_d
                 for _, name in ipairs(sorted_keys(known)) do
                     local d = distance(k, name)
                     if d <= 2 and (not best_d or d < best_d) then
@@ -546,7 +551,15 @@ local function check_known(t, path, known)
                     reason = format("unknown field, did you mean %q?", best)
                 end
             end
-            fail(child(path, k), reason, t[k])
+            local v = t[k]
+            -- a misspelt credential (`databse = "postgresql://u:pw@..."`)
+            -- or anything that looks like one is not shown
+            if type(v) == "string" and (CONCEALED_FIELDS[best]
+                    or find(lower(v), "password", 1, true)
+                    or find(v, "://[^/]*:[^/]*@")) then
+                v = setmetatable({ what = "a string" }, Concealed)
+            end
+            fail(child(path, k), reason, v)
         end
     end
 end
