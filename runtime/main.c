@@ -1,6 +1,6 @@
 /*
  * main.c -- the moonshard command: run, node, tell/ask/stop/status, shard,
- * secret. The benchmarks are another executable, moonshard-bench (bench/).
+ * db, secret. The benchmarks are another executable, moonshard-bench (bench/).
  */
 #include <errno.h>
 #include <limits.h>
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "db.h"
 #include "core/log.h"
 #include "io/logsink.h"
 #include "lua/bridge.h"
@@ -42,6 +43,8 @@ static void usage(FILE *f)
         "  secret                         print a fresh random cluster secret\n"
         "  shard --count N ID...          print each id's shard (FNV-1a)\n"
         "  shard --config F --type T ID...  with the type's own partitioner\n"
+        "  db migrate CONFIG.lua          create or upgrade the schema in the\n"
+        "                                 config's PostgreSQL `database`\n"
         "  version\n");
 }
 
@@ -486,6 +489,8 @@ int main(int argc, char **argv)
         return ms_cli_main(argc - 1, argv + 1);
     if (strcmp(cmd, "shard") == 0)
         return cmd_shard(argc - 2, argv + 2);
+    if (strcmp(cmd, "db") == 0)
+        return ms_db_main(argc - 2, argv + 2);
     if (strcmp(cmd, "secret") == 0)
         return cmd_secret(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0) {

@@ -36,6 +36,7 @@ local sort = table.sort
 local concat = table.concat
 local format = string.format
 local find = string.find
+local lower = string.lower
 local match = string.match
 local gmatch = string.gmatch
 local gsub = string.gsub
@@ -529,13 +530,17 @@ local function sorted_keys(t)
     return keys
 end
 
+-- the fields whose values no error shows
+local CONCEALED_FIELDS = { secret = true, admin_token = true, database = true }
+
 -- Fails on the first key of `t` (in sorted order) not listed in `known`.
 local function check_known(t, path, known)
     for _, k in ipairs(sorted_keys(t)) do
         if not known[k] then
             local reason = "unknown field"
+            local best
             if type(k) == "string" then
-                local best, best_d
+                local best_d
                 for _, name in ipairs(sorted_keys(known)) do
                     local d = distance(k, name)
                     if d <= 2 and (not best_d or d < best_d) then
@@ -546,7 +551,15 @@ local function check_known(t, path, known)
                     reason = format("unknown field, did you mean %q?", best)
                 end
             end
-            fail(child(path, k), reason, t[k])
+            local v = t[k]
+            -- a misspelt credential (`databse = "postgresql://u:pw@..."`)
+            -- or anything that looks like one is not shown
+            if type(v) == "string" and (CONCEALED_FIELDS[best]
+                    or find(lower(v), "password", 1, true)
+                    or find(v, "://[^/]*:[^/]*@")) then
+                v = setmetatable({ what = "a string" }, Concealed)
+            end
+            fail(child(path, k), reason, v)
         end
     end
 end
@@ -642,7 +655,7 @@ local TOP_FIELDS = {
     cluster = true, secret = true, seeds = true, nodes = true,
     entities = true, limits = true, gc_step_kb = true, admin_token = true,
     admin_remote = true, handoff_timeout = true, rebalance_interval = true,
-    stuck_handler_ms = true, stuck_handler_exit_ms = true,
+    stuck_handler_ms = true, stuck_handler_exit_ms = true, database = true,
 }
 local NODE_FIELDS = { name = true, listen = true, http = true, roles = true }
 local ENTITY_FIELDS = {
@@ -1005,6 +1018,19 @@ local function check_watchdog(t, root, cfg)
                                       and cfg.stuck_handler_ms or 60000)
 end
 
+-- The PostgreSQL of persistent types (issue 11): a libpq connection string
+-- or postgresql:// URI, parsed by libpq itself. It may hold a password, so
+-- no error shows it; the host keeps it in a buffer of 1,024 bytes.
+local function check_database(t, root)
+    local v = string_field(t, "database", root, { max_len = 1023,
+                                                  conceal = true })
+    if v and find(v, "%z") then
+        fail(child(root, "database"), "must not contain a NUL byte",
+             setmetatable({ what = format("%d bytes", #v) }, Concealed))
+    end
+    return v
+end
+
 local function check(t)
     local root = {}
     check_known(t, root, TOP_FIELDS)
@@ -1038,6 +1064,7 @@ local function check(t)
     end
     cfg.seeds = seeds
     check_secret(cfg)
+    cfg.database = check_database(t, root)
     cfg.entities, cfg.entity_list = check_entities(t.entities, { "entities" })
     cfg.limits = check_limits(t.limits, { "limits" })
     cfg.gc_step_kb = integer_field(t, "gc_step_kb", root, 1, INT_MAX, 64, true)

@@ -32,7 +32,9 @@ struct ms_config {
     int node_index;            /* this node's place in that list, from 0 */
     char secret[256];          /* cluster secret ("" when not configured) */
     char admin_token[128];     /* for leave/down ("" when not configured) */
-    int admin_remote;          /* admin endpoints answer non-loopback peers */
+    int admin_remote;
+    char database[1024];       /* libpq connection string ("" when not
+                                  configured); may hold a password */          /* admin endpoints answer non-loopback peers */
     char seeds[16][128];       /* seed addresses */
     int nseeds;
     char roles[256];           /* this node's roles, "a,b" */

@@ -105,6 +105,7 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     copy_field(L, c, "secret", cfg->secret, sizeof cfg->secret);
     copy_field(L, c, "admin_token", cfg->admin_token,
                sizeof cfg->admin_token);
+    copy_field(L, c, "database", cfg->database, sizeof cfg->database);
     lua_getfield(L, c, "admin_remote");
     cfg->admin_remote = lua_toboolean(L, -1);
     lua_pop(L, 1);

@@ -123,6 +123,14 @@ describe("moonshard.config", function()
                 write_temp(other))).entities.Order.partition_id)
         end)
 
+        it("takes a database connection string, none by default", function()
+            assert.is_nil(assert(config.load(write_temp(BASE))).database)
+            local uri = "postgresql://ms:pw-5c1e9a@127.0.0.1:5432/app"
+            local src = replace(BASE, [[cluster = "demo",]],
+                                [[cluster = "demo", database = "]] .. uri .. [[",]])
+            assert.equal(uri, assert(config.load(write_temp(src))).database)
+        end)
+
         it("takes admin_remote = true", function()
             local src = replace(BASE, [[cluster = "demo",]],
                                 [[cluster = "demo", admin_remote = true,]])
@@ -523,6 +531,33 @@ return {
             { "an admin_token longer than the host keeps",
               { { [[cluster = "demo",]], [[cluster = "demo", admin_token = ("t"):rep(128), --@]] } },
               [[admin_token: must be at most 127 bytes (got "128 bytes")]] },
+            { "an empty database",
+              { { [[cluster = "demo",]], [[cluster = "demo", database = "", --@]] } },
+              [[database: must be a non-empty string (got "")]] },
+            { "a database that is not a string (never shown)",
+              { { [[cluster = "demo",]], [[cluster = "demo",
+    database = { url = "postgresql://u:pw-5c1e9a@h/db" }, --@]] } },
+              "database: must be a non-empty string (got a table)" },
+            { "a database longer than the host keeps",
+              { { [[cluster = "demo",]], [[cluster = "demo",
+    database = "password=pw-5c1e9a " .. ("x"):rep(1005), --@]] } },
+              [[database: must be at most 1023 bytes (got "1024 bytes")]] },
+            { "a database with a NUL byte (never shown)",
+              { { [[cluster = "demo",]], [[cluster = "demo",
+    database = "password=pw-5c1e9a\0host=h", --@]] } },
+              "database: must not contain a NUL byte (got 25 bytes)" },
+            { "a misspelt database (its value never shown)",
+              { { [[cluster = "demo",]], [[cluster = "demo",
+    databse = "postgresql://ms:pw-5c1e9a@127.0.0.1/app", --@]] } },
+              [[databse: unknown field, did you mean "database"? (got a string)]] },
+            { "an unknown field holding a password (never shown)",
+              { { [[cluster = "demo",]], [[cluster = "demo",
+    db = "host=127.0.0.1 password=pw-5c1e9a", --@]] } },
+              [[db: unknown field (got a string)]] },
+            { "an unknown field holding a URI with a password (never shown)",
+              { { [[cluster = "demo",]], [[cluster = "demo",
+    pg = "postgres://ms:pw-5c1e9a@h/db", --@]] } },
+              [[pg: unknown field (got a string)]] },
             { "a partitioner that is not a function",
               { { "shard_count = 32,", [[shard_count = 32, partitioner = "fnv", --@]] } },
               "entities.Order.partitioner: must be a function(id, shard_count) "
