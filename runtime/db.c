@@ -135,7 +135,7 @@ static int migrate(const char *config)
         } else if (r.err) {
             one_line(r.message);
             fprintf(stderr, "moonshard db migrate: %s: %s%s%s\n", masked,
-                    r.err == MS_PG_ESCHEMA ? "schema" : ms_pg_errname(r.err),
+                    ms_pg_errname(r.err),
                     r.message[0] ? ": " : "",
                     r.message[0] ? r.message : ms_pg_strerror(r.err));
         } else {

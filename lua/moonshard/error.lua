@@ -46,6 +46,8 @@ M.codes = {
     db_query      = "db_query",      -- PostgreSQL refused the statement
     db_connection = "db_connection", -- no connection to PostgreSQL
     db_queue_full = "db_queue_full", -- the node's PostgreSQL queue is full
+    db_schema     = "db_schema",     -- the database's schema is newer than
+                                     -- this build knows
 }
 
 local mt = {}

@@ -49,7 +49,9 @@
       "the shard's lease could not be had within its window")               \
     X(MS_EDBQUERY, -4119, "db_query", "PostgreSQL refused the statement")   \
     X(MS_EDBCONN, -4120, "db_connection", "no connection to PostgreSQL")    \
-    X(MS_EDBFULL, -4121, "db_queue_full", "the PostgreSQL queue is full")
+    X(MS_EDBFULL, -4121, "db_queue_full", "the PostgreSQL queue is full")  \
+    X(MS_EDBSCHEMA, -4122, "db_schema",                                     \
+      "the database's schema is newer than this build knows")
 
 enum ms_error {
 #define MS_ERROR_ENUM(c, v, name, text) c = v,

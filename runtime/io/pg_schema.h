@@ -25,7 +25,7 @@
 
 /* The database's schema is newer than this build knows (nothing was
  * changed: an older binary must not run against it). */
-#define MS_PG_ESCHEMA (-4210)
+#define MS_PG_ESCHEMA MS_EDBSCHEMA /* a row of runtime/core/errors.h */
 
 /* The outcome of a migration, called once on the loop. err is 0, or a
  * code of pg.h (MS_PG_EQUERY: `message` is the server's text; the
