@@ -98,6 +98,33 @@ describe("a node with `database`", function()
         helpers.stop_all_checked()
     end)
 
+    it("reports a schema newer than its own, and keeps serving", function()
+        query(srv, "moonshard_test", "CREATE DATABASE node_newer")
+        query(srv, "node_newer", "CREATE TABLE moonshard_schema (version "
+            .. "integer PRIMARY KEY, applied_at timestamptz NOT NULL "
+            .. "DEFAULT now()); INSERT INTO moonshard_schema VALUES (1), (2)")
+        local ci = srv.conninfo:gsub("dbname=%S+", "dbname=node_newer")
+        local n = helpers.start({
+            entities = { Counter = { module = "counter" } },
+            settings = { database = ci },
+        })
+        local db = helpers.wait_until(function()
+            local d = database_of(n)
+            return d.migrate_error ~= null and d, cjson.encode(d)
+        end, 20, "a migrate_error")
+        assert.equal(2, db.schema_version)
+        assert.truthy(db.migrate_error:find("newer", 1, true),
+                      db.migrate_error)
+        assert.same({ value = 0 }, n:call("Counter", "c2", { type = "get" }))
+        -- nothing was changed
+        assert.same({ "1", "2" }, query(srv, "node_newer",
+            "SELECT version FROM moonshard_schema ORDER BY version"))
+        assert.same({ "0" }, query(srv, "node_newer",
+            "SELECT count(*) FROM pg_tables WHERE tablename = "
+            .. "'moonshard_leases'"))
+        helpers.stop_all_checked()
+    end)
+
     it("says {configured = false} without `database`", function()
         local n = helpers.start({
             entities = { Counter = { module = "counter" } },
