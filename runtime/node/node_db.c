@@ -36,12 +36,19 @@ static void log_db(int level, struct ms_node_db *db, const char *msg)
     ms_log(level, f, "%s", msg);
 }
 
-/* error text on one line: a server's message may hold newlines */
+/* error text on one line, runs of blanks as one space: libpq's and a
+ * server's messages hold newlines and tabs */
 static void one_line(char *s)
 {
-    for (char *p = s; *p; p++)
-        if (*p == '\n' || *p == '\r' || *p == '\t')
-            *p = ' ';
+    char *w = s;
+    for (const char *p = s; *p; p++) {
+        int space = *p == '\n' || *p == '\r' || *p == '\t' || *p == ' ';
+        if (!space)
+            *w++ = *p;
+        else if (w > s && w[-1] != ' ')
+            *w++ = ' ';
+    }
+    *w = 0;
     size_t n = strlen(s);
     while (n && s[n - 1] == ' ')
         s[--n] = 0;
