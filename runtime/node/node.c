@@ -26,6 +26,7 @@
 #include "../io/watchdog.h"
 #include "../lua/bridge.h"
 #include "../moonshard.h"
+#include "node_db.h"
 
 #define ROUND_BUDGET 4096
 
@@ -38,6 +39,7 @@ struct ms_node {
     struct ms_cluster *cluster;
     struct ms_router *router;
     struct ms_watchdog *wd;
+    struct ms_node_db *db;  /* with `database` in the config, else NULL */
     uv_idle_t work;
     uv_timer_t tick;
     uint64_t tick_at;  /* when tick fires (loop time), while it is active */
@@ -428,6 +430,10 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     }
     snprintf(n->http_address, sizeof n->http_address, "%s",
              ms_http_address(n->http)); /* "[::1]:7201" for IPv6 */
+    /* the schema is migrated on the loop, in the background: the node
+     * serves its in-memory types meanwhile, whatever the database does */
+    if (n->cfg.database[0])
+        n->db = ms_node_db_start(loop, n->cfg.database);
     *out = n;
     return 0;
 fail:
@@ -438,9 +444,8 @@ fail:
     return rc;
 }
 
-static void on_closed(uv_handle_t *h)
+static void closed_one(struct ms_node *n)
 {
-    struct ms_node *n = h->data;
     if (--n->open_handles > 0)
         return;
     /* the watchdog reads what the bridge publishes: it goes first */
@@ -450,6 +455,16 @@ static void on_closed(uv_handle_t *h)
     ms_bridge_free(n->b);
     ms_config_free(&n->cfg);
     free(n);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    closed_one(h->data);
+}
+
+static void on_db_closed(void *data)
+{
+    closed_one(data);
 }
 
 void ms_node_close(struct ms_node *n)
@@ -483,6 +498,13 @@ void ms_node_close(struct ms_node *n)
                (unsigned long long)st.shutdown_drops,
                (unsigned long long)st.active_entities);
     n->open_handles = 3;
+    if (n->db) {
+        /* the pool copied what it uses of n->cfg; n is freed only after
+         * it is released */
+        n->open_handles++;
+        ms_node_db_close(n->db, on_db_closed, n);
+        n->db = NULL;
+    }
     uv_close((uv_handle_t *)&n->work, on_closed);
     uv_close((uv_handle_t *)&n->tick, on_closed);
     uv_close((uv_handle_t *)&n->gc, on_closed);
@@ -785,6 +807,12 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         o += ms_cluster_stats_json(n->cluster, o < buflen ? buf + o : NULL,
                                    o < buflen ? buflen - o : 0);
     }
+    static const char dbkey[] = ",\"database\":";
+    if (o + sizeof dbkey - 1 < buflen)
+        memcpy(buf + o, dbkey, sizeof dbkey - 1);
+    o += sizeof dbkey - 1;
+    o += ms_node_db_stats_json(n->db, o < buflen ? buf + o : NULL,
+                               o < buflen ? buflen - o : 0);
     if (o + 1 < buflen) {
         buf[o] = '}';
         buf[o + 1] = 0;

@@ -1,0 +1,135 @@
+-- spec/04-postgres/node_migrate_spec.lua: a node whose config has
+-- `database` migrates the schema itself at start, in the background: two
+-- nodes starting at once both get there with one version row; a node whose
+-- database is down comes Up all the same, serves its in-memory types, says
+-- why in /v1/stats (never with the password) and migrates once the server
+-- is back.
+
+local helpers = require "helpers.node"
+local pg = require "helpers.pg"
+local cjson = require "cjson.safe"
+local null = cjson.null
+
+-- the rows of `sql` in database `db` of `srv`
+local function query(srv, db, sql)
+    local rows, err = pg.psql({ conninfo = srv.conninfo:gsub(
+        "dbname=%S+", "dbname=" .. db) }, sql)
+    assert(rows, err)
+    return rows
+end
+
+local function database_of(n)
+    return n:get_json("/v1/stats").database
+end
+
+-- waits until the node reports the schema at version 1, connected
+local function wait_migrated(n, timeout)
+    return helpers.wait_until(function()
+        local db = database_of(n)
+        if db.connected == true and db.schema_version == 1
+                and db.migrate_error == null then
+            return db
+        end
+        return nil, cjson.encode(db)
+    end, timeout or 20, "the schema at version 1")
+end
+
+describe("a node with `database`", function()
+    local srv
+
+    setup(function() srv = pg.start() end)
+    teardown(function()
+        helpers.stop_all_checked()
+        pg.stop_all()
+    end)
+
+    it("migrates at start; two nodes at once, one version row", function()
+        query(srv, "moonshard_test", "CREATE DATABASE node_mig")
+        local ci = srv.conninfo:gsub("dbname=%S+", "dbname=node_mig")
+        local c = helpers.cluster_up({
+            size = 2,
+            entities = { Counter = { module = "counter" } },
+            settings = { database = ci },
+        })
+        for _, n in ipairs(c.nodes) do
+            local db = wait_migrated(n)
+            assert.is_true(db.configured)
+        end
+        assert.same({ "1" }, query(srv, "node_mig",
+            "SELECT count(*) FROM moonshard_schema"))
+        assert.same({ "1" }, query(srv, "node_mig",
+            "SELECT version FROM moonshard_schema"))
+        helpers.stop_all_checked()
+    end)
+
+    it("comes Up with its database down, and migrates once it is back",
+       function()
+        query(srv, "moonshard_test", "CREATE DATABASE node_later")
+        local ci = srv.conninfo:gsub("dbname=%S+", "dbname=node_later")
+        local password = assert(ci:match("password=(%S+)"))
+        srv:pause() -- nothing listens on its port now
+        local n = helpers.start({
+            entities = { Counter = { module = "counter" } },
+            settings = { database = ci },
+        })
+        -- in-memory types do not wait for the database
+        n:tell("Counter", "c1", { type = "incr", by = 2 })
+        assert.same({ value = 2 }, n:call("Counter", "c1", { type = "get" }))
+        local db = helpers.wait_until(function()
+            local d = database_of(n)
+            return d.migrate_error ~= null and d, tostring(d.migrate_error)
+        end, 20, "a migrate_error")
+        assert.is_true(db.configured)
+        assert.is_false(db.connected)
+        assert.equal(null, db.schema_version)
+        assert.equal("string", type(db.migrate_error))
+        assert.is_nil(db.migrate_error:find(password, 1, true))
+        local _, _, raw = n:http("GET", "/v1/stats")
+        assert.is_nil(raw:find(password, 1, true))
+        assert.is_nil(n:log():find(password, 1, true))
+        assert.truthy(n:alive())
+
+        srv:resume()
+        wait_migrated(n, 60)
+        assert.same({ "1" }, query(srv, "node_later",
+            "SELECT count(*) FROM moonshard_schema"))
+        assert.same({ value = 2 }, n:call("Counter", "c1", { type = "get" }))
+        assert.is_nil(n:log():find(password, 1, true))
+        helpers.stop_all_checked()
+    end)
+
+    it("reports a schema newer than its own, and keeps serving", function()
+        query(srv, "moonshard_test", "CREATE DATABASE node_newer")
+        query(srv, "node_newer", "CREATE TABLE moonshard_schema (version "
+            .. "integer PRIMARY KEY, applied_at timestamptz NOT NULL "
+            .. "DEFAULT now()); INSERT INTO moonshard_schema VALUES (1), (2)")
+        local ci = srv.conninfo:gsub("dbname=%S+", "dbname=node_newer")
+        local n = helpers.start({
+            entities = { Counter = { module = "counter" } },
+            settings = { database = ci },
+        })
+        local db = helpers.wait_until(function()
+            local d = database_of(n)
+            return d.migrate_error ~= null and d, cjson.encode(d)
+        end, 20, "a migrate_error")
+        assert.equal(2, db.schema_version)
+        assert.truthy(db.migrate_error:find("newer", 1, true),
+                      db.migrate_error)
+        assert.same({ value = 0 }, n:call("Counter", "c2", { type = "get" }))
+        -- nothing was changed
+        assert.same({ "1", "2" }, query(srv, "node_newer",
+            "SELECT version FROM moonshard_schema ORDER BY version"))
+        assert.same({ "0" }, query(srv, "node_newer",
+            "SELECT count(*) FROM pg_tables WHERE tablename = "
+            .. "'moonshard_leases'"))
+        helpers.stop_all_checked()
+    end)
+
+    it("says {configured = false} without `database`", function()
+        local n = helpers.start({
+            entities = { Counter = { module = "counter" } },
+        })
+        assert.same({ configured = false }, database_of(n))
+        helpers.stop_all_checked()
+    end)
+end)
