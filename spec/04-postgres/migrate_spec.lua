@@ -57,13 +57,7 @@ local function password_of(conninfo)
     return assert(conninfo:match("password=(%S+)"))
 end
 
--- the rows of `sql` in database `db` of `srv`
-local function query(srv, db, sql)
-    local rows, err = pg.psql({ conninfo = srv.conninfo:gsub(
-        "dbname=%S+", "dbname=" .. db) }, sql)
-    assert(rows, err)
-    return rows
-end
+local query = pg.query
 
 describe("moonshard db migrate", function()
     local srv

@@ -10,13 +10,7 @@ local pg = require "helpers.pg"
 local cjson = require "cjson.safe"
 local null = cjson.null
 
--- the rows of `sql` in database `db` of `srv`
-local function query(srv, db, sql)
-    local rows, err = pg.psql({ conninfo = srv.conninfo:gsub(
-        "dbname=%S+", "dbname=" .. db) }, sql)
-    assert(rows, err)
-    return rows
-end
+local query = pg.query
 
 local function database_of(n)
     return n:get_json("/v1/stats").database

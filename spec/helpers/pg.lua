@@ -125,4 +125,12 @@ function M.psql(srv, sql)
     return rows
 end
 
+-- the rows of `sql` in database `db` of `srv` (M.psql); raises on error
+function M.query(srv, db, sql)
+    local rows, err = M.psql({ conninfo = srv.conninfo:gsub(
+        "dbname=%S+", "dbname=" .. db) }, sql)
+    assert(rows, err)
+    return rows
+end
+
 return M
