@@ -270,6 +270,17 @@ int ms_dispatch_resolve(struct ms_dispatch *d, int type, const char *id,
     return shard_for(d, type, id, idlen, &out->hash, &out->shard);
 }
 
+int ms_dispatch_resolve_send(struct ms_dispatch *d, int type, const char *id,
+                             size_t idlen, size_t len, struct ms_dest *out)
+{
+    if (ms_dispatch_unavailable(d, type))
+        return MS_EUNAVAIL;
+    int rc = ms_dispatch_resolve(d, type, id, idlen, out);
+    if (rc == 0 && len > d->max_message)
+        rc = MS_E2BIG;
+    return rc;
+}
+
 int ms_dispatch_shard_of(struct ms_dispatch *d, int type, const char *id,
                          size_t idlen, uint32_t *shard)
 {

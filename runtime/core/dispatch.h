@@ -115,6 +115,13 @@ struct ms_dest {
 int ms_dispatch_resolve(struct ms_dispatch *d, int type, const char *id,
                         size_t idlen, struct ms_dest *out);
 
+/* The one check of a send at a node's edge (HTTP, C, Lua): MS_EUNAVAIL
+ * for a type whose module failed to load (before its partitioner runs),
+ * then ms_dispatch_resolve, then MS_E2BIG for a payload of `len` bytes
+ * above the dispatcher's max_message. */
+int ms_dispatch_resolve_send(struct ms_dispatch *d, int type, const char *id,
+                             size_t idlen, size_t len, struct ms_dest *out);
+
 /* Accepts a tell for a resolved destination. The payload is copied.
  * Returns 0 or MS_E2BIG (payload above max_message), MS_EOVERFLOW,
  * MS_EUNAVAIL, MS_ECANCELED, MS_ENOMEM. */

@@ -238,13 +238,9 @@ static int dest_of(struct ms_bridge *b, lua_State *L, int arg, int type,
         return MS_EPARTITION;
     if (!b->router)
         return MS_ECANCELED; /* the node is closing */
-    if (ms_dispatch_unavailable(b->d, type))
-        return MS_EUNAVAIL; /* first, as its partitioner may be broken */
     b->in_leaf = 1; /* the partitioner reads the given shard: no Lua */
-    int rc = ms_dispatch_resolve(b->d, type, id, idlen, dst);
+    int rc = ms_dispatch_resolve_send(b->d, type, id, idlen, len, dst);
     b->in_leaf = 0;
-    if (rc == 0 && b->cfg && len > b->cfg->max_message)
-        rc = MS_E2BIG;
     return rc;
 }
 

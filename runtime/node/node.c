@@ -184,14 +184,7 @@ static int rebalance_lua(void *data, const char *type_name,
 static int resolve(struct ms_node *n, int type, const char *id,
                    size_t idlen, size_t len, struct ms_dest *dst)
 {
-    /* unavailable first, as before the resolve: its partitioner may be
-     * what failed to load */
-    if (ms_dispatch_unavailable(n->d, type))
-        return MS_EUNAVAIL;
-    int rc = ms_dispatch_resolve(n->d, type, id, idlen, dst);
-    if (rc == 0 && len > n->cfg.max_message)
-        rc = MS_E2BIG;
-    return rc;
+    return ms_dispatch_resolve_send(n->d, type, id, idlen, len, dst);
 }
 
 static size_t report_owner(void *data, int type, const char *id,
