@@ -19,7 +19,17 @@ struct ms_type_config {
     char allocation_id[256];   /* the allocation strategy's id */
     int custom_partition;      /* the config gives a partitioner function */
     char partition_id[64];     /* "fnv1a", or "custom:" and its code's hash */
+    /* persistence (issue 11): MS_PERSIST_NONE, _EVENTS or _STATE */
+    int persistence;
+    uint64_t lease_duration_ms;       /* lease_duration */
+    uint64_t lease_renew_interval_ms; /* lease_renew_interval */
+    uint64_t lease_window_ms;         /* lease_window: how long messages
+                                         wait for the lease */
+    uint32_t snapshot_every;          /* events between snapshots; 0: never */
+    int delete_events_on_snapshot;    /* delete the events a snapshot covers */
 };
+
+enum { MS_PERSIST_NONE = 0, MS_PERSIST_EVENTS = 1, MS_PERSIST_STATE = 2 };
 
 struct ms_config {
     char path[1024];
@@ -32,9 +42,11 @@ struct ms_config {
     int node_index;            /* this node's place in that list, from 0 */
     char secret[256];          /* cluster secret ("" when not configured) */
     char admin_token[128];     /* for leave/down ("" when not configured) */
-    int admin_remote;
+    int admin_remote;          /* admin endpoints answer non-loopback peers */
     char database[1024];       /* libpq connection string ("" when not
-                                  configured); may hold a password */          /* admin endpoints answer non-loopback peers */
+                                  configured); may hold a password */
+    uint64_t operation_retention_ms; /* how long operation ids are kept */
+    int database_connections;  /* the node's PostgreSQL pool size */
     char seeds[16][128];       /* seed addresses */
     int nseeds;
     char roles[256];           /* this node's roles, "a,b" */

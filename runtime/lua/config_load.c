@@ -136,6 +136,9 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     cfg->http_connections = (int)num_field(L, -1, "http_connections");
     lua_pop(L, 1);
     cfg->gc_step_kb = (int)num_field(L, c, "gc_step_kb");
+    cfg->operation_retention_ms =
+        (uint64_t)num_field(L, c, "operation_retention_ms");
+    cfg->database_connections = (int)num_field(L, c, "database_connections");
     cfg->handoff_timeout_ms = (uint64_t)num_field(L, c, "handoff_timeout_ms");
     cfg->rebalance_interval_ms =
         (uint64_t)num_field(L, c, "rebalance_interval_ms");
@@ -166,6 +169,19 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
                    sizeof t->allocation_id);
         copy_field(L, -1, "partition_id", t->partition_id,
                    sizeof t->partition_id);
+        char persistence[16];
+        copy_field(L, -1, "persistence", persistence, sizeof persistence);
+        t->persistence = strcmp(persistence, "events") == 0 ? MS_PERSIST_EVENTS
+                       : strcmp(persistence, "state") == 0 ? MS_PERSIST_STATE
+                       : MS_PERSIST_NONE;
+        t->lease_duration_ms = (uint64_t)num_field(L, -1, "lease_duration_ms");
+        t->lease_renew_interval_ms =
+            (uint64_t)num_field(L, -1, "lease_renew_interval_ms");
+        t->lease_window_ms = (uint64_t)num_field(L, -1, "lease_window_ms");
+        t->snapshot_every = (uint32_t)num_field(L, -1, "snapshot_every");
+        lua_getfield(L, -1, "delete_events_on_snapshot");
+        t->delete_events_on_snapshot = lua_toboolean(L, -1);
+        lua_pop(L, 1);
         lua_getfield(L, -1, "partitioner");
         if (lua_isfunction(L, -1) && b->part_ref[i] == LUA_NOREF) {
             t->custom_partition = 1;

@@ -123,6 +123,27 @@ describe("moonshard.config", function()
                 write_temp(other))).entities.Order.partition_id)
         end)
 
+        it("takes persistence settings with their defaults", function()
+            local src = replace(replace(BASE, [[cluster = "demo",]],
+                                        [[cluster = "demo", database = "host=127.0.0.1",]]),
+                                "shard_count = 32,", [[shard_count = 32, persistence = "events",
+                                lease_duration = 30,]])
+            local c = assert(config.load(write_temp(src)))
+            local o = c.entities.Order
+            assert.equal("events", o.persistence)
+            assert.equal(30000, o.lease_duration_ms)
+            assert.equal(3000, o.lease_renew_interval_ms)
+            assert.equal(60000, o.lease_window_ms)
+            assert.equal(100, o.snapshot_every)
+            assert.is_false(o.delete_events_on_snapshot)
+            assert.is_false(c.entities.Counter.persistence)
+            assert.equal(86400000, c.operation_retention_ms)
+            -- a short lease gets a renewal a third of it by default
+            src = replace(src, "lease_duration = 30,", "lease_duration = 3,")
+            o = assert(config.load(write_temp(src))).entities.Order
+            assert.equal(1000, o.lease_renew_interval_ms)
+        end)
+
         it("takes a database connection string, none by default", function()
             assert.is_nil(assert(config.load(write_temp(BASE))).database)
             local uri = "postgresql://ms:pw-5c1e9a@127.0.0.1:5432/app"
@@ -154,6 +175,7 @@ describe("moonshard.config", function()
                 idle_timeout = 120, idle_timeout_ms = 120000,
                 on_error = "stop", max_pending = 10000, slow_handler_ms = 100,
                 allocation_id = ll, rebalance_id = ll, partition_id = "fnv1a",
+                persistence = false,
             }, fields)
             assert.equal("Order", order.name)
             assert.equal(2500, order.idle_timeout_ms)
@@ -558,6 +580,35 @@ return {
               { { [[cluster = "demo",]], [[cluster = "demo",
     pg = "postgres://ms:pw-5c1e9a@h/db", --@]] } },
               [[pg: unknown field (got a string)]] },
+            { "a persistent type without a database",
+              { { "shard_count = 32,", [[shard_count = 32, persistence = "events", --@]] } },
+              "entities.Order.persistence: needs a database: set the top-level "
+                  .. "'database' to a PostgreSQL connection string (got \"events\")" },
+            { "an unknown persistence",
+              { { "shard_count = 32,", [[shard_count = 32, persistence = "disk", --@]] } },
+              [[entities.Order.persistence: must be "events" or "state" ]]
+                  .. [[(leave it out for an in-memory type) (got "disk")]] },
+            { "a lease setting on an in-memory type",
+              { { "shard_count = 32,", [[shard_count = 32, lease_duration = 5, --@]] } },
+              [[entities.Order.lease_duration: applies only to a type with ]]
+                  .. [[persistence = "events" or "state" (got 5)]] },
+            { "a renewal not comfortably shorter than the lease",
+              { { [[cluster = "demo",]], [[cluster = "demo", database = "host=127.0.0.1",]] },
+                { "shard_count = 32,", [[shard_count = 32, persistence = "state",
+            lease_duration = 6, lease_renew_interval = 3, --@]] } },
+              "entities.Order.lease_renew_interval: must be a number of seconds from "
+                  .. "0.1 to lease_duration / 3 (2), so a lease is renewed well "
+                  .. "before it expires (got 3)" },
+            { "a lease_duration below a second",
+              { { [[cluster = "demo",]], [[cluster = "demo", database = "host=127.0.0.1",]] },
+                { "shard_count = 32,", [[shard_count = 32, persistence = "events",
+            lease_duration = 0.5, --@]] } },
+              "entities.Order.lease_duration: must be a number of seconds from 1 to 3600 (got 0.5)" },
+            { "snapshots on a durable-state type",
+              { { [[cluster = "demo",]], [[cluster = "demo", database = "host=127.0.0.1",]] },
+                { "shard_count = 32,", [[shard_count = 32, persistence = "state",
+            snapshot_every = 10, --@]] } },
+              [[entities.Order.snapshot_every: applies only to persistence = "events" (got 10)]] },
             { "a partitioner that is not a function",
               { { "shard_count = 32,", [[shard_count = 32, partitioner = "fnv", --@]] } },
               "entities.Order.partitioner: must be a function(id, shard_count) "
