@@ -48,6 +48,10 @@ M.codes = {
     db_queue_full = "db_queue_full", -- the node's PostgreSQL queue is full
     db_schema     = "db_schema",     -- the database's schema is newer than
                                      -- this build knows
+    stale_owner   = "stale_owner",   -- a write of a node whose lease epoch
+                                     -- is no longer current was refused
+    revision_conflict = "revision_conflict", -- another writer extended
+                                     -- the entity's history
 }
 
 local mt = {}

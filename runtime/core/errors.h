@@ -51,7 +51,11 @@
     X(MS_EDBCONN, -4120, "db_connection", "no connection to PostgreSQL")    \
     X(MS_EDBFULL, -4121, "db_queue_full", "the PostgreSQL queue is full")  \
     X(MS_EDBSCHEMA, -4122, "db_schema",                                     \
-      "the database's schema is newer than this build knows")
+      "the database's schema is newer than this build knows")              \
+    X(MS_ESTALE, -4123, "stale_owner",                                      \
+      "this node no longer holds the shard's lease: the write was refused") \
+    X(MS_ECONFLICT, -4124, "revision_conflict",                             \
+      "another writer extended the entity's history (concurrent history)")
 
 enum ms_error {
 #define MS_ERROR_ENUM(c, v, name, text) c = v,

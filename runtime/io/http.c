@@ -120,7 +120,12 @@ static int err_status(int err)
     case MS_ENOOWNER:
     case MS_ELEASE:
     case MS_ECANCELED:
+    case MS_ESTALE:
+    case MS_EDBCONN:
+    case MS_EDBFULL:
         return 503;
+    case MS_ECONFLICT:
+        return 409;
     case MS_ETIMEDOUT:
         return 504;
     default: /* MS_EHANDLER, MS_ENOMEM, ... */
