@@ -21,8 +21,8 @@
 #define SEND_TIMEOUT_S 10           /* connect and send */
 
 static const char *const usages[] = {
-    "tell [--node HOST:PORT] TYPE ID JSON",
-    "ask [--node HOST:PORT] [--timeout SECONDS] TYPE ID JSON",
+    "tell [--node HOST:PORT] [--op-id ID] TYPE ID JSON",
+    "ask [--node HOST:PORT] [--timeout SECONDS] [--op-id ID] TYPE ID JSON",
     "stop [--node HOST:PORT] TYPE ID",
     "status [--node HOST:PORT] [--json]",
     "members [--node HOST:PORT]",
@@ -264,12 +264,15 @@ int ms_cli_main(int argc, char **argv)
     int want, is_ask = 0, npos = 0, opts_done = 0, i, n, code;
     int is_status = cmd != NULL && strcmp(cmd, "status") == 0, json = 0;
     char *type = NULL, *id = NULL, *path = NULL, query[48] = "";
+    const char *opid = NULL; /* --op-id: the Idempotency-Key header */
+    int is_send = 0;
 
     if (cmd == NULL)
         return usage(stderr, NULL, 2);
     if (strcmp(cmd, "tell") == 0 || strcmp(cmd, "ask") == 0) {
         want = 3;
         is_ask = cmd[0] == 'a';
+        is_send = 1;
     } else if (strcmp(cmd, "stop") == 0) {
         want = 2;
     } else if (strcmp(cmd, "status") == 0 || strcmp(cmd, "members") == 0) {
@@ -289,7 +292,8 @@ int ms_cli_main(int argc, char **argv)
             if (a[2] == '\0') {
                 opts_done = 1;
             } else if ((strcmp(a, "--node") == 0 ||
-                        (is_ask && strcmp(a, "--timeout") == 0)) &&
+                        (is_ask && strcmp(a, "--timeout") == 0) ||
+                        (is_send && strcmp(a, "--op-id") == 0)) &&
                        i + 1 == argc) {
                 fprintf(stderr, "error: option %s needs a value\n", a);
                 return usage(stderr, cmd, 2);
@@ -301,6 +305,10 @@ int ms_cli_main(int argc, char **argv)
                 node = argv[++i];
             } else if (strncmp(a, "--node=", 7) == 0) {
                 node = a + 7;
+            } else if (is_send && strcmp(a, "--op-id") == 0) {
+                opid = argv[++i];
+            } else if (is_send && strncmp(a, "--op-id=", 8) == 0) {
+                opid = a + 8;
             } else if (is_ask && (strcmp(a, "--timeout") == 0 ||
                                   strncmp(a, "--timeout=", 10) == 0)) {
                 const char *v = a[9] == '=' ? a + 10 : argv[++i];
@@ -349,9 +357,27 @@ int ms_cli_main(int argc, char **argv)
         fprintf(stderr, "error: out of memory\n");
         return 2;
     }
-    code = exchange(node, "POST", path, CLI_JSON_HEADERS,
+    char *headers = NULL;
+    if (opid != NULL) {
+        /* the gateway checks it (400 with the reason); a line break
+         * would end the header early */
+        if (strpbrk(opid, "\r\n") != NULL || opid[0] == '\0') {
+            fprintf(stderr, "error: --op-id must be a non-empty value "
+                    "without line breaks\n");
+            free(path);
+            return 2;
+        }
+        if (asprintf(&headers, CLI_JSON_HEADERS "Idempotency-Key: %s\r\n",
+                     opid) < 0) {
+            fprintf(stderr, "error: out of memory\n");
+            free(path);
+            return 2;
+        }
+    }
+    code = exchange(node, "POST", path, headers ? headers : CLI_JSON_HEADERS,
                     want == 3 ? pos[2] : "",
                     (is_ask ? timeout_s : DEFAULT_TIMEOUT_S) + GRACE_S);
+    free(headers);
     free(path);
     return code;
 }

@@ -420,6 +420,71 @@ static void get_health(struct conn *c)
     respond(c, 200, JSON, body, n + 2);
 }
 
+static int json_blank(char ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n';
+}
+
+/*
+ * The Idempotency-Key of the request, checked, added to the body as its
+ * last field "$op" (see MS_OPID_FIELD): the body is a JSON object the
+ * node's check accepted. Returns 0 (also without the header), or answers
+ * 400 / 413 and returns -1.
+ */
+static int add_opid(struct conn *c)
+{
+    if (!c->opid_seen)
+        return 0;
+    size_t n = c->opid_len;
+    if (n == 0 || n > MS_HTTP_OPID_MAX) {
+        respond_error(c, 400, "bad_request", "Idempotency-Key must be 1 to "
+                      "%d bytes", MS_HTTP_OPID_MAX);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)c->opid[i];
+        if (ch < 0x21 || ch > 0x7e || ch == '"' || ch == '\\') {
+            respond_error(c, 400, "bad_request", "Idempotency-Key must be "
+                          "visible ASCII without '\"' or '\\'");
+            return -1;
+        }
+    }
+    size_t end = c->body_len;
+    while (end && json_blank(c->body[end - 1]))
+        end--;
+    size_t open = 0;
+    while (open < end && c->body[open] != '{')
+        open++;
+    size_t first = open + 1;
+    while (first < end && json_blank(c->body[first]))
+        first++;
+    if (end == 0 || c->body[end - 1] != '}' || open >= end) {
+        respond_error(c, 400, "bad_request", "body must be a JSON object");
+        return -1;
+    }
+    int empty = first == end - 1;
+    size_t len = end - 1 + (empty ? 0 : 1) + sizeof "\"" MS_OPID_FIELD "\":\"\"}"
+                 - 1 + n;
+    if (len > c->h->gw.max_message) {
+        respond_error(c, 413, "too_large", "body and Idempotency-Key are "
+                      "larger than %zu bytes", c->h->gw.max_message);
+        return -1;
+    }
+    char *b = malloc(len + 1);
+    if (b == NULL) {
+        respond_node_error(c, MS_ENOMEM);
+        return -1;
+    }
+    memcpy(b, c->body, end - 1);
+    int w = snprintf(b + end - 1, len + 2 - end, "%s\"" MS_OPID_FIELD
+                     "\":\"%.*s\"}", empty ? "" : ",", (int)n, c->opid);
+    (void)w;
+    free(c->body);
+    c->body = b;
+    c->body_len = c->body_cap = len;
+    return 0;
+}
+
 /*
  * POST /v1/entities/{type}/{id}/{action}: `seg` is "{type}/{id}/{action}",
  * still percent-encoded, inside c->url (decoded in place).
@@ -533,6 +598,8 @@ static void post_entity(struct conn *c, char *seg, size_t len,
                       reason[0] ? reason : "body must be a JSON object");
         return;
     }
+    if (add_opid(c) < 0)
+        return;
 
     if (action[0] == 't') {
         rc = gw->tell(node, t, id, idlen, c->body, c->body_len);

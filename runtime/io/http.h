@@ -13,6 +13,17 @@
 struct ms_http;
 
 /*
+ * Operation ids (issue 11): an `Idempotency-Key` header on a tell or an
+ * ask gives the message an operation id, 1 to MS_HTTP_OPID_MAX bytes of
+ * visible ASCII other than '"' and '\\'. It travels inside the message
+ * as its field MS_OPID_FIELD ("$op"), added by the gateway (the header
+ * wins over a "$op" of the body); a persistent entity applies a command
+ * once per operation id (README "Operation ids").
+ */
+#define MS_HTTP_OPID_MAX 128
+#define MS_OPID_FIELD "$op"
+
+/*
  * Binds a listener on host:port (IPv4 or IPv6 literal) on `loop` and
  * serves the endpoints through `gw` (copied; its data and name must
  * outlive the gateway). Returns 0 and sets *out, or a negative code with

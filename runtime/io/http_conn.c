@@ -479,6 +479,9 @@ static int on_message_begin(http_parser *p)
     c->in_token = 0;
     c->token_len = 0;
     c->token_seen = 0;
+    c->in_opid = 0;
+    c->opid_seen = 0;
+    c->opid_len = 0;
     c->head_done = 0;
     c->in_expect = 0;
     c->expect_len = 0;
@@ -539,10 +542,12 @@ static int on_header(http_parser *p, const char *at, size_t len)
         return bad_header(c, "whitespace in a header name");
     if (c->head_done)
         return head_add(c, len);
-    if (c->in_token || c->in_expect || c->field_len == SIZE_MAX) {
+    if (c->in_token || c->in_expect || c->in_opid ||
+        c->field_len == SIZE_MAX) {
         c->field_len = 0;
         c->in_token = 0;
         c->in_expect = 0;
+        c->in_opid = 0;
     }
     for (size_t i = 0; i < len && c->field_len < sizeof c->field; i++)
         c->field[c->field_len++] = (char)(at[i] | 0x20);
@@ -563,6 +568,12 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
             return bad_header(c, "X-Moonshard-Token appears twice");
         if (c->in_token)
             c->token_seen = 1;
+        c->in_opid = c->field_len == 15 &&
+                      memcmp(c->field, "idempotency-key", 15) == 0;
+        if (c->in_opid && c->opid_seen)
+            return bad_header(c, "Idempotency-Key appears twice");
+        if (c->in_opid)
+            c->opid_seen = 1;
         c->in_expect = c->field_len == 6 &&
                        memcmp(c->field, "expect", 6) == 0;
         if (c->in_expect)
@@ -572,6 +583,9 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
     if (c->in_token)
         for (size_t i = 0; i < len && c->token_len < sizeof c->token; i++)
             c->token[c->token_len++] = at[i];
+    if (c->in_opid)
+        for (size_t i = 0; i < len && c->opid_len < sizeof c->opid; i++)
+            c->opid[c->opid_len++] = at[i];
     if (c->in_expect)
         for (size_t i = 0; i < len && c->expect_len < sizeof c->expect; i++)
             c->expect[c->expect_len++] = (char)(at[i] | 0x20);

@@ -49,6 +49,11 @@ struct conn {
     size_t field_len;
     char token[128];            /* X-Moonshard-Token value */
     size_t token_len;
+    unsigned in_opid : 1;       /* the header being read is Idempotency-Key */
+    unsigned opid_seen : 1;     /* this request has one */
+    char opid[MS_HTTP_OPID_MAX + 1]; /* its value; one byte more marks a
+                                        value too long */
+    size_t opid_len;
     unsigned lingering : 1;     /* response out, waiting for the peer's EOF */
     unsigned in_request : 1;    /* a request's first bytes were parsed */
     uint64_t deadline_ms;       /* closed then (loop time); 0: none */

@@ -305,6 +305,39 @@ int main(void)
     CHECK(f.tells == 1 && f.type == 3 && strcmp(f.id, "c 1") == 0 &&
           strcmp(f.body, "{\"a\":1}") == 0);
 
+    /* Idempotency-Key: added to the body as its last field "$op" */
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/c1/tell HTTP/1.1\r\n"
+                  "Host: x\r\nConnection: close\r\nIdempotency-Key: k-1\r\n"
+                  "Content-Length: 9\r\n\r\n{\"a\":1}\r\n") == 202);
+    CHECK(f.tells == 2 && strcmp(f.body, "{\"a\":1,\"$op\":\"k-1\"}") == 0);
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/c1/tell HTTP/1.1\r\n"
+                  "Host: x\r\nConnection: close\r\nidempotency-key: z\r\n"
+                  "Content-Length: 4\r\n\r\n{ } ") == 202);
+    CHECK(f.tells == 3 && strcmp(f.body, "{ \"$op\":\"z\"}") == 0);
+    /* refused, not sent: twice, a quote, empty, past the message limit */
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/c1/tell HTTP/1.1\r\n"
+                  "Host: x\r\nConnection: close\r\nIdempotency-Key: a\r\n"
+                  "Idempotency-Key: b\r\nContent-Length: 2\r\n\r\n{}")
+          == 400);
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/c1/tell HTTP/1.1\r\n"
+                  "Host: x\r\nConnection: close\r\nIdempotency-Key: a\"b\r\n"
+                  "Content-Length: 2\r\n\r\n{}") == 400);
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/c1/tell HTTP/1.1\r\n"
+                  "Host: x\r\nConnection: close\r\nIdempotency-Key:\r\n"
+                  "Content-Length: 2\r\n\r\n{}") == 400);
+    CHECK(request(loop, port, &c,
+                  "POST /v1/entities/Counter/c1/tell HTTP/1.1\r\n"
+                  "Host: x\r\nConnection: close\r\nIdempotency-Key: "
+                  "0123456789012345678901234567890123456789012345678901\r\n"
+                  "Content-Length: 9\r\n\r\n{\"a\":1}  ") == 413);
+    CHECK(f.tells == 3);
+    f.tells = 1;
+
     /* an unknown type: 404, the node is not asked to send */
     CHECK(request(loop, port, &c,
                   "POST /v1/entities/Nope/c1/tell HTTP/1.1\r\nHost: x\r\n"
