@@ -119,6 +119,40 @@ describe("a node with `database`", function()
         helpers.stop_all_checked()
     end)
 
+    -- a wrong password and a missing database: the node comes Up, says
+    -- why (never with the password) and keeps serving its in-memory types
+    for _, case in ipairs({
+        { "a wrong password", function(ci)
+            return (ci:gsub("password=%S+", "password=pw-wrong-5e1f0a"))
+        end, "password authentication failed", "pw-wrong-5e1f0a" },
+        { "a missing database", function(ci)
+            return (ci:gsub("dbname=%S+", "dbname=no_such_db"))
+        end, 'database "no_such_db" does not exist' },
+    }) do
+        it("reports " .. case[1] .. " clearly and keeps serving", function()
+            local ci = case[2](srv.conninfo)
+            local n = helpers.start({
+                entities = { Counter = { module = "counter" } },
+                settings = { database = ci },
+            })
+            local db = helpers.wait_until(function()
+                local d = database_of(n)
+                return d.migrate_error ~= null and d, cjson.encode(d)
+            end, 20, "a migrate_error")
+            assert.is_false(db.connected)
+            assert.truthy(db.migrate_error:find(case[3], 1, true),
+                          db.migrate_error)
+            local secret = case[4] or assert(ci:match("password=(%S+)"))
+            assert.is_nil(db.migrate_error:find(secret, 1, true))
+            assert.is_nil(n:log():find(secret, 1, true))
+            n:tell("Counter", "w1", { type = "incr" })
+            assert.same({ value = 1 }, n:call("Counter", "w1",
+                                              { type = "get" }))
+            assert.truthy(n:alive())
+            helpers.stop_all_checked()
+        end)
+    end
+
     it("says {configured = false} without `database`", function()
         local n = helpers.start({
             entities = { Counter = { module = "counter" } },
