@@ -67,8 +67,9 @@
 #define MS_REGION_ALLOC_RETRY_MS 500
 /* the caller ticks the region at least this often */
 #define MS_REGION_TICK_MS 100
-/* a shard handed off waits at most this long for its lease's release
- * before its stop is reported anyway (the lease then runs out) */
+/* a shard handed off waits at most this long (and at most half of
+ * handoff_timeout) for its lease's release before its stop is reported
+ * anyway (the lease then runs out) */
 #define MS_REGION_RELEASE_WAIT_MS 3000
 /* epochs of held leases listed by ms_region_lease_each at most */
 #define MS_REGION_LEASES_LISTED 256
@@ -241,7 +242,8 @@ void ms_region_after_dispatch(struct ms_region *r, uint64_t now_ms);
  * shard's entities (ms_dispatch_shard_stop, resumed once stopped). At a
  * handoff the old owner releases the lease after the dispatcher stopped
  * the shard and only then reports STOPPED (at most
- * MS_REGION_RELEASE_WAIT_MS later: then the lease runs out). A
+ * MS_REGION_RELEASE_WAIT_MS, or half of handoff_timeout, later: then the
+ * lease runs out). A
  * non-persistent type pays one branch on the message path. */
 
 /* The database answered a MS_REGION_LEASE action (a->req, type and shard

@@ -76,6 +76,16 @@ static void emit_statement(struct ms_region *r,
     /* no memory: the machine times the request out and tries again */
 }
 
+/* How long a handoff's stop waits for the release: at most
+ * MS_REGION_RELEASE_WAIT_MS, and half the move's deadline (the move must
+ * not fail for it). */
+static uint64_t release_wait_ms(const struct ms_region *r)
+{
+    uint64_t half = r->cfg->handoff_timeout_ms / 2;
+    return half < MS_REGION_RELEASE_WAIT_MS ? half
+                                            : MS_REGION_RELEASE_WAIT_MS;
+}
+
 /* Reports the stops whose release was answered, or took too long. */
 static void release_waits(struct ms_region *r)
 {
@@ -88,15 +98,14 @@ static void release_waits(struct ms_region *r)
                 continue;
             int releasing = ms_lease_state(r->lease, t, i) ==
                             MS_LEASE_RELEASING;
-            int late = r->now - s->release_since_ms >=
-                       MS_REGION_RELEASE_WAIT_MS;
+            int late = r->now - s->release_since_ms >= release_wait_ms(r);
             if (releasing && !late)
                 continue;
             if (releasing)
                 ms_log(MS_LOG_WARN, NULL, "the lease of %s shard %u was "
                        "not released within %d ms; its stop is reported "
                        "and the lease runs out", ms__region_tname(r, t), i,
-                       MS_REGION_RELEASE_WAIT_MS);
+                       (int)release_wait_ms(r));
             s->release_wait = 0;
             r->nrelease_wait--;
             if (s->stopping)
