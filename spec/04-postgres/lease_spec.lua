@@ -122,6 +122,18 @@ describe("leases of a persistent type", function()
         assert.equal(SHARDS, l.held)
         assert.equal(SHARDS, l.epochs_count)
         assert.equal(SHARDS, #l.epochs)
+        for _, e in ipairs(l.epochs) do
+            assert.equal("Seq", e.type)
+            assert.equal(1, e.epoch)
+        end
+        -- the figures as Prometheus metrics
+        local mst, _, text = n1:http("GET", "/metrics")
+        assert.equal(200, mst)
+        assert.matches("\n# TYPE moonshard_leases_held gauge\n"
+                       .. "moonshard_leases_held " .. SHARDS .. "\n", text,
+                       1, true)
+        assert.matches("\nmoonshard_leases_acquired_total " .. SHARDS
+                       .. "\n", text, 1, true)
 
         c:start({ "n2" })
         c:wait_converged({ "n1", "n2" })
