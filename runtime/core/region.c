@@ -277,6 +277,18 @@ int ms__region_buffer(struct ms_region *r, int type, uint32_t shard, int kind,
     if (s->hgen && kind == MS_FRAME_TELL &&
         deadline_ms < r->now + r->cfg->handoff_timeout_ms + 2000)
         deadline_ms = r->now + r->cfg->handoff_timeout_ms + 2000;
+    /* a tell (or another node's request) waiting for its shard's lease
+     * may wait the whole lease window: the window, not the tell's
+     * deadline, decides (an own ask keeps its caller's deadline) */
+    if (r->types[type].persistent && !s->hgen &&
+        (origin || kind == MS_FRAME_TELL) &&
+        ms_plan_owner(r->types[type].plan, shard, NULL) == r->self &&
+        ms__region_lease_gate(r, type, shard) > 0) {
+        uint64_t until = r->now + ms__region_lease_window_ms(r, type) +
+                         MS_REGION_TICK_MS;
+        if (deadline_ms < until)
+            deadline_ms = until;
+    }
     struct pend *p = pend_new(kind, op, corr, deadline_ms, id, idlen, json,
                               len, retries, origin, origin_corr);
     if (!p)

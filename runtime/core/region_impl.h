@@ -160,6 +160,8 @@ static inline int ms__region_gated(const struct ms_region *r, int type,
     return r->types[type].persistent ? ms__region_lease_gate(r, type, shard)
                                      : 0;
 }
+/* The type's lease window in ms (its default filled in). */
+uint64_t ms__region_lease_window_ms(const struct ms_region *r, int type);
 /* A plan entry of a persistent type was applied: acquire or hand off. */
 void ms__region_lease_plan(struct ms_region *r, int type, uint32_t shard);
 /* A stop was asked by the coordinator (handoff): the lease follows. */

@@ -65,6 +65,16 @@ int ms__region_lease_gate(const struct ms_region *r, int type,
     return 1;
 }
 
+uint64_t ms__region_lease_window_ms(const struct ms_region *r, int type)
+{
+    const struct ms_type_config *t = &r->cfg->types[type];
+    if (t->lease_window_ms)
+        return t->lease_window_ms;
+    return MS_LEASE_WINDOW_DURATIONS * (t->lease_duration_ms
+                                            ? t->lease_duration_ms
+                                            : MS_LEASE_DURATION_MS);
+}
+
 /* Queues a LEASE action for the caller (the statement to run). */
 static void emit_statement(struct ms_region *r,
                            const struct ms_lease_action *la)
@@ -150,11 +160,28 @@ void ms__region_lease_pump(struct ms_region *r)
         release_waits(r);
 }
 
+/* The shard is ours and waits for its lease: the tells (and other
+ * nodes' requests) that already wait, for an owner until now, may wait
+ * the lease window (as ms__region_buffer gives new ones). */
+static void extend_deadlines(struct ms_region *r, int type, uint32_t shard)
+{
+    struct rshard *s = r->types[type].shards
+                           ? &r->types[type].shards[shard] : NULL;
+    if (!s || !s->head || s->hgen)
+        return;
+    uint64_t until = r->now + ms__region_lease_window_ms(r, type) +
+                     MS_REGION_TICK_MS;
+    for (struct pend *p = s->head; p; p = p->next)
+        if ((p->origin || p->kind == MS_FRAME_TELL) && p->deadline_ms < until)
+            p->deadline_ms = until;
+}
+
 void ms__region_lease_plan(struct ms_region *r, int type, uint32_t shard)
 {
-    if (ms_plan_owner(r->types[type].plan, shard, NULL) == r->self)
-        ms_lease_shard_assigned(r->lease, type, shard, r->now);
-    else
+    if (ms_plan_owner(r->types[type].plan, shard, NULL) == r->self) {
+        if (ms_lease_shard_assigned(r->lease, type, shard, r->now) == 0)
+            extend_deadlines(r, type, shard);
+    } else
         ms_lease_handoff(r->lease, type, shard, r->now);
     /* MS_EBUSY: already so (acquiring, held, released): nothing to do */
 }

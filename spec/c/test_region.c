@@ -34,6 +34,7 @@ struct node {
 
 /* the type of the nodes added next is persistent (leases) */
 static int persist;
+static uint64_t lease_window = 2000;
 
 static struct node nodes[MAXN];
 static int nn;
@@ -247,7 +248,7 @@ static void add_node(uint64_t uid)
         n->tc.persistence = MS_PERSIST_STATE;
         n->tc.lease_duration_ms = 1000;
         n->tc.lease_renew_interval_ms = 300;
-        n->tc.lease_window_ms = 2000;
+        n->tc.lease_window_ms = lease_window;
     }
     n->cfg.rebalance_interval_ms = 1000000000;
     struct ms_dispatch_type t = {"T", SHARDS, 0, 0, 100000, 0};
@@ -1046,6 +1047,36 @@ static void lease_unreachable(void)
     CHECK(count_stmt(2, MS_LEASE_ACQUIRE) == 2);
 }
 
+/* A tell waiting for a lease waits the whole lease window, even past
+ * the deadline of a tell waiting for an owner
+ * (MS_REGION_TELL_DEADLINE_MS). */
+static void lease_window_beyond_tell_deadline(void)
+{
+    lease_window = MS_REGION_TELL_DEADLINE_MS + 5000;
+    persist = 1;
+    boot(1, 1);
+    persist = 0;
+    lease_window = 2000;
+    db_answer(1, 0, MS_LEASE_ANS_DB_ERROR, 0, 0);
+    CHECK(tell_n(1, "a", "{\"n\":1}") == 0);
+    for (int t = 0; t < MS_REGION_TELL_DEADLINE_MS + 2000; t += 100) {
+        now += 100;
+        tick_all();
+        int i = last_stmt(1, MS_LEASE_ACQUIRE);
+        if (i > 0 && nodes[0].st[i].req) {
+            db_answer(1, i, MS_LEASE_ANS_DB_ERROR, 0, 0);
+            nodes[0].st[i].req = 0;
+        }
+        run_all();
+    }
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == 2); /* n:0 and n:1 */
+    advance(2000);
+    int i = last_stmt(1, MS_LEASE_ACQUIRE);
+    db_answer(1, i, MS_LEASE_ANS_ACQUIRED, 1, 1000);
+    CHECK(nodes[0].ngot == 2 && got(1, 0, "{\"n\":0}") &&
+          got(1, 1, "{\"n\":1}"));
+}
+
 int main(void)
 {
     fence_fifo();
@@ -1066,6 +1097,7 @@ int main(void)
     lease_lost_renewal();
     lease_handoff_release();
     lease_unreachable();
+    lease_window_beyond_tell_deadline();
     reset();
     CHECK_DONE();
 }
