@@ -10,7 +10,10 @@
  *
  * - ACQUIRE is one INSERT ... ON CONFLICT DO UPDATE: a new row gets epoch
  *   1; a row this owner holds, or whose lease expired, is taken for
- *   `duration`, its epoch + 1 when the owner changes. Another owner's
+ *   `duration`, its epoch + 1 when the owner changes or the lease had
+ *   run out (released, or expired: a new incarnation of the same node
+ *   name, or the same node after a loss, never shares an epoch with
+ *   writes made before); this owner's live lease keeps it. Another owner's
  *   lease that has not expired refuses it (the answer then says until
  *   when). The update takes the row lock, so it waits for the write
  *   transactions that hold the row FOR SHARE (their epoch check).

@@ -63,9 +63,12 @@ static void on_lease_answer(void *data, const struct ms_lease_answer *a)
     drain(r);
 }
 
-/* Runs a lease statement; one that cannot be queued (no pool, the pool's
- * queue is full) is answered as a database error now: the lease machine
- * tries again after its backoff. */
+/* Runs a lease statement; an acquire or release that cannot be queued
+ * (no pool, the pool's queue is full) is answered as a database error
+ * now: the lease machine tries again after its backoff. A renewal is
+ * not: the machine sends it again after a renew interval of silence,
+ * until the lease's expiry (a queue full for a moment must not lose a
+ * lease that is still good). */
 static void run_lease(struct ms_router *r, const struct ms_lease_action *la)
 {
     int rc = r->lsql ? ms_lease_sql_run(r->lsql, la,
@@ -74,6 +77,8 @@ static void run_lease(struct ms_router *r, const struct ms_lease_action *la)
     if (rc == 0)
         return;
     r->lease_sql_errors++;
+    if (la->kind == MS_LEASE_RENEW)
+        return;
     struct ms_lease_answer a;
     memset(&a, 0, sizeof a);
     a.kind = MS_LEASE_ANS_DB_ERROR;
