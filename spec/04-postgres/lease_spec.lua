@@ -294,6 +294,7 @@ describe("leases of a persistent type", function()
             return leases(n1).held + leases(n2).held == SHARDS or nil
         end, 20, "every shard's lease held")
         local mine = leases(n1).held
+        assert.is_true(mine > 0 and n1:stats().active_entities > 0)
         n2:signal(helpers.SIGSTOP)
         local ok, err = pcall(function()
             local l = helpers.wait_until(function()
@@ -301,6 +302,11 @@ describe("leases of a persistent type", function()
                 return x.held == 0 and x or nil, cjson.encode(x)
             end, 30, "n1 fences its leases")
             assert.equal(mine, l.fenced)
+            -- its entities stopped (Seq entities were active on it)
+            helpers.wait_until(function()
+                local a = n1:stats().active_entities
+                return a == 0 or nil, "active " .. tostring(a)
+            end, 10, "n1's entities stopped")
             -- nothing renews: every row has run out in the database
             helpers.wait_until(function()
                 for _, row in pairs(rows(srv, db)) do
