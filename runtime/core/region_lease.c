@@ -228,7 +228,7 @@ void ms__region_lease_tick(struct ms_region *r)
     ms__region_lease_pump(r);
 }
 
-/* ---- public --------------------------------------------------------------- */
+/* ---- public -------------------------------------------------------------- */
 
 int ms_region_lease_answer(struct ms_region *r,
                            const struct ms_lease_answer *a, uint64_t now_ms)

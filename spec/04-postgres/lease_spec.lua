@@ -41,7 +41,8 @@ local function rows(srv, db)
         .. "epoch || ' ' || (expires_at > now()) FROM moonshard_leases "
         .. "WHERE type = 'Seq' ORDER BY shard")
     for _, line in ipairs(list) do
-        local shard, owner, epoch, live = line:match("^(%d+) (%S+) (%d+) (%S+)$")
+        local shard, owner, epoch, live =
+            line:match("^(%d+) (%S+) (%d+) (%S+)$")
         out[tonumber(shard)] = { owner = owner, epoch = tonumber(epoch),
                                  live = live == "true" }
     end
