@@ -336,12 +336,18 @@ void ms__region_report_stopped(struct ms_region *r, int type, uint32_t shard,
 /* The settings a node must share with the cluster to host a type. */
 static void fingerprint(const struct ms_type_config *t, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s|module=%s|shards=%u|idle_ms=%llu|on_error=%s|"
-             "allocation=%s|partition=%s",
-             t->name, t->module, t->shard_count,
-             (unsigned long long)t->idle_timeout_ms,
-             t->on_error_stop ? "stop" : "resume", t->allocation_id,
-             t->partition_id);
+    int w = snprintf(buf, len, "%s|module=%s|shards=%u|idle_ms=%llu|"
+                     "on_error=%s|allocation=%s|partition=%s",
+                     t->name, t->module, t->shard_count,
+                     (unsigned long long)t->idle_timeout_ms,
+                     t->on_error_stop ? "stop" : "resume", t->allocation_id,
+                     t->partition_id);
+    /* a persistent type's shards hold leases: a node that would host
+     * them without (or with other timings) must not join the type */
+    if (t->persistence != MS_PERSIST_NONE && w > 0 && (size_t)w < len)
+        snprintf(buf + w, len - (size_t)w, "|persistence=%s|lease_ms=%llu",
+                 t->persistence == MS_PERSIST_EVENTS ? "events" : "state",
+                 (unsigned long long)t->lease_duration_ms);
 }
 
 int ms_region_new(struct ms_region **out, const struct ms_region_config *rc)
@@ -453,7 +459,6 @@ uint32_t ms_region_owned(const struct ms_region *r)
         n += ms_plan_count_owned(r->types[i].plan, r->self);
     return n;
 }
-
 
 uint32_t ms_region_buffered(const struct ms_region *r)
 {

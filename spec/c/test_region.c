@@ -1077,6 +1077,41 @@ static void lease_window_beyond_tell_deadline(void)
           got(1, 1, "{\"n\":1}"));
 }
 
+/* A node whose type is not persistent (or is, with other lease timings)
+ * is refused that type by a cluster where it is: it would host shards
+ * without their leases. */
+static void lease_settings_must_match(void)
+{
+    reset();
+    persist = 1;
+    add_node(1);
+    persist = 0;
+    add_node(2);
+    persist = 1;
+    add_node(3);
+    persist = 0;
+    nodes[2].tc.lease_duration_ms = 2000; /* other timings */
+    ms_region_free(nodes[2].r);
+    struct ms_region_config rc;
+    memset(&rc, 0, sizeof rc);
+    rc.self_uid = 3;
+    rc.cfg = &nodes[2].cfg;
+    rc.d = nodes[2].d;
+    rc.usable = usable;
+    rc.allocate = allocate;
+    CHECK(ms_region_new(&nodes[2].r, &rc) == 0);
+    for (int i = 0; i < nn; i++)
+        for (int j = 0; j < nn; j++)
+            ms_region_member(nodes[i].r, nodes[j].uid, MS_MB_UP, now);
+    for (int i = 0; i < nn; i++)
+        ms_region_on_coordinator(nodes[i].r, 1, now);
+    pump(100000);
+    CHECK(ms_coord_ready(ms_region_coord(nodes[0].r)));
+    CHECK(!ms_region_refused(nodes[0].r, 0));
+    CHECK(ms_region_refused(nodes[1].r, 0));
+    CHECK(ms_region_refused(nodes[2].r, 0));
+}
+
 int main(void)
 {
     fence_fifo();
@@ -1098,6 +1133,7 @@ int main(void)
     lease_handoff_release();
     lease_unreachable();
     lease_window_beyond_tell_deadline();
+    lease_settings_must_match();
     reset();
     CHECK_DONE();
 }
