@@ -319,11 +319,12 @@ const struct ms_plan *ms_region_plan(const struct ms_region *r, int type);
 uint32_t ms_region_owned(const struct ms_region *r);
 
 /* The epoch of the lease this node holds now for `type`'s shard, usable
- * for a write (held or being renewed, not expired on the local clock);
- * 0 when it holds none (the type is not persistent, the lease is being
- * acquired, was lost, expired or fenced, or the shard is not ours). A
- * write carries this epoch; the database refuses it if it is not the
- * current one (stale_owner). */
+ * for a write (held or being renewed, or a handoff's entities finishing
+ * what they accepted before the release; not expired on the local
+ * clock); 0 when it holds none (the type is not persistent, the lease is
+ * being acquired, was lost, expired or fenced, or the shard is not ours
+ * in this node's plan). A write carries this epoch; the database refuses
+ * it if it is not the current one (stale_owner). */
 uint64_t ms_region_lease_epoch(const struct ms_region *r, int type,
                                uint32_t shard);
 /* The same at now_ms (ms_region_lease_epoch uses the time of the last
