@@ -88,6 +88,28 @@ local FIELDS = {
         .. "only)." },
     moves_strategy_errors = { "counter", "Strategy calls refused "
         .. "(coordinator only)." },
+    leases_held = { "gauge", "Shard leases of persistent types held "
+        .. "here now." },
+    leases_acquired = { "counter", "Shard leases acquired." },
+    leases_renewed = { "counter", "Shard lease renewals granted." },
+    leases_released = { "counter", "Shard leases released at a handoff." },
+    leases_lost = { "counter", "Shard leases lost: a renewal refused or "
+        .. "failed (the shard's entities stopped)." },
+    leases_expired = { "counter", "Shard leases that ran out before a "
+        .. "renewal." },
+    leases_fenced = { "counter", "Shard leases left to run out because a "
+        .. "member was unreachable (entities stopped)." },
+    leases_retries = { "counter", "Lease statements sent again after a "
+        .. "failure or a silence." },
+    leases_refused = { "counter", "Lease acquires refused: another owner "
+        .. "held the row." },
+    leases_rejected = { "counter", "Messages rejected with "
+        .. "lease_unavailable (the lease window ran out)." },
+    leases_db_errors = { "counter", "Lease statements that failed in or "
+        .. "before PostgreSQL." },
+    leases_waiting = { "gauge", "Messages waiting for a shard's lease." },
+    leases_epochs_count = { "gauge", "Shards whose lease is usable for a "
+        .. "write now." },
     frames_in = { "counter", "Frames received from authenticated peers." },
     frames_out = { "counter", "Frames sent to peers." },
     rejected_frames = { "counter", "Malformed or unexpected frames; their "

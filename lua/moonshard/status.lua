@@ -118,6 +118,18 @@ function M.render(arg)
              n(mv.finished), n(mv.aborted), n(mv.rounds),
              n(mv.strategy_errors))
     end
+    local ls = s.leases
+    if type(ls) == "table" and ((ls.held or 0) + (ls.acquired or 0)
+                                + (ls.waiting or 0) + (ls.db_errors or 0)
+                                + (ls.refused or 0)) > 0 then
+        -- only with a persistent type: a node without one holds none
+        line("leases: %s held; %s acquired, %s renewed, %s released; %s "
+             .. "lost, %s expired, %s fenced, %s refused, %s database "
+             .. "errors; %s messages waiting, %s rejected", n(ls.held),
+             n(ls.acquired), n(ls.renewed), n(ls.released), n(ls.lost),
+             n(ls.expired), n(ls.fenced), n(ls.refused), n(ls.db_errors),
+             n(ls.waiting), n(ls.rejected))
+    end
     line("transport: %s frames in, %s out; %s rejected, %s failed "
          .. "handshakes, %s slow peers dropped", n(s.frames_in),
          n(s.frames_out), n(s.rejected_frames), n(s.auth_failures),

@@ -320,6 +320,21 @@ int ms_lease_admit(struct ms_lease *l, int type, uint32_t shard, void *msg,
     return 0;
 }
 
+int ms_lease_gate(const struct ms_lease *l, int type, uint32_t shard)
+{
+    if (type < 0 || type >= l->ntypes || shard >= l->types[type].nshards)
+        return MS_EINVAL;
+    const struct lshard *s = cshard(l, type, shard);
+    if (!s || s->state == MS_LEASE_NONE || s->state == MS_LEASE_STOPPING ||
+        (s->state == MS_LEASE_RELEASING && !s->reassign) || s->handoff)
+        return MS_ENOOWNER;
+    if (usable(s) && !s->n)
+        return MS_LEASE_OPEN;
+    if (s->window_spent)
+        return MS_ELEASE;
+    return 0;
+}
+
 uint64_t ms_lease_cancel_all(struct ms_lease *l)
 {
     uint64_t n = 0;
@@ -734,6 +749,18 @@ uint64_t ms_lease_epoch(const struct ms_lease *l, int type, uint32_t shard)
 {
     const struct lshard *s = cshard(l, type, shard);
     return s ? s->max_epoch : 0;
+}
+
+uint64_t ms_lease_usable_epoch(const struct ms_lease *l, int type,
+                               uint32_t shard, uint64_t now_ms)
+{
+    const struct lshard *s = cshard(l, type, shard);
+    /* STOPPING: a handoff's entities finish what they accepted, and the
+     * lease is still theirs until it is released */
+    if (!s || (!usable(s) && s->state != MS_LEASE_STOPPING) ||
+        now_ms >= s->expiry_ms)
+        return 0;
+    return s->epoch;
 }
 
 uint32_t ms_lease_waiting(const struct ms_lease *l, int type, uint32_t shard)

@@ -273,6 +273,19 @@ void ms_lease_tick(struct ms_lease *l, uint64_t now_ms);
 int ms_lease_admit(struct ms_lease *l, int type, uint32_t shard, void *msg,
                    uint64_t now_ms);
 
+/*
+ * The admission answer for the shard without keeping anything: for a
+ * caller that keeps waiting messages in its own buffer (the region does:
+ * one storage, its order and bounds) and uses the barrier of this machine
+ * for nothing. MS_LEASE_OPEN (held or renewing: deliver), 0 (the lease is
+ * being acquired, or was lost, expired or fenced: wait), MS_ELEASE (the
+ * window ran out: reject; also tells the caller to reject what waits in
+ * its buffer), MS_ENOOWNER (not ours here, or being handed off),
+ * MS_EINVAL (a bad type or shard). OPEN_SHARD still comes out when the
+ * lease is held: the caller flushes its buffer then.
+ */
+int ms_lease_gate(const struct ms_lease *l, int type, uint32_t shard);
+
 /* --- actions ----------------------------------------------------------- */
 
 /* Takes the oldest action into *out: 1, or 0 when there is none. */
@@ -283,6 +296,12 @@ int ms_lease_next_action(struct ms_lease *l, struct ms_lease_action *out);
 int ms_lease_state(const struct ms_lease *l, int type, uint32_t shard);
 /* The highest epoch the shard saw (0: none). */
 uint64_t ms_lease_epoch(const struct ms_lease *l, int type, uint32_t shard);
+/* The epoch held, if the lease is usable for a write at now_ms (HELD,
+ * RENEWING, or STOPPING: a handoff's entities finish the messages they
+ * accepted before it is released; and now_ms before its local expiry);
+ * else 0. */
+uint64_t ms_lease_usable_epoch(const struct ms_lease *l, int type,
+                               uint32_t shard, uint64_t now_ms);
 /* Messages waiting in the shard's barrier. */
 uint32_t ms_lease_waiting(const struct ms_lease *l, int type, uint32_t shard);
 /* Shards held (HELD or RENEWING), all types. */

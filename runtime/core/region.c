@@ -277,6 +277,18 @@ int ms__region_buffer(struct ms_region *r, int type, uint32_t shard, int kind,
     if (s->hgen && kind == MS_FRAME_TELL &&
         deadline_ms < r->now + r->cfg->handoff_timeout_ms + 2000)
         deadline_ms = r->now + r->cfg->handoff_timeout_ms + 2000;
+    /* a tell (or another node's request) waiting for its shard's lease
+     * may wait the whole lease window: the window, not the tell's
+     * deadline, decides (an own ask keeps its caller's deadline) */
+    if (r->types[type].persistent && !s->hgen &&
+        (origin || kind == MS_FRAME_TELL) &&
+        ms_plan_owner(r->types[type].plan, shard, NULL) == r->self &&
+        ms__region_lease_gate(r, type, shard) > 0) {
+        uint64_t until = r->now + ms__region_lease_window_ms(r, type) +
+                         MS_REGION_TICK_MS;
+        if (deadline_ms < until)
+            deadline_ms = until;
+    }
     struct pend *p = pend_new(kind, op, corr, deadline_ms, id, idlen, json,
                               len, retries, origin, origin_corr);
     if (!p)
@@ -394,8 +406,19 @@ static int route(struct ms_region *r, int kind, int op, int64_t corr,
     uint64_t gen;
     uint64_t owner = ms_plan_owner(r->types[type].plan, shard, &gen);
     int waiting = has_waiting(r, type, shard); /* keep order behind them */
-    if (owner == r->self && !waiting)
-        return deliver_own(r, kind, op, corr, dst, json, len);
+    if (owner == r->self && !waiting) {
+        /* a persistent shard delivers only while its lease is held */
+        int g = ms__region_gated(r, type, shard);
+        if (g == 0)
+            return deliver_own(r, kind, op, corr, dst, json, len);
+        if (g < 0) {
+            r->lease_rejected++;
+            if (kind == MS_FRAME_ASK)
+                fail_ask(r, corr, g, "the shard's lease could not be "
+                         "acquired within the lease window");
+            return g;
+        }
+    }
     if (owner && owner != r->self && !waiting && usable(r, owner) &&
         send_request(r, owner, kind, op, corr, type, shard, gen, dst->id,
                      dst->idlen, json, len, retries) == 0)
@@ -470,7 +493,8 @@ int64_t ms_region_ask(struct ms_region *r, const struct ms_dest *dst,
         return rc;
     if (ms_plan_owner(r->types[dst->type].plan, dst->shard, NULL) ==
             r->self &&
-        !has_waiting(r, dst->type, dst->shard)) {
+        !has_waiting(r, dst->type, dst->shard) &&
+        !ms__region_gated(r, dst->type, dst->shard)) {
         r->st.local_routes++;
         return activate ? ms_dispatch_activate(r->d, dst, timeout_ms, now_ms,
                                                w)
@@ -608,7 +632,8 @@ void ms__region_flush_shard(struct ms_region *r, int type, uint32_t shard)
          * requests of other nodes held here are still ours to handle while
          * we own the shard and have not stopped it */
         if (!s->stopping &&
-            ms_plan_owner(r->types[type].plan, shard, NULL) == r->self)
+            ms_plan_owner(r->types[type].plan, shard, NULL) == r->self &&
+            !ms__region_gated(r, type, shard))
             ms__region_deliver_held(r, type, shard);
         return;
     }
@@ -616,6 +641,13 @@ void ms__region_flush_shard(struct ms_region *r, int type, uint32_t shard)
     uint64_t owner = ms_plan_owner(r->types[type].plan, shard, &gen);
     if (!owner || (owner != r->self && !usable(r, owner)))
         return;
+    if (owner == r->self && r->types[type].persistent) {
+        int g = ms__region_lease_gate(r, type, shard);
+        if (g < 0)
+            ms__region_lease_reject(r, type, shard); /* window ran out */
+        if (g)
+            return;
+    }
     while (s->head) {
         struct pend *p = s->head;
         const char *id = p->data, *json = p->data + p->idlen;
@@ -841,6 +873,28 @@ static void on_request(struct ms_region *r, uint64_t uid,
                f->id_len, f->payload, f->payload_len, retries);
         return;
     }
+    rc = ms__region_gated(r, type, shard);
+    if (rc > 0) {
+        /* ours, but its lease is not held: it waits, in order */
+        rc = ms__region_buffer(r, type, shard, f->kind, op, 0,
+                               r->now + MS_REGION_TELL_DEADLINE_MS, f->id,
+                               f->id_len, f->payload, f->payload_len, retries,
+                               uid, f->corr);
+        if (rc == 0)
+            return;
+    } else if (rc < 0) {
+        r->lease_rejected++;
+    }
+    if (rc < 0) {
+        r->st.expired += rc != MS_ELEASE;
+        if (f->kind == MS_FRAME_ASK)
+            ms__region_frame_error(r, uid, f->corr, rc, ms_strerror(rc));
+        else if (rc != MS_ELEASE || ms_log_due(r->lease_rejected))
+            ms_log(MS_LOG_WARN, NULL, "a tell for %s shard %u from another "
+                   "node was dropped: %s", ms__region_tname(r, type), shard,
+                   ms_strerror(rc));
+        return;
+    }
     ms__region_deliver_request(r, uid, &dst, f->kind, op, f->corr, f->payload,
                                f->payload_len);
 }
@@ -1013,6 +1067,7 @@ void ms_region_tick(struct ms_region *r, uint64_t now_ms)
     r->now = now_ms;
     ms_coord_tick(r->coord, now_ms);
     ms__region_coord_drain(r);
+    ms__region_lease_tick(r);
     for (int type = 0; type < r->ntypes && r->nbuffered; type++) {
         struct rtype *rt = &r->types[type];
         if (!rt->shards)
@@ -1041,6 +1096,32 @@ void ms_region_tick(struct ms_region *r, uint64_t now_ms)
         }
     }
     ms__region_kick(r);
+}
+
+void ms__region_lease_reject(struct ms_region *r, int type, uint32_t shard)
+{
+    struct rshard *s = ms__region_shard(r, type, shard);
+    uint64_t tells = 0;
+    while (s && s->head) {
+        struct pend *p = pop(r, s);
+        if (p->origin && p->kind == MS_FRAME_ASK)
+            ms__region_frame_error(r, p->origin, p->origin_corr, MS_ELEASE,
+                                   "the shard's lease could not be acquired "
+                                   "within the lease window");
+        else if (p->kind == MS_FRAME_ASK &&
+                 ms_dispatch_ask_pending(r->d, p->corr))
+            fail_ask(r, p->corr, MS_ELEASE, "the shard's lease could not "
+                     "be acquired within the lease window");
+        else if (p->kind == MS_FRAME_TELL)
+            tells++;
+        r->lease_rejected++;
+        free(p);
+    }
+    if (tells)
+        ms_log(MS_LOG_WARN, NULL, "%llu tells waiting for the lease of %s "
+               "shard %u were dropped: the lease window ran out (counted in "
+               "leases.rejected)", (unsigned long long)tells,
+               ms__region_tname(r, type), shard);
 }
 
 uint64_t ms_region_cancel_all(struct ms_region *r)

@@ -53,6 +53,7 @@
 #include "coordinator.h"
 #include "dispatch.h"
 #include "frame.h"
+#include "lease.h"
 
 #define MS_REGION_BUFFER 1024        /* own messages waiting per shard */
 /* requests of other nodes held per shard until this node's plan catches
@@ -66,6 +67,12 @@
 #define MS_REGION_ALLOC_RETRY_MS 500
 /* the caller ticks the region at least this often */
 #define MS_REGION_TICK_MS 100
+/* a shard handed off waits at most this long (and at most half of
+ * handoff_timeout) for its lease's release before its stop is reported
+ * anyway (the lease then runs out) */
+#define MS_REGION_RELEASE_WAIT_MS 3000
+/* epochs of held leases listed by ms_region_lease_each at most */
+#define MS_REGION_LEASES_LISTED 256
 
 /* Frame flags of the region's requests (part of the wire protocol). */
 #define MS_REGION_FLAG_ACTIVATE 0x4000 /* an ASK that is an activation */
@@ -132,7 +139,11 @@ enum ms_region_action_kind {
      * Exiting), this node included. */
     MS_REGION_BROADCAST = 2,
     /* The dispatcher was given work outside of a send: run it. */
-    MS_REGION_KICK = 3
+    MS_REGION_KICK = 3,
+    /* Run the lease statement `lease` (ACQUIRE, RENEW or RELEASE, see
+     * lease.h) on the database and give its answer to
+     * ms_region_lease_answer. Only with a persistent type. */
+    MS_REGION_LEASE = 4
 };
 
 /* One action; the frame's bytes live in `buf`: free with
@@ -144,6 +155,7 @@ struct ms_region_action {
     char *buf;
     int on_fail;            /* what ms_region_send_failed does */
     uint64_t fail_uid;
+    struct ms_lease_action lease; /* LEASE (its owner is the region's) */
 };
 
 struct ms_region;
@@ -211,6 +223,60 @@ void ms_region_tick(struct ms_region *r, uint64_t now_ms);
  * coordinator); call after each dispatch round. */
 void ms_region_after_dispatch(struct ms_region *r, uint64_t now_ms);
 
+/* --- leases (DESIGN.md "Leases and persistence") --------------------------
+ *
+ * With a persistent type (ms_type_config.persistence) the region owns
+ * one lease machine (lease.h; owner: the node's name). Every shard of
+ * such a type that this node owns in its plan holds a lease row: a plan
+ * that makes this node the owner acquires it, one that moves the shard
+ * away releases it. Messages for an owned persistent shard whose lease
+ * is not held (being acquired, lost, expired, fenced) wait in the
+ * region's buffer of the shard, in order, under the region's bounds
+ * (MS_REGION_BUFFER own, MS_REGION_HOLD of other nodes) and deadlines;
+ * the machine's own barrier is not used. Held: they are delivered in
+ * FIFO order before any new one. The lease window ran out: what waits is
+ * rejected with MS_ELEASE (asks fail, asks of other nodes get a
+ * REPLY_ERROR, tells are counted in rejected and logged) and new
+ * messages get MS_ELEASE until the lease is held again; a rejected
+ * message is never replayed. A lost, expired or fenced lease stops the
+ * shard's entities (ms_dispatch_shard_stop, resumed once stopped). At a
+ * handoff the old owner releases the lease after the dispatcher stopped
+ * the shard and only then reports STOPPED (at most
+ * MS_REGION_RELEASE_WAIT_MS, or half of handoff_timeout, later: then the
+ * lease runs out). A
+ * non-persistent type pays one branch on the message path. */
+
+/* The database answered a MS_REGION_LEASE action (a->req, type and shard
+ * as in the action). 0 or MS_EINVAL (no persistent type, bad answer). */
+int ms_region_lease_answer(struct ms_region *r,
+                           const struct ms_lease_answer *a, uint64_t now_ms);
+
+/* Whether every live member (Up or Leaving) is reachable from here: one
+ * that is not makes the leases fenced (entities stopped, nothing renewed,
+ * acquired or released: they run out in the database); all reachable
+ * again (back, or downed and removed) acquires them again. Called on
+ * every tick by the caller; only changes act. */
+void ms_region_members_reachable(struct ms_region *r, int all_reachable,
+                                 uint64_t now_ms);
+
+/* The lease machine (borrowed; NULL without a persistent type), for its
+ * figures. */
+const struct ms_lease *ms_region_lease(const struct ms_region *r);
+
+/* Messages waiting for a lease (owned persistent shards not open). */
+uint32_t ms_region_lease_waiting(const struct ms_region *r);
+
+/* Messages rejected with MS_ELEASE by the region (waiting or new). */
+uint64_t ms_region_lease_rejected(const struct ms_region *r);
+
+/* Calls fn for each shard whose lease is usable now, at most
+ * MS_REGION_LEASES_LISTED times (or until fn returns non-zero); returns
+ * how many shards hold a usable lease in all. */
+uint32_t ms_region_lease_each(const struct ms_region *r, uint64_t now_ms,
+                              int (*fn)(void *data, int type, uint32_t shard,
+                                        uint64_t epoch),
+                              void *data);
+
 /* --- actions ------------------------------------------------------------- */
 
 /* Takes the oldest action. Returns 1 and fills *out (then the caller's:
@@ -253,13 +319,18 @@ const struct ms_plan *ms_region_plan(const struct ms_region *r, int type);
 uint32_t ms_region_owned(const struct ms_region *r);
 
 /* The epoch of the lease this node holds now for `type`'s shard, usable
- * for a write (held or being renewed, not expired on the local clock);
- * 0 when it holds none (the type is not persistent, the lease is being
- * acquired, was lost, expired or fenced, or the shard is not ours). A
- * write carries this epoch; the database refuses it if it is not the
- * current one (stale_owner). */
+ * for a write (held or being renewed, or a handoff's entities finishing
+ * what they accepted before the release; not expired on the local
+ * clock); 0 when it holds none (the type is not persistent, the lease is
+ * being acquired, was lost, expired or fenced, or the shard is not ours
+ * in this node's plan). A write carries this epoch; the database refuses
+ * it if it is not the current one (stale_owner). */
 uint64_t ms_region_lease_epoch(const struct ms_region *r, int type,
                                uint32_t shard);
+/* The same at now_ms (ms_region_lease_epoch uses the time of the last
+ * call into the region, at most a tick old). */
+uint64_t ms_region_lease_epoch_at(const struct ms_region *r, int type,
+                                  uint32_t shard, uint64_t now_ms);
 
 /* Messages waiting for `type`'s shard (own and held). */
 uint32_t ms_region_waiting(const struct ms_region *r, int type,

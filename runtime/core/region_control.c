@@ -124,6 +124,10 @@ static void end_handoff(struct ms_region *r, int type,
     if (s->stopping && e->gen > s->stop_hgen) {
         s->stopping = 0;
         r->nstopping--;
+        if (s->release_wait) {
+            s->release_wait = 0;
+            r->nrelease_wait--;
+        }
         if (e->owner == r->self)
             ms_dispatch_shard_resume(r->d, type, e->shard);
     }
@@ -176,8 +180,11 @@ void ms__region_on_control(struct ms_region *r, uint64_t uid,
             break;
         for (size_t i = 0; i < m.nentries; i++) {
             end_handoff(r, type, &m.entries[i]);
+            if (r->types[type].persistent)
+                ms__region_lease_plan(r, type, m.entries[i].shard);
             ms__region_flush_shard(r, type, m.entries[i].shard);
         }
+        ms__region_lease_pump(r);
         break;
     }
     case MS_PLAN_MSG_HANDOFF: {
@@ -216,6 +223,9 @@ void ms__region_on_control(struct ms_region *r, uint64_t uid,
             s->stop_term = m.term;
             s->stop_coord = uid;
             ms_dispatch_shard_stop(r->d, type, m.entries[i].shard);
+            /* the lease is released once the entities stopped */
+            if (r->types[type].persistent)
+                ms__region_lease_handoff(r, type, m.entries[i].shard);
         }
         ms__region_kick(r);
         break;
@@ -296,20 +306,29 @@ void ms_region_after_dispatch(struct ms_region *r, uint64_t now_ms)
     uint32_t shard;
     while (ms_dispatch_next_stopped(r->d, &type, &shard)) {
         struct rshard *s = ms__region_shard(r, type, shard);
+        if (s && r->types[type].persistent &&
+            ms__region_lease_stopped(r, type, shard, s))
+            continue; /* a lease's stop, or the release is out */
         if (!s || !s->stopping)
             continue; /* called off meanwhile */
-        struct ms_plan_msg m;
-        struct ms_plan_entry e = {shard, r->self, s->stop_hgen};
-        memset(&m, 0, sizeof m);
-        m.kind = MS_PLAN_MSG_STOPPED;
-        m.term = s->stop_term;
-        snprintf(m.type, sizeof m.type, "%s", ms__region_tname(r, type));
-        m.shard_count = r->cfg->types[type].shard_count;
-        m.entries = &e;
-        m.nentries = 1;
-        ms__region_send_control(r, s->stop_coord, &m, RG_FAIL_NONE, 0);
-        r->st.shards_handed_off++;
+        ms__region_report_stopped(r, type, shard, s);
     }
+}
+
+void ms__region_report_stopped(struct ms_region *r, int type, uint32_t shard,
+                               struct rshard *s)
+{
+    struct ms_plan_msg m;
+    struct ms_plan_entry e = {shard, r->self, s->stop_hgen};
+    memset(&m, 0, sizeof m);
+    m.kind = MS_PLAN_MSG_STOPPED;
+    m.term = s->stop_term;
+    snprintf(m.type, sizeof m.type, "%s", ms__region_tname(r, type));
+    m.shard_count = r->cfg->types[type].shard_count;
+    m.entries = &e;
+    m.nentries = 1;
+    ms__region_send_control(r, s->stop_coord, &m, RG_FAIL_NONE, 0);
+    r->st.shards_handed_off++;
 }
 
 /* ---- life cycle ---------------------------------------------------------- */
@@ -317,12 +336,18 @@ void ms_region_after_dispatch(struct ms_region *r, uint64_t now_ms)
 /* The settings a node must share with the cluster to host a type. */
 static void fingerprint(const struct ms_type_config *t, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s|module=%s|shards=%u|idle_ms=%llu|on_error=%s|"
-             "allocation=%s|partition=%s",
-             t->name, t->module, t->shard_count,
-             (unsigned long long)t->idle_timeout_ms,
-             t->on_error_stop ? "stop" : "resume", t->allocation_id,
-             t->partition_id);
+    int w = snprintf(buf, len, "%s|module=%s|shards=%u|idle_ms=%llu|"
+                     "on_error=%s|allocation=%s|partition=%s",
+                     t->name, t->module, t->shard_count,
+                     (unsigned long long)t->idle_timeout_ms,
+                     t->on_error_stop ? "stop" : "resume", t->allocation_id,
+                     t->partition_id);
+    /* a persistent type's shards hold leases: a node that would host
+     * them without (or with other timings) must not join the type */
+    if (t->persistence != MS_PERSIST_NONE && w > 0 && (size_t)w < len)
+        snprintf(buf + w, len - (size_t)w, "|persistence=%s|lease_ms=%llu",
+                 t->persistence == MS_PERSIST_EVENTS ? "events" : "state",
+                 (unsigned long long)t->lease_duration_ms);
 }
 
 int ms_region_new(struct ms_region **out, const struct ms_region_config *rc)
@@ -354,6 +379,8 @@ int ms_region_new(struct ms_region **out, const struct ms_region_config *rc)
         ct[i].shard_count = cfg->types[i].shard_count;
         ct[i].fingerprint = r->types[i].fingerprint;
     }
+    if (!err)
+        err = ms__region_lease_init(r);
     if (!err) {
         struct ms_coord_config cc;
         memset(&cc, 0, sizeof cc);
@@ -403,6 +430,7 @@ void ms_region_free(struct ms_region *r)
     }
     free(r->types);
     ms_coord_free(r->coord);
+    ms_lease_free(r->lease);
     free(r);
 }
 
@@ -430,17 +458,6 @@ uint32_t ms_region_owned(const struct ms_region *r)
     for (int i = 0; i < r->ntypes; i++)
         n += ms_plan_count_owned(r->types[i].plan, r->self);
     return n;
-}
-
-uint64_t ms_region_lease_epoch(const struct ms_region *r, int type,
-                               uint32_t shard)
-{
-    /* leases are not wired into the region yet (issue 11, next step):
-     * no shard holds one, so no write can be made */
-    (void)r;
-    (void)type;
-    (void)shard;
-    return 0;
 }
 
 uint32_t ms_region_buffered(const struct ms_region *r)

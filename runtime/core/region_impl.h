@@ -47,6 +47,10 @@ struct rshard {
      * one goes after it; cleared when it leaves the buffer */
     struct pend *refill;
     uint64_t refill_epoch;
+    /* leases (region_lease.c) */
+    int lease_stop;           /* the lease stopped the shard's entities */
+    int release_wait;         /* STOPPED waits for the lease's release */
+    uint64_t release_since_ms;
 };
 
 struct rtype {
@@ -54,6 +58,7 @@ struct rtype {
     struct rshard *shards;   /* allocated on first use */
     char fingerprint[640];
     int refused;             /* the coordinator refused our settings */
+    int persistent;          /* its shards hold leases */
 };
 
 /* A queued action and its bytes. */
@@ -84,6 +89,11 @@ struct ms_region {
     int kick_queued;
     uint64_t drain_epoch;    /* drains ended (ms_region_next_action 0) */
     struct ms_region_stats st;
+    /* leases (region_lease.c): NULL without a persistent type */
+    struct ms_lease *lease;
+    int lease_fenced;        /* a member is unreachable */
+    uint32_t nrelease_wait;  /* shards whose STOPPED waits for a release */
+    uint64_t lease_rejected; /* messages rejected with MS_ELEASE here */
 };
 
 /* Queues an action with a copy of frame f (SEND to uid, or BROADCAST);
@@ -136,5 +146,38 @@ void ms__region_on_control(struct ms_region *r, uint64_t uid,
  * the coordinator as passed. */
 void ms__region_fence_direct(struct ms_region *r,
                              const struct ms_region_action *a);
+
+/* --- leases (region_lease.c) --- */
+/* Creates the lease machine when a type is persistent: 0 or a code. */
+int ms__region_lease_init(struct ms_region *r);
+/* For an owned shard: 0 (deliver), 1 (wait in the region's buffer) or
+ * MS_ELEASE (reject). A non-persistent type: 0. */
+int ms__region_lease_gate(const struct ms_region *r, int type,
+                          uint32_t shard);
+static inline int ms__region_gated(const struct ms_region *r, int type,
+                                   uint32_t shard)
+{
+    return r->types[type].persistent ? ms__region_lease_gate(r, type, shard)
+                                     : 0;
+}
+/* The type's lease window in ms (its default filled in). */
+uint64_t ms__region_lease_window_ms(const struct ms_region *r, int type);
+/* A plan entry of a persistent type was applied: acquire or hand off. */
+void ms__region_lease_plan(struct ms_region *r, int type, uint32_t shard);
+/* A stop was asked by the coordinator (handoff): the lease follows. */
+void ms__region_lease_handoff(struct ms_region *r, int type, uint32_t shard);
+/* The dispatcher stopped a persistent shard: 1 when the caller must not
+ * report STOPPED now (lease stop only, or waiting for the release). */
+int ms__region_lease_stopped(struct ms_region *r, int type, uint32_t shard,
+                             struct rshard *s);
+/* Carries out what the lease machine queued. */
+void ms__region_lease_pump(struct ms_region *r);
+/* Ticks the machine and reports releases that ended or took too long. */
+void ms__region_lease_tick(struct ms_region *r);
+/* Reports STOPPED for a stopping shard (region_control.c). */
+void ms__region_report_stopped(struct ms_region *r, int type, uint32_t shard,
+                               struct rshard *s);
+/* Rejects everything waiting for the shard with MS_ELEASE (region.c). */
+void ms__region_lease_reject(struct ms_region *r, int type, uint32_t shard);
 
 #endif

@@ -15,6 +15,7 @@
 #include "../core/plan.h"
 #include "../core/region.h"
 #include "../moonshard.h"
+#include "lease_sql.h"
 #include "strategy_view.h"
 
 /* A CONTROL message this node sent to itself. */
@@ -41,6 +42,8 @@ struct ms_router {
     int closed;              /* ms_router_close was called */
     void (*kick)(void *);    /* the dispatcher may have work now */
     void *kick_data;
+    struct ms_lease_sql *lsql; /* lease statements (with a pool) */
+    uint64_t lease_sql_errors; /* statements the pool did not take */
 };
 
 static uint64_t now(struct ms_router *r)
@@ -49,6 +52,41 @@ static uint64_t now(struct ms_router *r)
 }
 
 static void drain(struct ms_router *r);
+
+/* The database answered a lease statement. */
+static void on_lease_answer(void *data, const struct ms_lease_answer *a)
+{
+    struct ms_router *r = data;
+    if (r->closed)
+        return;
+    ms_region_lease_answer(r->rg, a, now(r));
+    drain(r);
+}
+
+/* Runs a lease statement; an acquire or release that cannot be queued
+ * (no pool, the pool's queue is full) is answered as a database error
+ * now: the lease machine tries again after its backoff. A renewal is
+ * not: the machine sends it again after a renew interval of silence,
+ * until the lease's expiry (a queue full for a moment must not lose a
+ * lease that is still good). */
+static void run_lease(struct ms_router *r, const struct ms_lease_action *la)
+{
+    int rc = r->lsql ? ms_lease_sql_run(r->lsql, la,
+                                        r->cfg->types[la->type].name)
+                     : MS_EDBCONN;
+    if (rc == 0)
+        return;
+    r->lease_sql_errors++;
+    if (la->kind == MS_LEASE_RENEW)
+        return;
+    struct ms_lease_answer a;
+    memset(&a, 0, sizeof a);
+    a.kind = MS_LEASE_ANS_DB_ERROR;
+    a.type = la->type;
+    a.shard = la->shard;
+    a.req = la->req;
+    ms_region_lease_answer(r->rg, &a, now(r));
+}
 
 /* Handles the CONTROL messages this node sent itself, in order. They are
  * queued, not handled inside the drain, because a send can start inside
@@ -137,6 +175,8 @@ static void drain(struct ms_router *r)
             free(uids);
         } else if (a.kind == MS_REGION_KICK && r->kick) {
             r->kick(r->kick_data);
+        } else if (a.kind == MS_REGION_LEASE && !r->closed) {
+            run_lease(r, &a.lease);
         }
         ms_region_action_free(&a);
     }
@@ -168,14 +208,21 @@ static void release_leavers(struct ms_router *r)
     struct ms_membership *mb = ms_cluster_membership(r->c);
     struct ms_coord *coord = ms_region_coord(r->rg);
     size_t n = ms_mb_member_count(mb);
-    int any_up = 0;
+    int any_up = 0, all_reachable = 1;
     for (size_t i = 0; i < n; i++) {
         const struct ms_mb_member *m = ms_mb_member_at(mb, i);
         any_up |= m && m->status == MS_MB_UP;
-        if (m)
-            ms_coord_member_reachable(coord, m->uid,
-                                      ms_mb_is_reachable(mb, m->uid));
+        if (m) {
+            int reach = ms_mb_is_reachable(mb, m->uid);
+            ms_coord_member_reachable(coord, m->uid, reach);
+            /* a live member we cannot reach may hold what we would take:
+             * the leases are fenced until it is back or downed */
+            if (!reach && m->uid != r->self &&
+                (m->status == MS_MB_UP || m->status == MS_MB_LEAVING))
+                all_reachable = 0;
+        }
     }
+    ms_region_members_reachable(r->rg, all_reachable, now(r));
     for (size_t i = 0; i < n; i++) {
         const struct ms_mb_member *m = ms_mb_member_at(mb, i);
         if (m && m->status == MS_MB_LEAVING && m->owns_shards &&
@@ -190,6 +237,7 @@ static void on_sweep(uv_timer_t *t)
     ms_region_tick(r->rg, now(r));
     drain(r);
     release_leavers(r);
+    drain(r); /* what the leases did with reachability */
 }
 
 /* ---- sends --------------------------------------------------------------- */
@@ -372,8 +420,20 @@ static void on_closed(uv_handle_t *h)
     free(r);
 }
 
+int ms_router_set_pool(struct ms_router *r, struct ms_pg *pg)
+{
+    ms_lease_sql_close(r->lsql);
+    r->lsql = NULL;
+    if (!pg)
+        return 0;
+    return ms_lease_sql_new(&r->lsql, pg, r->cfg->cluster, on_lease_answer,
+                            r);
+}
+
 void ms_router_close(struct ms_router *r)
 {
+    ms_lease_sql_close(r->lsql); /* no answers from now on */
+    r->lsql = NULL;
     uint64_t dropped = ms_region_cancel_all(r->rg);
     drain(r);
     r->closed = 1; /* what the dispatcher answers from now on stays */
@@ -464,6 +524,64 @@ static int list_move(void *data, const struct ms_region_move_info *m)
     return ++mo->listed >= 64;
 }
 
+/* Appends text to the stats (what fits; the length counts it all). */
+static void put(struct moves_out *mo, const char *txt, int w)
+{
+    if (w > 0 && mo->o + (size_t)w < mo->len)
+        memcpy(mo->buf + mo->o, txt, (size_t)w + 1);
+    mo->o += w > 0 ? (size_t)w : 0;
+}
+
+static int list_epoch(void *data, int type, uint32_t shard, uint64_t epoch)
+{
+    struct moves_out *mo = data;
+    char item[160];
+    int w = snprintf(item, sizeof item,
+                     "%s{\"type\":\"%s\",\"shard\":%u,\"epoch\":%llu}",
+                     mo->listed ? "," : "", mo->r->cfg->types[type].name,
+                     shard, (unsigned long long)epoch);
+    put(mo, item, w);
+    mo->listed++;
+    return 0;
+}
+
+/* ,"leases":{figures,"epochs":[..],"epochs_count":N} (zeros without a
+ * persistent type); returns the whole length. */
+static size_t leases_json(struct ms_router *r, struct moves_out *mo)
+{
+    const struct ms_lease *l = ms_region_lease(r->rg);
+    struct ms_lease_stats z;
+    memset(&z, 0, sizeof z);
+    const struct ms_lease_stats *ls = l ? ms_lease_stats(l) : &z;
+    char head[640];
+    int w = snprintf(head, sizeof head,
+                     ",\"leases\":{\"held\":%u,\"acquired\":%llu,"
+                     "\"renewed\":%llu,\"released\":%llu,\"lost\":%llu,"
+                     "\"expired\":%llu,\"fenced\":%llu,\"retries\":%llu,"
+                     "\"refused\":%llu,\"rejected\":%llu,"
+                     "\"db_errors\":%llu,\"waiting\":%u,\"epochs\":[",
+                     l ? ms_lease_held(l) : 0,
+                     (unsigned long long)ls->acquired,
+                     (unsigned long long)ls->renewed,
+                     (unsigned long long)ls->released,
+                     (unsigned long long)ls->lost,
+                     (unsigned long long)ls->expired,
+                     (unsigned long long)ls->fenced,
+                     (unsigned long long)ls->retries,
+                     (unsigned long long)ls->refused,
+                     (unsigned long long)(ls->rejected +
+                                          ms_region_lease_rejected(r->rg)),
+                     (unsigned long long)(ls->db_errors +
+                                          r->lease_sql_errors),
+                     ms_region_lease_waiting(r->rg));
+    put(mo, head, w);
+    mo->listed = 0;
+    uint32_t n = ms_region_lease_each(r->rg, now(r), list_epoch, mo);
+    w = snprintf(head, sizeof head, "],\"epochs_count\":%u}", n);
+    put(mo, head, w);
+    return mo->o;
+}
+
 size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
 {
     struct ms_coord_move_stats ms;
@@ -510,5 +628,6 @@ size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
     ms_region_each_move(r->rg, now(r), list_move, &mo);
     if (mo.o + 2 < len)
         memcpy(buf + mo.o, "]", 2);
-    return mo.o + 1;
+    mo.o++;
+    return leases_json(r, &mo);
 }

@@ -129,6 +129,12 @@ uint32_t ms_router_owned(struct ms_router *r);
 uint64_t ms_router_waiting(struct ms_router *r);
 
 
+/* Runs the lease statements of persistent types on `pg` (borrowed: the
+ * node closes the router before the pool; NULL: none, every statement
+ * fails and the leases are tried again). 0, MS_EINVAL or MS_ENOMEM. */
+struct ms_pg;
+int ms_router_set_pool(struct ms_router *r, struct ms_pg *pg);
+
 /* Fails every waiting message (MS_ECANCELED) and frees the router from its
  * timer's close callback. */
 void ms_router_close(struct ms_router *r);

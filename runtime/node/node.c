@@ -425,8 +425,11 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
              ms_http_address(n->http)); /* "[::1]:7201" for IPv6 */
     /* the schema is migrated on the loop, in the background: the node
      * serves its in-memory types meanwhile, whatever the database does */
-    if (n->cfg.database[0])
+    if (n->cfg.database[0]) {
         n->db = ms_node_db_start(loop, n->cfg.database);
+        /* the leases of persistent types run on its pool */
+        ms_router_set_pool(n->router, ms_node_db_pool(n->db));
+    }
     *out = n;
     return 0;
 fail:

@@ -138,6 +138,11 @@ struct ms_node_db *ms_node_db_start(uv_loop_t *loop, const char *conninfo)
     return db;
 }
 
+struct ms_pg *ms_node_db_pool(const struct ms_node_db *db)
+{
+    return db ? db->pg : NULL;
+}
+
 size_t ms_node_db_stats_json(const struct ms_node_db *db, char *buf,
                              size_t len)
 {

@@ -36,6 +36,11 @@ struct ms_node_db *ms_node_db_start(uv_loop_t *loop, const char *conninfo);
 size_t ms_node_db_stats_json(const struct ms_node_db *db, char *buf,
                              size_t len);
 
+/* The pool (borrowed until ms_node_db_close), or NULL: db is NULL or
+ * the pool could not be made. The lease statements run on it. */
+struct ms_pg;
+struct ms_pg *ms_node_db_pool(const struct ms_node_db *db);
+
 /* Stops retrying, closes the pool (a migration still running is
  * cancelled: the server rolls it back) and frees db; `cb` runs on the
  * loop once everything is released (never inside this call). */

@@ -7,13 +7,18 @@ local cjson = require "cjson"
 -- Stats as a node writes them, every field distinct so a mix-up shows.
 local function stats()
     local s = { node = "n1", cluster = "demo", version = "0.1.0",
-                moves = {}, handoffs = {} }
+                moves = {}, leases = { epochs = { { type = "T", shard = 0,
+                                                    epoch = 3 } } },
+                handoffs = {} }
     local i = 0
     for field in pairs(metrics.FIELDS) do
         i = i + 1
         local obj, key = field:match("^(moves)_(.+)$")
+        if not obj then
+            obj, key = field:match("^(leases)_(.+)$")
+        end
         if obj then
-            s.moves[key] = 1000 + i
+            s[obj][key] = 1000 + i
         else
             s[field] = 1000 + i
         end
@@ -26,8 +31,11 @@ describe("moonshard.metrics", function()
         local s = stats()
         local fams = prom.parse(assert(metrics.render(cjson.encode(s))))
         for field, f in pairs(metrics.FIELDS) do
-            local key = field:match("^moves_(.+)$")
-            local want = key and s.moves[key] or s[field]
+            local obj, key = field:match("^(%l+)_(.+)$")
+            local want = s[field]
+            if obj == "moves" or obj == "leases" then
+                want = s[obj][key]
+            end
             local name = "moonshard_" .. field
                          .. (f[1] == "counter" and "_total" or "")
             local fam = fams[name]

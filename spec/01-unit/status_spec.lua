@@ -70,6 +70,26 @@ describe("moonshard.status", function()
                        .. "here; 6 handed off\n", text, 1, true)
     end)
 
+    it("shows the leases held, only on a node that has some", function()
+        assert.not_matches("\nleases:", render(stats(), members("u1")))
+        local none = { held = 0, acquired = 0, renewed = 0, released = 0,
+                       lost = 0, expired = 0, fenced = 0, retries = 0,
+                       refused = 0, rejected = 0, db_errors = 0,
+                       waiting = 0, epochs = {}, epochs_count = 0 }
+        assert.not_matches("\nleases:",
+                           render(stats({ leases = none }), members("u1")))
+        local some = { held = 4, acquired = 6, renewed = 90, released = 2,
+                       lost = 1, expired = 0, fenced = 1, retries = 3,
+                       refused = 2, rejected = 5, db_errors = 7,
+                       waiting = 3, epochs = {}, epochs_count = 4 }
+        assert.matches("\nleases: 4 held; 6 acquired, 90 renewed, 2 "
+                       .. "released; 1 lost, 0 expired, 1 fenced, 2 refused, "
+                       .. "7 database errors; 3 messages waiting, 5 "
+                       .. "rejected\n",
+                       render(stats({ leases = some }), members("u1")), 1,
+                       true)
+    end)
+
     it("shows the coordinator's moves only on the coordinator", function()
         assert.not_matches("moves %(coordinator%)",
                            render(stats(), members("u1")))

@@ -590,6 +590,66 @@ static void test_bad_input(void)
     ms_lease_free(l);
 }
 
+/* The gate a caller with its own buffer uses (the region): it keeps
+ * nothing, says open / wait / lease_unavailable / not ours, and the
+ * window still runs out; the usable epoch ends at the local expiry and
+ * lasts through a handoff's STOPPING, not after a loss. */
+static void test_gate_and_epoch(void)
+{
+    struct ms_lease *l = mk(2000, 500, 4000);
+    CHECK(ms_lease_gate(l, 0, 3) == MS_ENOOWNER);
+    CHECK(ms_lease_gate(l, 0, 8) == MS_EINVAL);
+    CHECK(ms_lease_gate(l, 1, 0) == MS_EINVAL); /* not persistent */
+    CHECK(ms_lease_shard_assigned(l, 0, 3, 1000) == 0);
+    drain(l);
+    uint64_t req = acts[0].req;
+    CHECK(ms_lease_gate(l, 0, 3) == 0);
+    CHECK(ms_lease_waiting(l, 0, 3) == 0); /* nothing kept */
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 1000) == 0);
+    /* refused until the window (4 s from 1000) runs out */
+    answer(l, MS_LEASE_ANS_REFUSED, req, 0, 100, 1000, 1010);
+    for (uint64_t t = 1100; t < 5000; t += 100) {
+        ms_lease_tick(l, t);
+        drain(l);
+        CHECK(ms_lease_gate(l, 0, 3) == 0);
+    }
+    ms_lease_tick(l, 5000);
+    drain(l);
+    CHECK(ms_lease_gate(l, 0, 3) == MS_ELEASE);
+    /* the next acquire (after its backoff or timeout) gets it */
+    uint64_t t = 5000;
+    int i = find(MS_LEASE_ACQUIRE);
+    while (i < 0 && t < 20000) {
+        t += 100;
+        ms_lease_tick(l, t);
+        drain(l);
+        i = find(MS_LEASE_ACQUIRE);
+    }
+    CHECK(i >= 0);
+    if (i < 0) {
+        ms_lease_free(l);
+        return;
+    }
+    CHECK(ms_lease_gate(l, 0, 3) == MS_ELEASE);
+    answer(l, MS_LEASE_ANS_ACQUIRED, acts[i].req, 4, 2000, t, t + 10);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_OPEN_SHARD);
+    CHECK(ms_lease_gate(l, 0, 3) == MS_LEASE_OPEN);
+    CHECK(ms_lease_usable_epoch(l, 0, 3, t + 10) == 4);
+    /* 2 s counted from the send */
+    CHECK(ms_lease_usable_epoch(l, 0, 3, t + 1999) == 4);
+    CHECK(ms_lease_usable_epoch(l, 0, 3, t + 2000) == 0);
+    /* a handoff: entities finishing may still write until released */
+    CHECK(ms_lease_handoff(l, 0, 3, t + 100) == 0);
+    drain(l);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_STOPPING);
+    CHECK(ms_lease_gate(l, 0, 3) == MS_ENOOWNER);
+    CHECK(ms_lease_usable_epoch(l, 0, 3, t + 200) == 4);
+    CHECK(ms_lease_entities_stopped(l, 0, 3, t + 300) == 0);
+    CHECK(ms_lease_usable_epoch(l, 0, 3, t + 300) == 0);
+    ms_lease_free(l);
+}
+
 int main(void)
 {
     test_settings();
@@ -603,5 +663,6 @@ int main(void)
     test_handoff();
     test_barrier();
     test_bad_input();
+    test_gate_and_epoch();
     CHECK_DONE();
 }

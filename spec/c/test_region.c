@@ -27,7 +27,14 @@ struct node {
     int frames_in;        /* requests (TELL, ASK) that reached it */
     int noconn;           /* usable, but sends to it fail (no connection) */
     int wakes;            /* calls of the region's wake callback */
+    char name[16];
+    struct ms_lease_action st[256]; /* lease statements asked, in order */
+    int nst;
 };
+
+/* the type of the nodes added next is persistent (leases) */
+static int persist;
+static uint64_t lease_window = 2000;
 
 static struct node nodes[MAXN];
 static int nn;
@@ -104,6 +111,8 @@ static void collect(void)
                     if (nodes[j].up)
                         push(&net_head, &net_tail, n->uid, nodes[j].uid,
                              &a.frame);
+            } else if (a.kind == MS_REGION_LEASE && n->nst < 256) {
+                n->st[n->nst++] = a.lease;
             }
             ms_region_action_free(&a);
         }
@@ -233,6 +242,14 @@ static void add_node(uint64_t uid)
     n->cfg.max_message = 4096;
     n->cfg.json_max_depth = 32;
     n->cfg.handoff_timeout_ms = HANDOFF_MS;
+    snprintf(n->name, sizeof n->name, "n%llu", (unsigned long long)uid);
+    memcpy(n->cfg.node_name, n->name, sizeof n->name);
+    if (persist) {
+        n->tc.persistence = MS_PERSIST_STATE;
+        n->tc.lease_duration_ms = 1000;
+        n->tc.lease_renew_interval_ms = 300;
+        n->tc.lease_window_ms = lease_window;
+    }
     n->cfg.rebalance_interval_ms = 1000000000;
     struct ms_dispatch_type t = {"T", SHARDS, 0, 0, 100000, 0};
     n->d = ms_dispatch_new(&t, 1, 4096);
@@ -732,6 +749,369 @@ static void free_after_config(void)
     CHECK(1);
 }
 
+/* ---- leases (a persistent type) ----------------------------------------- */
+
+#define DBT 5000000000000LL /* the database clock at local time 0 */
+
+/* The index of node's last lease statement of `kind` (-1: none). */
+static int last_stmt(int node, int kind)
+{
+    struct node *n = &nodes[node - 1];
+    for (int i = n->nst - 1; i >= 0; i--)
+        if (n->st[i].kind == kind)
+            return i;
+    return -1;
+}
+
+static int count_stmt(int node, int kind)
+{
+    int c = 0;
+    for (int i = 0; i < nodes[node - 1].nst; i++)
+        c += nodes[node - 1].st[i].kind == kind;
+    return c;
+}
+
+/* The database answers statement i of node with `kind` (an epoch and the
+ * time left for ACQUIRED and RENEWED). */
+static void db_answer(int node, int i, int kind, uint64_t epoch,
+                      int64_t left_ms)
+{
+    struct node *n = &nodes[node - 1];
+    CHECK(i >= 0 && i < n->nst);
+    struct ms_lease_answer a;
+    memset(&a, 0, sizeof a);
+    a.kind = kind;
+    a.type = n->st[i].type;
+    a.shard = n->st[i].shard;
+    a.req = n->st[i].req;
+    a.epoch = epoch;
+    a.db_now_ms = DBT + (int64_t)now;
+    a.expires_at_ms = a.db_now_ms + left_ms;
+    CHECK(ms_region_lease_answer(n->r, &a, now) == 0);
+    run_all();
+}
+
+/* Boots `count` persistent nodes with shard 0 on node `owner` and its
+ * lease held at epoch 1 (the boot's first tell {"n":0} delivered). */
+static void boot_held(int count, uint64_t owner)
+{
+    persist = 1;
+    boot(count, owner);
+    persist = 0;
+    int o = (int)owner;
+    CHECK(count_stmt(o, MS_LEASE_ACQUIRE) == 1);
+    CHECK(strcmp(nodes[o - 1].st[0].owner, nodes[o - 1].name) == 0);
+    db_answer(o, 0, MS_LEASE_ANS_ACQUIRED, 1, 1000);
+    CHECK(got(o, 0, "{\"n\":0}"));
+    CHECK(ms_region_lease_epoch_at(nodes[o - 1].r, 0, 0, now) == 1);
+}
+
+/* Ticks every node for `ms`, 100 ms at a time, running dispatchers. */
+static void advance(uint64_t ms)
+{
+    for (uint64_t t = 0; t < ms; t += 100) {
+        now += 100;
+        tick_all();
+        run_all();
+    }
+}
+
+/* Messages for an owned persistent shard wait until its lease is
+ * acquired (own and other nodes' requests, in order), then flow before
+ * any new one; a non-persistent region asks no lease at all. */
+static void lease_wait_then_order(void)
+{
+    persist = 1;
+    boot(2, 1);
+    persist = 0;
+    CHECK(nodes[0].nst == 1 && nodes[0].st[0].kind == MS_LEASE_ACQUIRE);
+    CHECK(nodes[0].st[0].duration_ms == 1000);
+    CHECK(nodes[1].nst == 0); /* owns nothing */
+    CHECK(tell_n(1, "a", "{\"n\":1}") == 0);
+    CHECK(tell_n(2, "b", "{\"n\":2}") == 0); /* a request of node 2 */
+    run_all(); /* it reaches node 1, and waits there */
+    cb_calls = 0;
+    CHECK(ask_n(1, "c", "{\"n\":3}", 10000) > 0);
+    run_all();
+    CHECK(nodes[0].ngot == 0 && cb_calls == 0);
+    CHECK(ms_region_lease_waiting(nodes[0].r) == 4);
+    CHECK(ms_region_lease_epoch_at(nodes[0].r, 0, 0, now) == 0);
+    db_answer(1, 0, MS_LEASE_ANS_ACQUIRED, 7, 1000);
+    CHECK(tell_n(1, "d", "{\"n\":4}") == 0);
+    run_all();
+    CHECK(nodes[0].ngot == 5);
+    CHECK(got(1, 0, "{\"n\":0}") && got(1, 1, "{\"n\":1}") &&
+          got(1, 2, "{\"n\":2}") && got(1, 3, "{\"n\":3}") &&
+          got(1, 4, "{\"n\":4}"));
+    CHECK(cb_calls == 1 && cb_err == 0);
+    CHECK(ms_region_lease_epoch_at(nodes[0].r, 0, 0, now) == 7);
+    CHECK(ms_region_lease_waiting(nodes[0].r) == 0);
+    /* the epoch is not usable past the lease's local expiry */
+    CHECK(ms_region_lease_epoch_at(nodes[0].r, 0, 0, now + 1000) == 0);
+    /* renewals keep it */
+    advance(300);
+    int i = last_stmt(1, MS_LEASE_RENEW);
+    CHECK(i >= 0 && nodes[0].st[i].epoch == 7);
+    db_answer(1, i, MS_LEASE_ANS_RENEWED, 7, 1000);
+    CHECK(ms_lease_held(ms_region_lease(nodes[0].r)) == 1);
+    /* in-memory types: no lease machine, no statement */
+    boot(2, 1);
+    CHECK(ms_region_lease(nodes[0].r) == NULL && nodes[0].nst == 0);
+    CHECK(got(1, 0, "{\"n\":0}"));
+    CHECK(ms_region_lease_epoch(nodes[0].r, 0, 0) == 0);
+}
+
+/* While the lease is acquired, 1,024 own messages wait; the next tell
+ * is refused with MS_EOVERFLOW and the next ask ends with it. */
+static void lease_overflow(void)
+{
+    persist = 1;
+    boot(1, 1);
+    persist = 0;
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == 1); /* the boot's tell */
+    char id[16];
+    for (int i = 1; i < MS_REGION_BUFFER; i++) {
+        snprintf(id, sizeof id, "e%d", i);
+        CHECK(tell_n(1, id, "{}") == 0);
+    }
+    CHECK(tell_n(1, "over", "{}") == MS_EOVERFLOW);
+    cb_calls = 0;
+    CHECK(ask_n(1, "over", "{}", 1000) > 0);
+    CHECK(cb_calls == 1 && cb_err == MS_EOVERFLOW);
+    db_answer(1, 0, MS_LEASE_ANS_ACQUIRED, 1, 1000);
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == 0);
+    struct ms_stats st;
+    ms_dispatch_stats(nodes[0].d, &st);
+    CHECK(st.delivered == MS_REGION_BUFFER);
+}
+
+/* The lease window runs out: what waited is rejected with MS_ELEASE (an
+ * own ask, another node's ask, tells counted), new messages get MS_ELEASE
+ * at once, and once the lease is held again only new messages are
+ * delivered: a rejected one is never replayed. */
+static void lease_window_rejects(void)
+{
+    persist = 1;
+    boot(2, 1);
+    persist = 0;
+    /* the database keeps refusing: another owner holds the row */
+    db_answer(1, 0, MS_LEASE_ANS_REFUSED, 0, 5000);
+    CHECK(tell_n(1, "a", "{\"n\":1}") == 0);
+    cb_calls = 0;
+    CHECK(ask_n(1, "b", "{\"n\":2}", 60000) > 0);
+    run_all();
+    int remote_calls = cb_calls;
+    CHECK(ask_n(2, "c", "{\"n\":3}", 60000) > 0);
+    run_all();
+    CHECK(cb_calls == remote_calls && remote_calls == 0);
+    for (int t = 0; t < 2000 && cb_calls < 2; t += 100) {
+        now += 100;
+        tick_all();
+        int i = last_stmt(1, MS_LEASE_ACQUIRE);
+        if (nodes[0].st[i].req && i > 0 &&
+            nodes[0].st[i].kind == MS_LEASE_ACQUIRE) {
+            db_answer(1, i, MS_LEASE_ANS_REFUSED, 0, 5000);
+            nodes[0].st[i].req = 0; /* answered */
+        }
+        run_all();
+    }
+    CHECK(cb_calls == 2 && cb_err == MS_ELEASE);
+    CHECK(nodes[0].ngot == 0);
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == 0);
+    CHECK(ms_region_lease_rejected(nodes[0].r) == 4); /* n:0, 1, 2, 3 */
+    CHECK(tell_n(1, "d", "{\"n\":4}") == MS_ELEASE);
+    cb_calls = 0;
+    CHECK(ask_n(2, "e", "{\"n\":5}", 60000) > 0);
+    run_all();
+    CHECK(cb_calls == 1 && cb_err == MS_ELEASE);
+    /* held at last */
+    advance(2000);
+    int i = last_stmt(1, MS_LEASE_ACQUIRE);
+    db_answer(1, i, MS_LEASE_ANS_ACQUIRED, 2, 1000);
+    CHECK(tell_n(1, "f", "{\"n\":6}") == 0);
+    run_all();
+    CHECK(nodes[0].ngot == 1 && got(1, 0, "{\"n\":6}"));
+}
+
+/* A renewal refused: the lease is lost, the shard's entities stop at
+ * once and new messages wait; the lease is acquired again after the
+ * backoff and they flow. */
+static void lease_lost_renewal(void)
+{
+    boot_held(1, 1);
+    advance(300);
+    int i = last_stmt(1, MS_LEASE_RENEW);
+    CHECK(i >= 0);
+    struct ms_stats st;
+    ms_dispatch_stats(nodes[0].d, &st);
+    CHECK(st.active_entities == 1 && st.shards_stopped == 0);
+    db_answer(1, i, MS_LEASE_ANS_REFUSED, 0, 0);
+    ms_dispatch_stats(nodes[0].d, &st);
+    CHECK(st.active_entities == 0 && st.shards_stopped == 1);
+    CHECK(ms_region_lease_epoch_at(nodes[0].r, 0, 0, now) == 0);
+    CHECK(ms_lease_stats(ms_region_lease(nodes[0].r))->lost == 1);
+    CHECK(tell_n(1, "x", "{\"n\":1}") == 0);
+    run_all();
+    CHECK(nodes[0].ngot == 1);
+    int before = nodes[0].nst;
+    advance(200); /* the backoff */
+    i = last_stmt(1, MS_LEASE_ACQUIRE);
+    CHECK(i >= before);
+    db_answer(1, i, MS_LEASE_ANS_ACQUIRED, 1, 1000);
+    CHECK(nodes[0].ngot == 2 && got(1, 1, "{\"n\":1}"));
+    CHECK(ms_region_lease_epoch_at(nodes[0].r, 0, 0, now) == 1);
+}
+
+/* A handoff: the old owner sends RELEASE only after its dispatcher
+ * stopped the shard, and reports STOPPED only once the release is
+ * answered; the new owner then acquires before it takes messages. A
+ * release that is never answered is reported after
+ * MS_REGION_RELEASE_WAIT_MS, or half of handoff_timeout if less. */
+static void lease_handoff_release(void)
+{
+    boot_held(2, 1);
+    want_owner = 2;
+    CHECK(ms_coord_move(ms_region_coord(nodes[0].r), 0, 0, now) == 0);
+    pump(100000); /* HANDOFF, fences, STOP: the dispatcher stops */
+    CHECK(count_stmt(1, MS_LEASE_RELEASE) == 0);
+    CHECK(ms_region_stopping(nodes[0].r) == 1);
+    /* entities still finishing may write: the lease is theirs */
+    CHECK(ms_region_lease_epoch_at(nodes[0].r, 0, 0, now) == 1);
+    run_all(); /* stopped: the release goes out, the report waits */
+    int i = last_stmt(1, MS_LEASE_RELEASE);
+    CHECK(i >= 0 && nodes[0].st[i].epoch == 1);
+    CHECK(ms_region_owner(nodes[0].r, 0, 0, NULL) == 1);
+    CHECK(ms_region_stats(nodes[0].r)->shards_handed_off == 0);
+    CHECK(count_stmt(2, MS_LEASE_ACQUIRE) == 0);
+    db_answer(1, i, MS_LEASE_ANS_RELEASED, 0, 0);
+    CHECK(ms_region_stats(nodes[0].r)->shards_handed_off == 1);
+    CHECK(ms_region_owner(nodes[1].r, 0, 0, NULL) == 2);
+    CHECK(count_stmt(2, MS_LEASE_ACQUIRE) == 1);
+    CHECK(tell_n(2, "x", "{\"n\":1}") == 0);
+    run_all();
+    CHECK(nodes[1].ngot == 0);
+    db_answer(2, last_stmt(2, MS_LEASE_ACQUIRE), MS_LEASE_ANS_ACQUIRED, 2,
+              1000);
+    CHECK(nodes[1].ngot == 1 && got(2, 0, "{\"n\":1}"));
+    /* back to node 1; this time the release is never answered */
+    want_owner = 1;
+    CHECK(ms_coord_move(ms_region_coord(nodes[0].r), 0, 0, now) == 0);
+    run_all();
+    i = last_stmt(2, MS_LEASE_RELEASE);
+    CHECK(i >= 0 && nodes[1].st[i].epoch == 2);
+    CHECK(ms_region_stats(nodes[1].r)->shards_handed_off == 0);
+    advance(HANDOFF_MS / 2 - 200); /* below MS_REGION_RELEASE_WAIT_MS */
+    CHECK(ms_region_stats(nodes[1].r)->shards_handed_off == 0);
+    advance(300);
+    CHECK(ms_region_stats(nodes[1].r)->shards_handed_off == 1);
+    CHECK(ms_region_owner(nodes[0].r, 0, 0, NULL) == 1);
+}
+
+/* A member unreachable: the shard's entities stop, nothing is renewed
+ * (and a handoff releases nothing): the lease runs out. All reachable
+ * again: acquired again. */
+static void lease_unreachable(void)
+{
+    boot_held(2, 1);
+    ms_region_members_reachable(nodes[0].r, 0, now);
+    run_all();
+    struct ms_stats st;
+    ms_dispatch_stats(nodes[0].d, &st);
+    CHECK(st.shards_stopped == 1 && st.active_entities == 0);
+    CHECK(ms_lease_stats(ms_region_lease(nodes[0].r))->fenced == 1);
+    CHECK(ms_region_lease_epoch_at(nodes[0].r, 0, 0, now) == 0);
+    int before = nodes[0].nst;
+    CHECK(tell_n(1, "x", "{\"n\":1}") == 0);
+    advance(1500);
+    CHECK(nodes[0].nst == before); /* no renew, no acquire */
+    CHECK(nodes[0].ngot == 1);
+    /* a handoff meanwhile releases nothing */
+    want_owner = 2;
+    CHECK(ms_coord_move(ms_region_coord(nodes[0].r), 0, 0, now) == 0);
+    run_all();
+    CHECK(count_stmt(1, MS_LEASE_RELEASE) == 0);
+    CHECK(ms_region_owner(nodes[0].r, 0, 0, NULL) == 2);
+    CHECK(count_stmt(2, MS_LEASE_ACQUIRE) == 1);
+    /* reachable again: nothing of node 1's is acquired (not its shard) */
+    ms_region_members_reachable(nodes[0].r, 1, now);
+    run_all();
+    CHECK(nodes[0].nst == before);
+    /* on node 2: unreachable then reachable acquires again */
+    db_answer(2, last_stmt(2, MS_LEASE_ACQUIRE), MS_LEASE_ANS_ACQUIRED, 2,
+              1000);
+    CHECK(nodes[1].ngot == 1 && got(2, 0, "{\"n\":1}"));
+    ms_region_members_reachable(nodes[1].r, 0, now);
+    run_all();
+    ms_region_members_reachable(nodes[1].r, 1, now);
+    run_all();
+    CHECK(count_stmt(2, MS_LEASE_ACQUIRE) == 2);
+}
+
+/* A tell waiting for a lease waits the whole lease window, even past
+ * the deadline of a tell waiting for an owner
+ * (MS_REGION_TELL_DEADLINE_MS). */
+static void lease_window_beyond_tell_deadline(void)
+{
+    lease_window = MS_REGION_TELL_DEADLINE_MS + 5000;
+    persist = 1;
+    boot(1, 1);
+    persist = 0;
+    lease_window = 2000;
+    db_answer(1, 0, MS_LEASE_ANS_DB_ERROR, 0, 0);
+    CHECK(tell_n(1, "a", "{\"n\":1}") == 0);
+    for (int t = 0; t < MS_REGION_TELL_DEADLINE_MS + 2000; t += 100) {
+        now += 100;
+        tick_all();
+        int i = last_stmt(1, MS_LEASE_ACQUIRE);
+        if (i > 0 && nodes[0].st[i].req) {
+            db_answer(1, i, MS_LEASE_ANS_DB_ERROR, 0, 0);
+            nodes[0].st[i].req = 0;
+        }
+        run_all();
+    }
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == 2); /* n:0 and n:1 */
+    advance(2000);
+    int i = last_stmt(1, MS_LEASE_ACQUIRE);
+    db_answer(1, i, MS_LEASE_ANS_ACQUIRED, 1, 1000);
+    CHECK(nodes[0].ngot == 2 && got(1, 0, "{\"n\":0}") &&
+          got(1, 1, "{\"n\":1}"));
+}
+
+/* A node whose type is not persistent (or is, with other lease timings)
+ * is refused that type by a cluster where it is: it would host shards
+ * without their leases. */
+static void lease_settings_must_match(void)
+{
+    reset();
+    persist = 1;
+    add_node(1);
+    persist = 0;
+    add_node(2);
+    persist = 1;
+    add_node(3);
+    persist = 0;
+    nodes[2].tc.lease_duration_ms = 2000; /* other timings */
+    ms_region_free(nodes[2].r);
+    struct ms_region_config rc;
+    memset(&rc, 0, sizeof rc);
+    rc.self_uid = 3;
+    rc.cfg = &nodes[2].cfg;
+    rc.d = nodes[2].d;
+    rc.usable = usable;
+    rc.allocate = allocate;
+    CHECK(ms_region_new(&nodes[2].r, &rc) == 0);
+    for (int i = 0; i < nn; i++)
+        for (int j = 0; j < nn; j++)
+            ms_region_member(nodes[i].r, nodes[j].uid, MS_MB_UP, now);
+    for (int i = 0; i < nn; i++)
+        ms_region_on_coordinator(nodes[i].r, 1, now);
+    pump(100000);
+    CHECK(ms_coord_ready(ms_region_coord(nodes[0].r)));
+    CHECK(!ms_region_refused(nodes[0].r, 0));
+    CHECK(ms_region_refused(nodes[1].r, 0));
+    CHECK(ms_region_refused(nodes[2].r, 0));
+}
+
 int main(void)
 {
     fence_fifo();
@@ -746,6 +1126,14 @@ int main(void)
     lying_peer();
     reply_wakes();
     free_after_config();
+    lease_wait_then_order();
+    lease_overflow();
+    lease_window_rejects();
+    lease_lost_renewal();
+    lease_handoff_release();
+    lease_unreachable();
+    lease_window_beyond_tell_deadline();
+    lease_settings_must_match();
     reset();
     CHECK_DONE();
 }
