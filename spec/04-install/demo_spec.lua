@@ -1,0 +1,137 @@
+-- spec/04-install/demo_spec.lua: the README's first command brings its
+-- own PostgreSQL (issue 11, point 10). `.ci/pg start` gives a server on
+-- 127.0.0.1 that the demo config can use, `.ci/pg stop` leaves no process
+-- and no folder, a guard does the same once the owner is gone, and
+-- `.ci/demo` stops its server (and its nodes) when it is stopped. The demo
+-- itself runs on its fixed ports 7101..7103 / 7201..7203.
+
+local helpers = require "helpers.node"
+local pg = require "helpers.pg"
+
+local format = string.format
+
+local script = helpers.home .. "/.ci/pg"
+local demo = helpers.home .. "/.ci/demo"
+local config = helpers.home .. "/examples/demo/cluster.lua"
+
+-- .ci/pg start [owner]: its four lines as a table, raises on failure
+local function pg_start(owner)
+    local argv = { script, "start" }
+    if owner then argv[3] = tostring(owner) end
+    local code, out, err = helpers.run(argv, 90)
+    assert.are.equal(0, code, out .. err)
+    local dir, port, pid, conninfo =
+        out:match("^([^\n]+)\n(%d+)\n(%d+)\n([^\n]+)\n$")
+    assert.is_truthy(dir, out)
+    return { dir = dir, port = tonumber(port), pid = tonumber(pid),
+             conninfo = conninfo }
+end
+
+local function gone(srv, kids)
+    assert.is_false(pg.alive(srv.pid))
+    for _, k in ipairs(kids) do assert.is_false(pg.alive(k)) end
+    assert.is_false(helpers.exists(srv.dir))
+end
+
+describe(".ci/pg", function()
+    local started = {}
+
+    teardown(function()
+        for _, srv in ipairs(started) do
+            if helpers.exists(srv.dir) then
+                helpers.run({ script, "stop", srv.dir }, 60)
+            end
+        end
+        helpers.stop_all_checked()
+        helpers.cleanup()
+    end)
+
+    it("starts a server the demo config uses, and stop removes it",
+       function()
+        local srv = pg_start()
+        started[#started + 1] = srv
+        assert.is_true(pg.alive(srv.pid))
+        local kids = pg.children(srv.pid)
+        assert.is_true(#kids > 0)
+        assert.are.same({ "moonshard|moonshard|on" }, pg.psql(srv,
+            "SELECT current_database(), current_user, "
+            .. "current_setting('synchronous_commit')"))
+        -- the connection string is in the folder too, for a second terminal
+        assert.are.equal(srv.conninfo .. "\n",
+                         helpers.read_file(srv.dir .. "/database"))
+        -- the demo config takes it from MOONSHARD_DATABASE
+        local code, out, err = helpers.run({ "env",
+            "MOONSHARD_DATABASE=" .. srv.conninfo, helpers.bin, "db",
+            "migrate", config }, 60)
+        assert.are.equal(0, code, out .. err)
+        assert.are.equal("schema at version 1 (applied 1)\n", out)
+        code = helpers.run({ script, "stop", srv.dir }, 60)
+        assert.are.equal(0, code)
+        gone(srv, kids)
+    end)
+
+    it("is stopped by its guard once the owner is gone", function()
+        local owner = helpers.spawn({ "sleep", "600" })
+        local srv = pg_start(owner.pid)
+        started[#started + 1] = srv
+        assert.is_true(pg.alive(srv.pid))
+        local kids = pg.children(srv.pid)
+        owner:terminate(1)
+        helpers.wait_until(function()
+            return not helpers.exists(srv.dir) and not pg.alive(srv.pid)
+        end, 30, "the guard to stop the server")
+        gone(srv, kids)
+    end)
+
+    it("refuses to stop a folder it did not make", function()
+        local dir = helpers.tmpdir()
+        local code, _, err = helpers.run({ script, "stop", dir }, 20)
+        assert.are.equal(1, code)
+        assert.matches("not a folder made by .ci/pg start", err, 1, true)
+        assert.is_true(helpers.exists(dir))
+    end)
+end)
+
+describe(".ci/demo", function()
+    teardown(function()
+        helpers.stop_all_checked()
+        helpers.cleanup()
+    end)
+
+    it("runs the cluster on its own PostgreSQL and stops both", function()
+        local log = helpers.tmpdir() .. "/demo.log"
+        local p = helpers.spawn({ "env", "MOONSHARD_DEMO_NO_BUILD=1",
+                                  demo }, { stdout = log, stderr = "stdout" })
+        local dir
+        helpers.wait_until(function()
+            dir = (helpers.read_file(log) or ""):match(
+                "demo: PostgreSQL on 127%.0%.0%.1:%d+, folder (%S+)\n")
+            return dir ~= nil
+        end, 60, "the demo's PostgreSQL")
+        local pm = tonumber(helpers.read_file(dir .. "/pid"))
+        assert.is_true(pg.alive(pm))
+        local stats
+        helpers.wait_until(function()
+            local code, out = helpers.run({ helpers.bin, "status", "--json",
+                                            "--node", "127.0.0.1:7201" })
+            stats = code == 0 and require("cjson").decode(out)
+            return stats and stats.database
+                and type(stats.database.schema_version) == "number"
+        end, 60, "the demo's n1 to migrate its database")
+        assert.are.equal(1, stats.database.schema_version)
+        assert.is_true(stats.database.configured)
+        -- the conninfo (its password) is not in what the demo printed
+        local pw = helpers.read_file(dir .. "/database"):match(
+            "password=(%S+)")
+        assert.is_nil((helpers.read_file(log)):find(pw, 1, true))
+        assert.is_true(p:terminate(60), "the demo stopped on SIGTERM")
+        assert.is_false(pg.alive(pm))
+        assert.is_false(helpers.exists(dir))
+        for _, port in ipairs({ 7201, 7202, 7203 }) do
+            local code = helpers.run({ helpers.bin, "status", "--json",
+                                       "--node", format("127.0.0.1:%d",
+                                                        port) })
+            assert.are_not.equal(0, code)
+        end
+    end)
+end)
