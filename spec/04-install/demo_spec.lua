@@ -124,7 +124,9 @@ describe(".ci/demo", function()
         local pw = helpers.read_file(dir .. "/database"):match(
             "password=(%S+)")
         assert.is_nil((helpers.read_file(log)):find(pw, 1, true))
-        assert.is_true(p:terminate(60), "the demo stopped on SIGTERM")
+        p:send_signal(2) -- SIGINT, as Ctrl-C
+        assert.is_true(p:wait(60), "the demo stopped on SIGINT")
+        assert.are.equal(130, p.code)
         assert.is_false(pg.alive(pm))
         assert.is_false(helpers.exists(dir))
         for _, port in ipairs({ 7201, 7202, 7203 }) do
@@ -133,5 +135,21 @@ describe(".ci/demo", function()
                                                         port) })
             assert.are_not.equal(0, code)
         end
+    end)
+
+    it("stops its PostgreSQL when the cluster fails to start", function()
+        local log = helpers.tmpdir() .. "/demo.log"
+        -- a secret the nodes refuse: `moonshard run` exits 1 at once
+        local p = helpers.spawn({ "env", "MOONSHARD_DEMO_NO_BUILD=1",
+                                  "MOONSHARD_SECRET=too-short", demo },
+                                { stdout = log, stderr = "stdout" })
+        assert.is_true(p:wait(90), "the demo ended on its own")
+        local out = helpers.read_file(log)
+        assert.are_not.equal(0, p.code)
+        assert.matches("secret", out, 1, true)
+        local dir = out:match("folder (%S+)\n")
+        assert.is_truthy(dir, out)
+        assert.matches("demo: stopping its PostgreSQL", out, 1, true)
+        assert.is_false(helpers.exists(dir))
     end)
 end)
