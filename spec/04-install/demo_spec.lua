@@ -137,6 +137,65 @@ describe(".ci/demo", function()
         end
     end)
 
+    -- needs persistent types (issue 11's leases and persistent behaviors)
+    it("keeps an Account's balance when the node holding it leaves",
+       function()
+        local log = helpers.tmpdir() .. "/demo.log"
+        local p = helpers.spawn({ "env", "MOONSHARD_DEMO_NO_BUILD=1",
+                                  demo }, { stdout = log, stderr = "stdout" })
+        local dir
+        helpers.wait_until(function()
+            dir = (helpers.read_file(log) or ""):match(
+                "demo: PostgreSQL on 127%.0%.0%.1:%d+, folder (%S+)\n")
+            return dir ~= nil
+        end, 60, "the demo's PostgreSQL")
+        local function ask(port, body)
+            local code, out, err = helpers.run({ helpers.bin, "ask",
+                "--node", "127.0.0.1:" .. port, "Account", "spec-a1", body },
+                30)
+            return code, out, err
+        end
+        local code, out, err, _
+        helpers.wait_until(function()
+            code, out, err = ask(7201, '{"type":"open","owner":"ada"}')
+            return code == 0
+        end, 60, "the account to open")
+        assert.matches('"ok":true', out)
+        code, _, err = ask(7201, '{"type":"deposit","amount":1250}')
+        assert.are.equal(0, code, err)
+        code, out = ask(7201, '{"type":"withdraw","amount":99999}')
+        assert.are.equal(0, code)
+        assert.matches('"error":"insufficient_funds"', out)
+        local cjson = require "cjson"
+        local _, owner_json = helpers.run({ "curl", "-s",
+            "http://127.0.0.1:7201/v1/entities/Account/spec-a1/owner" })
+        local owner = cjson.decode(owner_json).owner
+        local k = tonumber(owner:match("^n(%d)$"))
+        assert.is_truthy(k, owner_json)
+        local other = 7200 + (k % 3) + 1
+        code, out, err = helpers.run({ helpers.bin, "leave", "--node",
+            "127.0.0.1:" .. (7200 + k), "--token", "demo-admin" })
+        assert.are.equal(0, code, out .. err)
+        helpers.wait_until(function()
+            local c, o = helpers.run({ "curl", "-s", "http://127.0.0.1:"
+                .. other .. "/v1/entities/Account/spec-a1/owner" })
+            return c == 0 and o:find('"owner":"n', 1, true)
+                and not o:find('"owner":"' .. owner .. '"', 1, true)
+        end, 60, "the account's shard to move")
+        code, out, err = ask(other, '{"type":"balance"}')
+        assert.are.equal(0, code, err)
+        assert.are.same({ owner = "ada", balance = 1250 }, cjson.decode(out))
+        -- the journal, through the CLI, under the demo's database
+        code, out, err = helpers.run({ "env", "MOONSHARD_DATABASE="
+            .. helpers.read_file(dir .. "/database"):gsub("\n$", ""),
+            helpers.bin, "db", "events", config, "Account", "spec-a1" })
+        assert.are.equal(0, code, err)
+        assert.matches("2 event%(s%), sequences 1..2", out)
+        p:send_signal(2)
+        assert.is_true(p:wait(60), "the demo stopped on SIGINT")
+        assert.is_false(helpers.exists(dir))
+    end)
+
     it("stops its PostgreSQL when the cluster fails to start", function()
         local log = helpers.tmpdir() .. "/demo.log"
         -- a secret the nodes refuse: `moonshard run` exits 1 at once
