@@ -175,7 +175,8 @@ static int pad(const char *s, int width)
 static int events_usage(void)
 {
     fprintf(stderr, "usage: moonshard db events CONFIG.lua TYPE ID "
-            "[--limit N]   (N: 1..%d, default %d: the latest N events)\n",
+            "[--limit N] [--]   (N: 1..%d, default %d: the latest N "
+            "events)\n",
             DB_EVENTS_LIMIT_MAX, DB_EVENTS_LIMIT_DEFAULT);
     return 2;
 }
@@ -185,9 +186,16 @@ int ms_db_events(int argc, char **argv)
     const char *pos[3];
     int npos = 0;
     long limit = DB_EVENTS_LIMIT_DEFAULT;
+    int opts_done = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--limit") == 0 || strncmp(a, "--limit=", 8) == 0) {
+        if (opts_done || a[0] != '-' || a[1] != '-') {
+            if (npos == 3)
+                return events_usage();
+            pos[npos++] = a;
+        } else if (a[2] == '\0') {
+            opts_done = 1; /* `--`: an ID may start with -- after it */
+        } else if (strcmp(a, "--limit") == 0 || strncmp(a, "--limit=", 8) == 0) {
             const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i]
                                                               : NULL);
             char *end;
@@ -199,12 +207,8 @@ int ms_db_events(int argc, char **argv)
                         "integer in 1..%d\n", DB_EVENTS_LIMIT_MAX);
                 return events_usage();
             }
-        } else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "moonshard db events: bad option %s\n", a);
-            return events_usage();
-        } else if (npos < 3) {
-            pos[npos++] = a;
         } else {
+            fprintf(stderr, "moonshard db events: bad option %s\n", a);
             return events_usage();
         }
     }

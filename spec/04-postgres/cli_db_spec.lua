@@ -109,6 +109,12 @@ SELECT 1;
         assert.matches("^3          2 ", l[5])
         code = run("db", "events", cfg, "Account", "a1", "--limit=2")
         assert.are.equal(0, code)
+        -- options anywhere; after `--` an id may look like one
+        code, out = run("db", "events", "--limit", "1", cfg, "--",
+                        "Account", "--a1")
+        assert.are.equal(0, code)
+        assert.are.equal("entity Account --a1 in cluster cli: no events,"
+                         .. " no snapshot\n", out)
     end)
 
     it("events on an entity without a journal says so", function()
