@@ -20,4 +20,10 @@ int ms_bench_cluster_main(int argc, char **argv);
  * exit code. */
 int ms_bench_handoff_main(int argc, char **argv);
 
+/* Runs `moonshard-bench persist [--seconds S] [--ids N]`; argv[0] is
+ * "persist": pgbench and committed asks of an event-sourced counter on
+ * one throwaway PostgreSQL (.ci/pg). Prints the figures; returns the exit
+ * code. */
+int ms_bench_persist_main(int argc, char **argv);
+
 #endif

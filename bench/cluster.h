@@ -24,8 +24,9 @@
 
 enum { CH_N1, CH_N2, CH_N3, CH_REDIS, CH_RBENCH, CH_COUNT };
 
-/* The temporary files, in one folder made by ms__bench_cluster_init(). */
-enum { F_CONFIG, F_LOG1, F_LOG2, F_LOG3, F_REDIS_LOG, F_COUNT };
+/* The temporary files, in one folder made by ms__bench_cluster_init()
+ * (F_MODULE: a behavior module beside the config, for persist.c). */
+enum { F_CONFIG, F_LOG1, F_LOG2, F_LOG3, F_REDIS_LOG, F_MODULE, F_COUNT };
 
 /* The path of temporary file `f` (F_*). */
 const char *ms__bench_file(int f);

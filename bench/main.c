@@ -6,8 +6,9 @@
  *   local    one node in this process (the node library), no HTTP
  *   cluster  2 node processes vs redis-benchmark INCR
  *   handoff  shards moving from 2 node processes to 3
+ *   persist  committed asks of an event-sourced counter vs pgbench
  *
- * cluster and handoff run `moonshard node` from the `moonshard` binary
+ * cluster, handoff and persist run `moonshard node` from the `moonshard` binary
  * beside this one, or $MOONSHARD_BIN.
  */
 #include <stdio.h>
@@ -33,7 +34,10 @@ static int usage(FILE *f)
         "                                 2 nodes vs redis-benchmark INCR\n"
         "  handoff [--entities N] [--shards S] [--callers C]\n"
         "                                 shards moving from 2 nodes to 3\n"
-        "cluster and handoff start nodes from the moonshard binary beside\n"
+        "  persist [--seconds S] [--ids N]\n"
+        "                                 committed asks vs pgbench INSERTs\n"
+        "                                 on a throwaway PostgreSQL (.ci/pg)\n"
+        "cluster, handoff and persist start nodes from the moonshard binary beside\n"
         "this one, or $MOONSHARD_BIN.\n");
     return f == stdout ? 0 : 2;
 }
@@ -68,6 +72,8 @@ int main(int argc, char **argv)
         return ms_bench_cluster_main(argc - 1, argv + 1);
     if (strcmp(cmd, "handoff") == 0)
         return ms_bench_handoff_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "persist") == 0)
+        return ms_bench_persist_main(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0)
         return usage(stdout);
     fprintf(stderr, "moonshard-bench: unknown command '%s'\n", cmd);

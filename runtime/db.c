@@ -155,6 +155,12 @@ int ms_db_main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[0], "migrate") == 0)
         return migrate(argv[1]);
-    fprintf(stderr, "usage: moonshard db migrate CONFIG.lua\n");
+    if (argc >= 1 && strcmp(argv[0], "events") == 0)
+        return ms_db_events(argc - 1, argv + 1);
+    if (argc >= 1 && strcmp(argv[0], "leases") == 0)
+        return ms_db_leases(argc - 1, argv + 1);
+    fprintf(stderr, "usage: moonshard db migrate CONFIG.lua\n"
+            "       moonshard db events CONFIG.lua TYPE ID [--limit N]\n"
+            "       moonshard db leases CONFIG.lua [TYPE]\n");
     return 1;
 }

@@ -45,6 +45,10 @@ static void usage(FILE *f)
         "  shard --config F --type T ID...  with the type's own partitioner\n"
         "  db migrate CONFIG.lua          create or upgrade the schema in the\n"
         "                                 config's PostgreSQL `database`\n"
+        "  db events CONFIG.lua TYPE ID [--limit N]\n"
+        "                                 print an entity's journal (latest N)\n"
+        "  db leases CONFIG.lua [TYPE]    list the cluster's leases (also:\n"
+        "                                 moonshard leases CONFIG.lua [TYPE])\n"
         "  version\n");
 }
 
@@ -491,6 +495,8 @@ int main(int argc, char **argv)
         return cmd_shard(argc - 2, argv + 2);
     if (strcmp(cmd, "db") == 0)
         return ms_db_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "leases") == 0)
+        return ms_db_leases(argc - 2, argv + 2);
     if (strcmp(cmd, "secret") == 0)
         return cmd_secret(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0) {

@@ -1,8 +1,17 @@
 -- examples/demo/cluster.lua: the demo the README's first command starts.
 -- Three nodes on 127.0.0.1, each its own process, with the shipped
--- behaviors of entities/. Any node answers for any entity.
+-- behaviors of entities/. Any node answers for any entity. `Account` is
+-- persistent (event sourced): its journal lives in PostgreSQL, so an
+-- account outlives the node that held it.
 return {
     cluster = "demo",
+    -- .ci/demo starts a throwaway PostgreSQL (.ci/pg) and passes its
+    -- connection string (with a random password) in MOONSHARD_DATABASE.
+    -- Without it, a local server on the default port is tried; the
+    -- in-memory types work either way.
+    database = os.getenv("MOONSHARD_DATABASE")
+        or "host=127.0.0.1 port=5432 dbname=moonshard user=moonshard"
+           .. " connect_timeout=5",
     -- A fixed secret, for this demo only: anyone who reads this file can
     -- join these nodes. A real cluster takes its own from
     -- `moonshard secret` (here through MOONSHARD_SECRET, which wins).
@@ -18,5 +27,11 @@ return {
         Register  = { module = "register", shard_count = 64, idle_timeout = 600 },
         Inventory = { module = "inventory", shard_count = 64, idle_timeout = 600 },
         Order     = { module = "order", shard_count = 128, idle_timeout = 600 },
+        -- leases short enough that a node killed outright (not left) has
+        -- its shards taken over within seconds; a snapshot every 20 events
+        Account   = { module = "account", shard_count = 64, idle_timeout = 600,
+                      persistence = "events", lease_duration = 6,
+                      lease_renew_interval = 2, lease_window = 30,
+                      snapshot_every = 20 },
     },
 }

@@ -97,6 +97,41 @@ describe("moonshard-bench", function()
         assert.are.equal(1, code)
         assert.is_truthy(err:find("MOONSHARD_BIN", 1, true), err)
     end)
+
+    -- needs persistent types (issue 11's leases and persistent behaviors)
+    it("persist prints pgbench's tps, committed asks and their ratio",
+       function()
+        local code, out, err = helpers.run({ bench, "persist", "--seconds",
+                                             "1", "--ids", "20" }, 180)
+        assert.is_true(figure(out, "\n  pgbench, one single%-row INSERT "
+                              .. "per transaction:%s+(%d+) tps") > 0)
+        assert.is_truthy(out:find("synchronous_commit = on for both", 1,
+                                  true), out)
+        assert.are.equal(0, code, out .. err)
+        assert.is_true(figure(out, "\n  moonshard, committed asks %(event"
+                              .. "%-sourced Counter, 20 ids%):%s+(%d+) "
+                              .. "asks/s") > 0)
+        assert.is_true(figure(out, "committed asks/s / pgbench tps:%s+"
+                              .. "([%d.]+)") > 0)
+        local ok, failed, events, answered = out:match(
+            "checks: (%d+) asks answered, (%d+) failed; the journal holds "
+            .. "(%d+) events for (%d+) answered asks")
+        assert.is_truthy(ok, out)
+        assert.are.equal("0", failed)
+        assert.are.equal(answered, events)
+        -- its PostgreSQL is gone with it
+        local dir = err:match("PostgreSQL on 127%.0%.0%.1:%d+, folder (%S+)")
+        assert.is_truthy(dir, err)
+        assert.is_false(exists(dir))
+    end)
+
+    it("persist refuses bad options", function()
+        for _, argv in ipairs({ { "--seconds", "0" }, { "--seconds", "0.5" },
+                                { "--ids", "0" }, { "--nope" } }) do
+            local code = helpers.run({ bench, "persist", unpack(argv) })
+            assert.are.equal(2, code)
+        end
+    end)
 end)
 
 describe("the installed product", function()
