@@ -1,0 +1,591 @@
+/*
+ * journal.c -- the SQL of persistent entities; see journal.h.
+ *
+ * Every write is one transaction on the pool: statement 0 locks the
+ * shard's lease row and divides by the number of rows it found, so a
+ * missing or stale lease raises division_by_zero (22012) there and the
+ * pool rolls back: that error at index 0 is MS_ESTALE. A state update or
+ * delete at the wrong revision divides by zero the same way at index 1
+ * (MS_ECONFLICT), and an event sequence that exists violates the
+ * primary key (23505, MS_ECONFLICT).
+ */
+#include "journal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/errors.h"
+
+/* $1 cluster, $2 type, $3 shard, $4 owner, $5 epoch */
+static const char SQL_LEASE[] =
+    "SELECT 1 / count(*) FROM (SELECT 1 FROM moonshard_leases"
+    " WHERE cluster = $1 AND type = $2 AND shard = $3::integer"
+    " AND owner = $4 AND epoch = $5::bigint AND expires_at > now()"
+    " FOR SHARE) AS lease";
+
+/* $1 cluster, $2 type, $3 id, $4 first sequence, $5 epoch, $6 text[] */
+static const char SQL_APPEND[] =
+    "INSERT INTO moonshard_events"
+    " (cluster, type, id, sequence, epoch, payload)"
+    " SELECT $1, $2, $3, $4::bigint + e.n - 1, $5::bigint, e.p"
+    " FROM unnest($6::text[]) WITH ORDINALITY AS e(p, n)";
+
+/* $1 cluster, $2 type, $3 id, $4 sequence, $5 epoch, $6 state */
+static const char SQL_SNAPSHOT[] =
+    "INSERT INTO moonshard_snapshots"
+    " (cluster, type, id, sequence, epoch, state)"
+    " VALUES ($1, $2, $3, $4::bigint, $5::bigint, $6)"
+    " ON CONFLICT (cluster, type, id) DO UPDATE SET"
+    " sequence = EXCLUDED.sequence, epoch = EXCLUDED.epoch,"
+    " state = EXCLUDED.state, created_at = now()";
+
+/* $1 cluster, $2 type, $3 id, $4 sequence */
+static const char SQL_DELETE_COVERED[] =
+    "DELETE FROM moonshard_events WHERE cluster = $1 AND type = $2"
+    " AND id = $3 AND sequence <= $4::bigint";
+
+/* $1 cluster, $2 type, $3 id, $4 limit: the snapshot (k = 0) and the
+ * events after it (k = 1), one statement so one snapshot of the data */
+static const char SQL_LOAD_EVENTS[] =
+    "WITH s AS (SELECT sequence, state FROM moonshard_snapshots"
+    " WHERE cluster = $1 AND type = $2 AND id = $3)"
+    " SELECT 0 AS k, sequence, state FROM s"
+    " UNION ALL"
+    " SELECT 1, sequence, payload FROM (SELECT sequence, payload"
+    " FROM moonshard_events WHERE cluster = $1 AND type = $2 AND id = $3"
+    " AND sequence > coalesce((SELECT sequence FROM s), 0)"
+    " ORDER BY sequence LIMIT $4::bigint) AS e"
+    " ORDER BY 1, 2";
+
+/* $1 cluster, $2 type, $3 id */
+static const char SQL_LOAD_STATE[] =
+    "SELECT revision, state FROM moonshard_states"
+    " WHERE cluster = $1 AND type = $2 AND id = $3";
+
+/* $1 cluster, $2 type, $3 id, $4 epoch, $5 state */
+static const char SQL_STATE_INSERT[] =
+    "INSERT INTO moonshard_states (cluster, type, id, revision, epoch, state)"
+    " VALUES ($1, $2, $3, 1, $4::bigint, $5)";
+
+/* $1 cluster, $2 type, $3 id, $4 epoch, $5 state, $6 expected */
+static const char SQL_STATE_UPDATE[] =
+    "WITH u AS (UPDATE moonshard_states SET revision = revision + 1,"
+    " epoch = $4::bigint, state = $5, updated_at = now()"
+    " WHERE cluster = $1 AND type = $2 AND id = $3"
+    " AND revision = $6::bigint RETURNING 1)"
+    " SELECT 1 / count(*) FROM u";
+
+/* $1 cluster, $2 type, $3 id, $4 expected */
+static const char SQL_STATE_DELETE[] =
+    "WITH d AS (DELETE FROM moonshard_states"
+    " WHERE cluster = $1 AND type = $2 AND id = $3"
+    " AND revision = $4::bigint RETURNING 1)"
+    " SELECT 1 / count(*) FROM d";
+
+struct ms_journal {
+    uv_loop_t *loop;
+    struct ms_pg *pg;
+    char *cluster;
+    char *owner;
+    struct ms_journal_stats st;
+    uint64_t lat[MS_JOURNAL_LAT_WINDOW]; /* last commit latencies, us */
+    unsigned nlat;
+};
+
+enum { W_APPEND, W_STATE_SAVE, W_STATE_DELETE };
+
+/* One write or load under way (the pool's callback data). */
+struct op {
+    struct ms_journal *j;
+    int what;            /* W_*, or -1 for a load */
+    int state;           /* a load: of a durable state */
+    int nevents;         /* an append: its events */
+    int snapshot;        /* an append: with a snapshot */
+    uint64_t start_ns;
+    ms_journal_write_cb wcb;
+    ms_journal_load_cb lcb;
+    void *data;
+};
+
+static char *dupstr(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+struct ms_journal *ms_journal_new(uv_loop_t *loop, struct ms_pg *pg,
+                                  const char *cluster, const char *owner)
+{
+    struct ms_journal *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->loop = loop;
+    j->pg = pg;
+    j->cluster = dupstr(cluster ? cluster : "");
+    j->owner = dupstr(owner ? owner : "");
+    if (!j->cluster || !j->owner) {
+        ms_journal_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+void ms_journal_free(struct ms_journal *j)
+{
+    if (!j)
+        return;
+    free(j->cluster);
+    free(j->owner);
+    free(j);
+}
+
+/* The entity's id as a C string (ids holding NUL cannot be stored). */
+static int id_text(const struct ms_journal_entity *e, char **out)
+{
+    if (!e || !e->type || !e->id || e->idlen == 0 ||
+        memchr(e->id, 0, e->idlen))
+        return MS_EINVAL;
+    char *s = malloc(e->idlen + 1);
+    if (!s)
+        return MS_ENOMEM;
+    memcpy(s, e->id, e->idlen);
+    s[e->idlen] = 0;
+    *out = s;
+    return 0;
+}
+
+/* ---- outcomes -------------------------------------------------------- */
+
+/* The journal's code for a failed write: see the file comment. */
+static int write_error(const struct ms_pg_result *r)
+{
+    int err = ms_pg_result_error(r);
+    if (err != MS_PG_EQUERY)
+        return err;
+    const char *ss = ms_pg_result_sqlstate(r);
+    int index = ms_pg_result_index(r);
+    if (strcmp(ss, "22012") == 0)
+        return index == 0 ? MS_ESTALE : MS_ECONFLICT;
+    if (strcmp(ss, "23505") == 0)
+        return MS_ECONFLICT;
+    return err;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void latency(struct ms_journal *j, uint64_t us)
+{
+    j->st.latency_count++;
+    j->st.latency_sum_us += us;
+    j->lat[j->nlat++ % MS_JOURNAL_LAT_WINDOW] = us;
+}
+
+void ms_journal_stats(const struct ms_journal *j,
+                      struct ms_journal_stats *out)
+{
+    *out = j->st;
+    unsigned n = j->nlat < MS_JOURNAL_LAT_WINDOW ? j->nlat
+                                                 : MS_JOURNAL_LAT_WINDOW;
+    if (n == 0)
+        return;
+    uint64_t *v = malloc(n * sizeof *v);
+    if (!v)
+        return;
+    memcpy(v, j->lat, n * sizeof *v);
+    qsort(v, n, sizeof *v, cmp_u64);
+    out->latency_p50_us = v[(n - 1) / 2];
+    out->latency_p99_us = v[(n - 1) * 99 / 100];
+    free(v);
+}
+
+static void on_written(const struct ms_pg_result *r, void *data)
+{
+    struct op *o = data;
+    struct ms_journal *j = o->j;
+    int err = ms_pg_result_error(r) ? write_error(r) : 0;
+    char msg[MS_JOURNAL_MESSAGE_MAX];
+    if (err == MS_ESTALE)
+        snprintf(msg, sizeof msg, "the lease of this shard is not held at "
+                 "the writer's epoch (another owner took it, or it "
+                 "expired): nothing was written");
+    else if (err == MS_ECONFLICT)
+        snprintf(msg, sizeof msg, "%s: another writer changed this "
+                 "entity's history (%s)",
+                 o->what == W_APPEND ? "the event sequence exists already"
+                                     : "the state is not at the expected "
+                                       "revision",
+                 ms_pg_result_message(r));
+    else if (err)
+        snprintf(msg, sizeof msg, "%s", ms_pg_result_message(r));
+    else
+        msg[0] = 0;
+    for (char *p = msg; *p; p++)
+        if (*p == '\n' || *p == '\r' || *p == '\t')
+            *p = ' ';
+    if (err == 0) {
+        j->st.commits++;
+        j->st.writes++;
+        if (o->what == W_APPEND) {
+            j->st.events += (uint64_t)o->nevents;
+            j->st.snapshots += o->snapshot ? 1u : 0u;
+        } else {
+            j->st.states++;
+        }
+        latency(j, (uv_hrtime() - o->start_ns) / 1000);
+    } else if (err == MS_ESTALE) {
+        j->st.stale_refused++;
+    } else if (err == MS_ECONFLICT) {
+        j->st.conflicts++;
+    } else {
+        j->st.db_errors++;
+    }
+    o->wcb(err, msg, o->data);
+    free(o);
+}
+
+static struct op *op_new(struct ms_journal *j, int what)
+{
+    struct op *o = calloc(1, sizeof *o);
+    if (o) {
+        o->j = j;
+        o->what = what;
+        o->start_ns = uv_hrtime();
+    }
+    return o;
+}
+
+/* ---- writes ---------------------------------------------------------- */
+
+/* Queues the lease statement then `n` more statements (their params
+ * given) as one transaction. */
+static int write_tx(struct ms_journal *j, const struct ms_journal_entity *e,
+                    int n, const char *const *sql, const int *np,
+                    const char *const *const *params, struct op *o)
+{
+    char shard[16], epoch[24];
+    snprintf(shard, sizeof shard, "%" PRIu32, e->shard);
+    snprintf(epoch, sizeof epoch, "%" PRIu64, e->epoch);
+    const char *lease[5] = {j->cluster, e->type, shard, j->owner, epoch};
+    const char *sqls[4];
+    int nps[4];
+    const char *const *ps[4];
+    sqls[0] = SQL_LEASE;
+    nps[0] = 5;
+    ps[0] = lease;
+    for (int i = 0; i < n; i++) {
+        sqls[i + 1] = sql[i];
+        nps[i + 1] = np[i];
+        ps[i + 1] = params[i];
+    }
+    return ms_pg_transaction(j->pg, n + 1, sqls, nps, ps, on_written, o);
+}
+
+/* A PostgreSQL text[] literal of the n strings: each quoted, with \ and "
+ * escaped. Caller frees. */
+static char *array_literal(int n, const char *const *s, const size_t *lens)
+{
+    size_t cap = 3;
+    for (int i = 0; i < n; i++) {
+        if (memchr(s[i], 0, lens[i]))
+            return NULL;
+        cap += 3 + 2 * lens[i];
+    }
+    char *out = malloc(cap), *w = out;
+    if (!out)
+        return NULL;
+    *w++ = '{';
+    for (int i = 0; i < n; i++) {
+        if (i)
+            *w++ = ',';
+        *w++ = '"';
+        for (size_t k = 0; k < lens[i]; k++) {
+            if (s[i][k] == '"' || s[i][k] == '\\')
+                *w++ = '\\';
+            *w++ = s[i][k];
+        }
+        *w++ = '"';
+    }
+    *w++ = '}';
+    *w = 0;
+    return out;
+}
+
+static char *text_of(const char *s, size_t len)
+{
+    if (!s || memchr(s, 0, len))
+        return NULL;
+    char *t = malloc(len + 1);
+    if (t) {
+        memcpy(t, s, len);
+        t[len] = 0;
+    }
+    return t;
+}
+
+int ms_journal_append(struct ms_journal *j, const struct ms_journal_entity *e,
+                      int64_t first_seq, int n, const char *const *events,
+                      const size_t *lens, const char *snapshot,
+                      size_t snapshot_len, int delete_covered,
+                      ms_journal_write_cb cb, void *data)
+{
+    if (!cb || n < 1 || first_seq < 1 || !events || !lens)
+        return MS_EINVAL;
+    if (n > MS_JOURNAL_MAX_EVENTS)
+        return MS_E2BIG;
+    char *id = NULL, *arr = NULL, *snap = NULL;
+    int rc = id_text(e, &id);
+    if (rc < 0)
+        return rc;
+    rc = MS_EINVAL;
+    if (!(arr = array_literal(n, events, lens)))
+        goto out;
+    if (snapshot && !(snap = text_of(snapshot, snapshot_len)))
+        goto out;
+    char first[24], last[24], epoch[24];
+    snprintf(first, sizeof first, "%" PRId64, first_seq);
+    snprintf(last, sizeof last, "%" PRId64, first_seq + n - 1);
+    snprintf(epoch, sizeof epoch, "%" PRIu64, e->epoch);
+    const char *pa[6] = {j->cluster, e->type, id, first, epoch, arr};
+    const char *ps[6] = {j->cluster, e->type, id, last, epoch, snap};
+    const char *pd[4] = {j->cluster, e->type, id, last};
+    const char *sql[3] = {SQL_APPEND, SQL_SNAPSHOT, SQL_DELETE_COVERED};
+    const int np[3] = {6, 6, 4};
+    const char *const *params[3] = {pa, ps, pd};
+    int nst = snap ? (delete_covered ? 3 : 2) : 1;
+    struct op *o = op_new(j, W_APPEND);
+    rc = MS_ENOMEM;
+    if (!o)
+        goto out;
+    o->nevents = n;
+    o->snapshot = snap != NULL;
+    o->wcb = cb;
+    o->data = data;
+    rc = write_tx(j, e, nst, sql, np, params, o);
+    if (rc < 0)
+        free(o);
+out:
+    free(id);
+    free(arr);
+    free(snap);
+    return rc;
+}
+
+int ms_journal_save_state(struct ms_journal *j,
+                          const struct ms_journal_entity *e,
+                          int64_t expected, const char *state, size_t len,
+                          ms_journal_write_cb cb, void *data)
+{
+    if (!cb || expected < 0)
+        return MS_EINVAL;
+    char *id = NULL, *st = NULL;
+    int rc = id_text(e, &id);
+    if (rc < 0)
+        return rc;
+    rc = MS_EINVAL;
+    if (!(st = text_of(state, len)))
+        goto out;
+    char epoch[24], exp[24];
+    snprintf(epoch, sizeof epoch, "%" PRIu64, e->epoch);
+    snprintf(exp, sizeof exp, "%" PRId64, expected);
+    const char *p[6] = {j->cluster, e->type, id, epoch, st, exp};
+    const char *sql[1] = {expected ? SQL_STATE_UPDATE : SQL_STATE_INSERT};
+    const int np[1] = {expected ? 6 : 5};
+    const char *const *params[1] = {p};
+    struct op *o = op_new(j, W_STATE_SAVE);
+    rc = MS_ENOMEM;
+    if (!o)
+        goto out;
+    o->wcb = cb;
+    o->data = data;
+    rc = write_tx(j, e, 1, sql, np, params, o);
+    if (rc < 0)
+        free(o);
+out:
+    free(id);
+    free(st);
+    return rc;
+}
+
+int ms_journal_delete_state(struct ms_journal *j,
+                            const struct ms_journal_entity *e,
+                            int64_t expected, ms_journal_write_cb cb,
+                            void *data)
+{
+    if (!cb || expected < 1)
+        return MS_EINVAL;
+    char *id = NULL;
+    int rc = id_text(e, &id);
+    if (rc < 0)
+        return rc;
+    char exp[24];
+    snprintf(exp, sizeof exp, "%" PRId64, expected);
+    const char *p[4] = {j->cluster, e->type, id, exp};
+    const char *sql[1] = {SQL_STATE_DELETE};
+    const int np[1] = {4};
+    const char *const *params[1] = {p};
+    struct op *o = op_new(j, W_STATE_DELETE);
+    rc = MS_ENOMEM;
+    if (o) {
+        o->wcb = cb;
+        o->data = data;
+        rc = write_tx(j, e, 1, sql, np, params, o);
+        if (rc < 0)
+            free(o);
+    }
+    free(id);
+    return rc;
+}
+
+/* ---- loads ----------------------------------------------------------- */
+
+static int64_t to_i64(const char *s)
+{
+    return s ? strtoll(s, NULL, 10) : 0;
+}
+
+static void load_fail(struct op *o, int err, const char *message)
+{
+    o->j->st.db_errors++;
+    o->lcb(err, message, NULL, o->data);
+}
+
+static void on_loaded_state(const struct ms_pg_result *r, struct op *o)
+{
+    struct ms_journal_loaded l;
+    memset(&l, 0, sizeof l);
+    if (ms_pg_result_rows(r) > 0) {
+        l.revision = to_i64(ms_pg_result_value(r, 0, 0));
+        l.state = ms_pg_result_value(r, 0, 1);
+        l.state_len = l.state ? strlen(l.state) : 0;
+        if (l.revision < 1 || !l.state) {
+            load_fail(o, MS_EINVAL, "the saved state row is malformed");
+            return;
+        }
+    }
+    o->j->st.loads++;
+    o->lcb(0, "", &l, o->data);
+}
+
+static void on_loaded_events(const struct ms_pg_result *r, struct op *o)
+{
+    struct ms_journal_loaded l;
+    memset(&l, 0, sizeof l);
+    int rows = ms_pg_result_rows(r), first = 0;
+    if (rows > 0 && to_i64(ms_pg_result_value(r, 0, 0)) == 0) {
+        l.has_snapshot = 1;
+        l.snapshot_seq = to_i64(ms_pg_result_value(r, 0, 1));
+        l.snapshot = ms_pg_result_value(r, 0, 2);
+        l.snapshot_len = l.snapshot ? strlen(l.snapshot) : 0;
+        first = 1;
+    }
+    int n = rows - first;
+    if (n > MS_JOURNAL_MAX_RECOVERY) {
+        char m[MS_JOURNAL_MESSAGE_MAX];
+        snprintf(m, sizeof m, "more than %d events after the latest "
+                 "snapshot: recovery refused (set snapshot_every for the "
+                 "type)", MS_JOURNAL_MAX_RECOVERY);
+        load_fail(o, MS_E2BIG, m);
+        return;
+    }
+    int64_t *seq = calloc((size_t)(n ? n : 1), sizeof *seq);
+    const char **ev = calloc((size_t)(n ? n : 1), sizeof *ev);
+    size_t *lens = calloc((size_t)(n ? n : 1), sizeof *lens);
+    if (!seq || !ev || !lens) {
+        load_fail(o, MS_ENOMEM, "out of memory");
+        goto out;
+    }
+    int64_t prev = l.has_snapshot ? l.snapshot_seq : 0;
+    for (int i = 0; i < n; i++) {
+        seq[i] = to_i64(ms_pg_result_value(r, first + i, 1));
+        ev[i] = ms_pg_result_value(r, first + i, 2);
+        lens[i] = ev[i] ? strlen(ev[i]) : 0;
+        if (seq[i] != prev + 1 || !ev[i]) {
+            char m[MS_JOURNAL_MESSAGE_MAX];
+            snprintf(m, sizeof m, "the journal has a gap: sequence %"
+                     PRId64 " follows %" PRId64, seq[i], prev);
+            o->j->st.conflicts++;
+            o->lcb(MS_ECONFLICT, m, NULL, o->data);
+            goto out;
+        }
+        prev = seq[i];
+    }
+    l.nevents = n;
+    l.seq = seq;
+    l.events = ev;
+    l.lens = lens;
+    l.last_seq = prev;
+    o->j->st.loads++;
+    o->lcb(0, "", &l, o->data);
+out:
+    free(seq);
+    free(ev);
+    free(lens);
+}
+
+static void on_loaded(const struct ms_pg_result *r, void *data)
+{
+    struct op *o = data;
+    if (ms_pg_result_error(r)) {
+        char m[MS_JOURNAL_MESSAGE_MAX];
+        snprintf(m, sizeof m, "%s", ms_pg_result_message(r));
+        for (char *p = m; *p; p++)
+            if (*p == '\n' || *p == '\r' || *p == '\t')
+                *p = ' ';
+        load_fail(o, ms_pg_result_error(r), m);
+    } else if (o->state) {
+        on_loaded_state(r, o);
+    } else {
+        on_loaded_events(r, o);
+    }
+    free(o);
+}
+
+static int load(struct ms_journal *j, const struct ms_journal_entity *e,
+                int state, ms_journal_load_cb cb, void *data)
+{
+    if (!cb)
+        return MS_EINVAL;
+    char *id = NULL;
+    int rc = id_text(e, &id);
+    if (rc < 0)
+        return rc;
+    char limit[24];
+    snprintf(limit, sizeof limit, "%d", MS_JOURNAL_MAX_RECOVERY + 1);
+    const char *p[4] = {j->cluster, e->type, id, limit};
+    struct op *o = op_new(j, -1);
+    rc = MS_ENOMEM;
+    if (o) {
+        o->state = state;
+        o->lcb = cb;
+        o->data = data;
+        rc = ms_pg_query(j->pg, state ? SQL_LOAD_STATE : SQL_LOAD_EVENTS,
+                         state ? 3 : 4, p, on_loaded, o);
+        if (rc < 0)
+            free(o);
+    }
+    free(id);
+    return rc;
+}
+
+int ms_journal_load_events(struct ms_journal *j,
+                           const struct ms_journal_entity *e,
+                           ms_journal_load_cb cb, void *data)
+{
+    return load(j, e, 0, cb, data);
+}
+
+int ms_journal_load_state(struct ms_journal *j,
+                          const struct ms_journal_entity *e,
+                          ms_journal_load_cb cb, void *data)
+{
+    return load(j, e, 1, cb, data);
+}
