@@ -427,16 +427,29 @@ static void test_bump_waits(void)
         "SELECT 1 / count(*) FROM (SELECT 1 FROM moonshard_leases WHERE "
         "cluster = 'c1' AND type = 'acct' AND shard = 3 AND owner = 'n1' "
         "AND epoch = 5 AND expires_at > now() FOR SHARE) AS lease",
-        "SELECT pg_sleep(0.5)",
+        "SELECT pg_sleep(1)",
         "INSERT INTO moonshard_events (cluster, type, id, sequence, epoch, "
         "payload) VALUES ('c1', 'acct', 'w1', 1, 5, '{}')",
     };
     const int np[3] = {0, 0, 0};
     struct got writer = {0}, bump = {0};
-    ended = 0;
     CHECK(ms_pg_transaction(pg, 3, tx, np, NULL, on_sql, &writer) == 0);
-    idle_for(200); /* the writer holds the row now */
+    /* the writer holds the row once its pause runs */
+    int sleeping = 0;
+    for (int i = 0; i < 200 && !sleeping; i++) {
+        struct got g = {0};
+        CHECK(ms_pg_query(other, "SELECT count(*) FROM pg_stat_activity "
+                          "WHERE state = 'active' AND query = "
+                          "'SELECT pg_sleep(1)'", 0, NULL, on_sql,
+                          &g) == 0);
+        CHECK(wait_for(&g.done, 10000));
+        sleeping = strcmp(g.v0, "1") == 0;
+        if (!sleeping)
+            idle_for(10);
+    }
+    CHECK(sleeping);
     CHECK(!writer.done);
+    ended = 0;
     CHECK(ms_pg_query(other, "UPDATE moonshard_leases SET epoch = epoch + 1,"
                       " owner = 'n2' WHERE cluster = 'c1' AND type = 'acct' "
                       "AND shard = 3 RETURNING epoch", 0, NULL, on_sql,
