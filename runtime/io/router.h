@@ -128,6 +128,10 @@ uint32_t ms_router_owned(struct ms_router *r);
 /* Messages waiting in the router (for an owner, or a moving shard). */
 uint64_t ms_router_waiting(struct ms_router *r);
 
+/* The region the router binds (borrowed; lives as long as the router). */
+struct ms_region;
+struct ms_region *ms_router_region(struct ms_router *r);
+
 
 /* Fails every waiting message (MS_ECANCELED) and frees the router from its
  * timer's close callback. */

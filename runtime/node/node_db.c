@@ -11,11 +11,14 @@
 #include "../core/errors.h"
 #include "../core/jsoncheck.h"
 #include "../core/log.h"
+#include "../io/journal.h"
 #include "../io/pg.h"
 #include "../io/pg_schema.h"
 
 struct ms_node_db {
     struct ms_pg *pg;         /* NULL: the pool could not be made */
+    uv_loop_t *pg_loop;
+    struct ms_journal *journal; /* persistent entities' SQL, or NULL */
     uv_timer_t retry;         /* the next migration attempt */
     int version;              /* the schema's version; 0: not known */
     int closing;
@@ -117,6 +120,7 @@ struct ms_node_db *ms_node_db_start(uv_loop_t *loop, const char *conninfo)
         return NULL;
     }
     uv_timer_init(loop, &db->retry);
+    db->pg_loop = loop;
     db->retry.data = db;
     db->backoff_ms = MS_NODE_DB_RETRY_MIN_MS;
     ms_pg_mask_conninfo(conninfo, db->masked, sizeof db->masked);
@@ -198,5 +202,18 @@ void ms_node_db_close(struct ms_node_db *db, void (*cb)(void *data),
             db->open--; /* not from a pool's callback: cannot happen */
         db->pg = NULL;
     }
+    /* after the pool: its close ran the journal's callbacks */
+    ms_journal_free(db->journal);
+    db->journal = NULL;
     uv_close((uv_handle_t *)&db->retry, on_timer_closed);
+}
+
+struct ms_journal *ms_node_db_journal(struct ms_node_db *db,
+                                      const char *cluster, const char *owner)
+{
+    if (!db || !db->pg || db->closing)
+        return NULL;
+    if (!db->journal)
+        db->journal = ms_journal_new(db->pg_loop, db->pg, cluster, owner);
+    return db->journal;
 }

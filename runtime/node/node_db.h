@@ -36,6 +36,15 @@ struct ms_node_db *ms_node_db_start(uv_loop_t *loop, const char *conninfo);
 size_t ms_node_db_stats_json(const struct ms_node_db *db, char *buf,
                              size_t len);
 
+struct ms_journal;
+
+/* The journal of persistent entities (runtime/io/journal.h) on db's pool,
+ * made on the first call for cluster `cluster` and lease owner `owner`
+ * (copied; later calls return the same one). Owned by db: freed by
+ * ms_node_db_close. NULL without a pool or when out of memory. */
+struct ms_journal *ms_node_db_journal(struct ms_node_db *db,
+                                      const char *cluster, const char *owner);
+
 /* Stops retrying, closes the pool (a migration still running is
  * cancelled: the server rolls it back) and frees db; `cb` runs on the
  * loop once everything is released (never inside this call). */
