@@ -104,8 +104,10 @@ local FIELDS = {
     handshake_failures = { "counter", "Incoming connections that ended "
         .. "without authenticating." },
     -- persistent entities (the "persistence" object of the stats)
-    persist_commits = { "counter", "Write transactions of persistent "
-        .. "entities committed." },
+    persist_commits = { "counter", "Group transactions of persistent "
+        .. "entities' writes committed." },
+    persist_writes = { "counter", "Writes of persistent entities "
+        .. "committed (one command's events, or a state)." },
     persist_events_written = { "counter", "Events written." },
     persist_snapshots = { "counter", "Snapshots written." },
     persist_states_written = { "counter", "Durable states saved or "
@@ -118,13 +120,14 @@ local FIELDS = {
         .. "database (connection, timeout, query)." },
     persist_recoveries = { "counter", "Entities loaded from the "
         .. "database." },
-    persist_commit_latency_count = { "counter", "Commits timed." },
-    persist_commit_latency_sum_us = { "counter", "Time from queueing to "
-        .. "commit, summed, in microseconds." },
+    persist_commit_latency_count = { "counter", "Writes timed from "
+        .. "queueing to commit." },
+    persist_commit_latency_sum_us = { "counter", "Their time from "
+        .. "queueing to commit, summed, in microseconds." },
     persist_commit_latency_p50_us = { "gauge", "Median commit latency of "
-        .. "the last 1024 commits, in microseconds." },
+        .. "the last 1024 writes, in microseconds." },
     persist_commit_latency_p99_us = { "gauge", "99th percentile commit "
-        .. "latency of the last 1024 commits, in microseconds." },
+        .. "latency of the last 1024 writes, in microseconds." },
 }
 M.FIELDS = FIELDS
 

@@ -1,13 +1,18 @@
 /*
  * journal.c -- the SQL of persistent entities; see journal.h.
  *
- * Every write is one transaction on the pool: statement 0 locks the
- * shard's lease row and divides by the number of rows it found, so a
- * missing or stale lease raises division_by_zero (22012) there and the
- * pool rolls back: that error at index 0 is MS_ESTALE. A state update or
- * delete at the wrong revision divides by zero the same way at index 1
- * (MS_ECONFLICT), and an event sequence that exists violates the
- * primary key (23505, MS_ECONFLICT).
+ * Every write is one unit of a group transaction (ms_pg_group: its own
+ * SAVEPOINT): statement 0 locks the shard's lease row and divides by the
+ * number of rows it found, so a missing or stale lease raises
+ * division_by_zero (22012) there and the unit is rolled back: that error
+ * at index 0 is MS_ESTALE. A state update or delete at the wrong
+ * revision divides by zero the same way at index 1 (MS_ECONFLICT), and
+ * an event sequence that exists violates the primary key (23505,
+ * MS_ECONFLICT).
+ *
+ * Group commit: writes are queued in the journal; a zero timer started
+ * by the first one flushes the queue on the loop's next turn as one
+ * group (at most MS_JOURNAL_MAX_GROUP writes; the rest go in the next).
  */
 #include "journal.h"
 
@@ -25,12 +30,19 @@ static const char SQL_LEASE[] =
     " AND owner = $4 AND epoch = $5::bigint AND expires_at > now()"
     " FOR SHARE) AS lease";
 
-/* $1 cluster, $2 type, $3 id, $4 first sequence, $5 epoch, $6 text[] */
+/* $1 cluster, $2 type, $3 id, $4 first sequence, $5 epoch, $6 text[]:
+ * nothing is inserted below or at the snapshot's sequence (its events
+ * may be deleted: the key alone would not see the conflict), and then
+ * the division by zero refuses the write */
 static const char SQL_APPEND[] =
-    "INSERT INTO moonshard_events"
+    "WITH ins AS (INSERT INTO moonshard_events"
     " (cluster, type, id, sequence, epoch, payload)"
     " SELECT $1, $2, $3, $4::bigint + e.n - 1, $5::bigint, e.p"
-    " FROM unnest($6::text[]) WITH ORDINALITY AS e(p, n)";
+    " FROM unnest($6::text[]) WITH ORDINALITY AS e(p, n)"
+    " WHERE NOT EXISTS (SELECT 1 FROM moonshard_snapshots s"
+    " WHERE s.cluster = $1 AND s.type = $2 AND s.id = $3"
+    " AND s.sequence >= $4::bigint) RETURNING 1)"
+    " SELECT 1 / count(*) FROM ins";
 
 /* $1 cluster, $2 type, $3 id, $4 sequence, $5 epoch, $6 state */
 static const char SQL_SNAPSHOT[] =
@@ -84,11 +96,18 @@ static const char SQL_STATE_DELETE[] =
     " AND revision = $4::bigint RETURNING 1)"
     " SELECT 1 / count(*) FROM d";
 
+struct op;
+
 struct ms_journal {
     uv_loop_t *loop;
     struct ms_pg *pg;
     char *cluster;
     char *owner;
+    uv_timer_t flush;        /* flushes the queue on the next turn */
+    struct op *head, *tail;  /* writes not yet sent */
+    int queued;
+    void (*closed_cb)(void *);
+    void *closed_data;
     struct ms_journal_stats st;
     uint64_t lat[MS_JOURNAL_LAT_WINDOW]; /* last commit latencies, us */
     unsigned nlat;
@@ -96,9 +115,14 @@ struct ms_journal {
 
 enum { W_APPEND, W_STATE_SAVE, W_STATE_DELETE };
 
-/* One write or load under way (the pool's callback data). */
+#define MAX_ST 4     /* statements of one write, the lease's included */
+#define MAX_PARAMS 6 /* parameters of one of them */
+
+/* One write or load under way (the pool's callback data). A write owns
+ * its statements' parameters until it is sent. */
 struct op {
     struct ms_journal *j;
+    struct op *next;     /* in the journal's queue */
     int what;            /* W_*, or -1 for a load */
     int state;           /* a load: of a durable state */
     int nevents;         /* an append: its events */
@@ -107,6 +131,17 @@ struct op {
     ms_journal_write_cb wcb;
     ms_journal_load_cb lcb;
     void *data;
+    int nst;
+    const char *sql[MAX_ST];
+    int np[MAX_ST];
+    char *params[MAX_ST][MAX_PARAMS];
+};
+
+/* The writes of one group transaction (the pool's callback data). */
+struct group {
+    struct ms_journal *j;
+    int n;
+    struct op *ops[MS_JOURNAL_MAX_GROUP];
 };
 
 static char *dupstr(const char *s)
@@ -129,19 +164,52 @@ struct ms_journal *ms_journal_new(uv_loop_t *loop, struct ms_pg *pg,
     j->cluster = dupstr(cluster ? cluster : "");
     j->owner = dupstr(owner ? owner : "");
     if (!j->cluster || !j->owner) {
-        ms_journal_free(j);
+        free(j->cluster);
+        free(j->owner);
+        free(j);
         return NULL;
     }
+    uv_timer_init(loop, &j->flush);
+    j->flush.data = j;
     return j;
 }
 
-void ms_journal_free(struct ms_journal *j)
+static void op_free(struct op *o)
 {
-    if (!j)
-        return;
+    for (int i = 0; i < o->nst; i++)
+        for (int k = 0; k < o->np[i]; k++)
+            free(o->params[i][k]);
+    free(o);
+}
+
+static void on_flush_closed(uv_handle_t *h)
+{
+    struct ms_journal *j = h->data;
+    void (*cb)(void *) = j->closed_cb;
+    void *data = j->closed_data;
     free(j->cluster);
     free(j->owner);
     free(j);
+    if (cb)
+        cb(data);
+}
+
+void ms_journal_close(struct ms_journal *j, void (*cb)(void *data),
+                      void *data)
+{
+    j->closed_cb = cb;
+    j->closed_data = data;
+    struct op *o = j->head;
+    j->head = j->tail = NULL;
+    j->queued = 0;
+    while (o) {
+        struct op *next = o->next;
+        o->wcb(MS_ECANCELED, "the node is stopping: nothing was written",
+               o->data);
+        op_free(o);
+        o = next;
+    }
+    uv_close((uv_handle_t *)&j->flush, on_flush_closed);
 }
 
 /* The entity's id as a C string (ids holding NUL cannot be stored). */
@@ -162,16 +230,13 @@ static int id_text(const struct ms_journal_entity *e, char **out)
 /* ---- outcomes -------------------------------------------------------- */
 
 /* The journal's code for a failed write: see the file comment. */
-static int write_error(const struct ms_pg_result *r)
+static int write_error(int err, const char *sqlstate, int index)
 {
-    int err = ms_pg_result_error(r);
     if (err != MS_PG_EQUERY)
         return err;
-    const char *ss = ms_pg_result_sqlstate(r);
-    int index = ms_pg_result_index(r);
-    if (strcmp(ss, "22012") == 0)
+    if (strcmp(sqlstate, "22012") == 0)
         return index == 0 ? MS_ESTALE : MS_ECONFLICT;
-    if (strcmp(ss, "23505") == 0)
+    if (strcmp(sqlstate, "23505") == 0)
         return MS_ECONFLICT;
     return err;
 }
@@ -207,11 +272,11 @@ void ms_journal_stats(const struct ms_journal *j,
     free(v);
 }
 
-static void on_written(const struct ms_pg_result *r, void *data)
+/* Write o ended with `err` (a pool's code, mapped here) and the pool's
+ * message: counts it, calls its callback and frees it. */
+static void op_done(struct op *o, int err, const char *pgmsg)
 {
-    struct op *o = data;
     struct ms_journal *j = o->j;
-    int err = ms_pg_result_error(r) ? write_error(r) : 0;
     char msg[MS_JOURNAL_MESSAGE_MAX];
     if (err == MS_ESTALE)
         snprintf(msg, sizeof msg, "the lease of this shard is not held at "
@@ -223,16 +288,16 @@ static void on_written(const struct ms_pg_result *r, void *data)
                  o->what == W_APPEND ? "the event sequence exists already"
                                      : "the state is not at the expected "
                                        "revision",
-                 ms_pg_result_message(r));
+                 pgmsg);
     else if (err)
-        snprintf(msg, sizeof msg, "%s", ms_pg_result_message(r));
+        snprintf(msg, sizeof msg, "%s", pgmsg && pgmsg[0]
+                                            ? pgmsg : ms_strerror(err));
     else
         msg[0] = 0;
     for (char *p = msg; *p; p++)
         if (*p == '\n' || *p == '\r' || *p == '\t')
             *p = ' ';
     if (err == 0) {
-        j->st.commits++;
         j->st.writes++;
         if (o->what == W_APPEND) {
             j->st.events += (uint64_t)o->nevents;
@@ -249,7 +314,77 @@ static void on_written(const struct ms_pg_result *r, void *data)
         j->st.db_errors++;
     }
     o->wcb(err, msg, o->data);
-    free(o);
+    op_free(o);
+}
+
+static void on_group(const struct ms_pg_result *r, void *data)
+{
+    struct group *g = data;
+    int committed = 0;
+    for (int u = 0; u < g->n; u++) {
+        int err = ms_pg_result_unit_error(r, u);
+        if (err)
+            err = write_error(err, ms_pg_result_unit_sqlstate(r, u),
+                              ms_pg_result_unit_index(r, u));
+        committed += err == 0;
+        op_done(g->ops[u], err, ms_pg_result_unit_message(r, u));
+    }
+    if (committed)
+        g->j->st.commits++;
+    free(g);
+}
+
+/* Sends up to MS_JOURNAL_MAX_GROUP queued writes as one group. */
+static void flush(struct ms_journal *j)
+{
+    struct group *g = malloc(sizeof *g);
+    if (!g)
+        return; /* tried again by the next write's timer */
+    g->j = j;
+    g->n = 0;
+    int nst = 0;
+    while (j->head && g->n < MS_JOURNAL_MAX_GROUP) {
+        struct op *o = j->head;
+        j->head = o->next;
+        j->queued--;
+        g->ops[g->n++] = o;
+        nst += o->nst;
+    }
+    if (!j->head)
+        j->tail = NULL;
+    const char **sql = malloc((size_t)nst * sizeof *sql);
+    int *np = malloc((size_t)nst * sizeof *np);
+    const char *const **params = malloc((size_t)nst * sizeof *params);
+    int unit_n[MS_JOURNAL_MAX_GROUP];
+    int rc = MS_ENOMEM;
+    if (sql && np && params) {
+        int k = 0;
+        for (int u = 0; u < g->n; u++) {
+            struct op *o = g->ops[u];
+            unit_n[u] = o->nst;
+            for (int i = 0; i < o->nst; i++, k++) {
+                sql[k] = o->sql[i];
+                np[k] = o->np[i];
+                params[k] = (const char *const *)o->params[i];
+            }
+        }
+        rc = ms_pg_group(j->pg, g->n, unit_n, sql, np, params, on_group, g);
+    }
+    free(sql);
+    free(np);
+    free(params);
+    if (rc < 0) {
+        for (int u = 0; u < g->n; u++)
+            op_done(g->ops[u], rc, ms_strerror(rc));
+        free(g);
+    }
+}
+
+static void on_flush(uv_timer_t *t)
+{
+    struct ms_journal *j = t->data;
+    while (j->head)
+        flush(j);
 }
 
 static struct op *op_new(struct ms_journal *j, int what)
@@ -265,8 +400,8 @@ static struct op *op_new(struct ms_journal *j, int what)
 
 /* ---- writes ---------------------------------------------------------- */
 
-/* Queues the lease statement then `n` more statements (their params
- * given) as one transaction. */
+/* Queues write o: the lease statement then `n` more statements (their
+ * parameters copied into o). Takes o (freed on failure). */
 static int write_tx(struct ms_journal *j, const struct ms_journal_entity *e,
                     int n, const char *const *sql, const int *np,
                     const char *const *const *params, struct op *o)
@@ -275,18 +410,26 @@ static int write_tx(struct ms_journal *j, const struct ms_journal_entity *e,
     snprintf(shard, sizeof shard, "%" PRIu32, e->shard);
     snprintf(epoch, sizeof epoch, "%" PRIu64, e->epoch);
     const char *lease[5] = {j->cluster, e->type, shard, j->owner, epoch};
-    const char *sqls[4];
-    int nps[4];
-    const char *const *ps[4];
-    sqls[0] = SQL_LEASE;
-    nps[0] = 5;
-    ps[0] = lease;
-    for (int i = 0; i < n; i++) {
-        sqls[i + 1] = sql[i];
-        nps[i + 1] = np[i];
-        ps[i + 1] = params[i];
+    o->nst = n + 1;
+    for (int i = 0; i <= n; i++) {
+        o->sql[i] = i ? sql[i - 1] : SQL_LEASE;
+        o->np[i] = i ? np[i - 1] : 5;
+        const char *const *src = i ? params[i - 1] : lease;
+        for (int k = 0; k < o->np[i]; k++) {
+            if (src[k] && !(o->params[i][k] = dupstr(src[k]))) {
+                op_free(o);
+                return MS_ENOMEM;
+            }
+        }
     }
-    return ms_pg_transaction(j->pg, n + 1, sqls, nps, ps, on_written, o);
+    if (j->tail)
+        j->tail->next = o;
+    else
+        j->head = o;
+    j->tail = o;
+    if (j->queued++ == 0)
+        uv_timer_start(&j->flush, on_flush, 0, 0);
+    return 0;
 }
 
 /* A PostgreSQL text[] literal of the n strings: each quoted, with \ and "
@@ -370,8 +513,6 @@ int ms_journal_append(struct ms_journal *j, const struct ms_journal_entity *e,
     o->wcb = cb;
     o->data = data;
     rc = write_tx(j, e, nst, sql, np, params, o);
-    if (rc < 0)
-        free(o);
 out:
     free(id);
     free(arr);
@@ -407,8 +548,6 @@ int ms_journal_save_state(struct ms_journal *j,
     o->wcb = cb;
     o->data = data;
     rc = write_tx(j, e, 1, sql, np, params, o);
-    if (rc < 0)
-        free(o);
 out:
     free(id);
     free(st);
@@ -438,8 +577,6 @@ int ms_journal_delete_state(struct ms_journal *j,
         o->wcb = cb;
         o->data = data;
         rc = write_tx(j, e, 1, sql, np, params, o);
-        if (rc < 0)
-            free(o);
     }
     free(id);
     return rc;

@@ -13,7 +13,8 @@
  * written. Events carry the writer's epoch.
  *
  * Revisions: an event's (type, id, sequence) is unique; appending a
- * sequence that exists fails with MS_ECONFLICT ("revision_conflict"). A
+ * sequence that exists, or that the entity's snapshot covers, fails
+ * with MS_ECONFLICT ("revision_conflict"). A
  * durable state is inserted at revision 1 or updated WHERE revision =
  * the expected one; a mismatch is MS_ECONFLICT too.
  *
@@ -21,9 +22,14 @@
  * MS_ETIMEDOUT, MS_PG_EFULL...): the write may or may not have committed
  * (a lost connection), so the caller reloads before going on.
  *
- * One transaction per write (no group commit yet): the writes of one
- * entity keep their order because the caller waits for each write's
- * callback before it queues the next.
+ * Group commit: writes queued in one loop turn (ms_journal_* calls
+ * before control returns to the loop) go to the server as ONE
+ * transaction (ms_pg_group); each write runs under its own SAVEPOINT, so
+ * one that fails (stale, conflict) is rolled back alone and the others
+ * commit. Each callback runs after the COMMIT of its own transaction. The
+ * writes of one entity keep their order when the caller waits for each
+ * write's callback before it queues the next (the host does); writes
+ * queued in one turn also run in the order they were queued.
  *
  * Single-threaded: call everything on the loop's thread.
  */
@@ -41,6 +47,7 @@
                                           one load; more: MS_E2BIG (set
                                           snapshot_every) */
 #define MS_JOURNAL_MAX_EVENTS 1000     /* events of one append */
+#define MS_JOURNAL_MAX_GROUP 256       /* writes in one group transaction */
 #define MS_JOURNAL_MESSAGE_MAX 256     /* bytes of an error message */
 
 struct ms_journal;
@@ -89,10 +96,13 @@ typedef void (*ms_journal_write_cb)(int err, const char *message,
 struct ms_journal *ms_journal_new(uv_loop_t *loop, struct ms_pg *pg,
                                   const char *cluster, const char *owner);
 
-/* Frees j. Writes and loads under way hold j: close the pool first
- * (ms_pg_close fails its jobs, their callbacks run then), and free the
- * journal after that. */
-void ms_journal_free(struct ms_journal *j);
+/* Fails the writes not yet sent with MS_ECANCELED (their callbacks run
+ * here) and frees j once its timer is closed; `cb` (may be NULL) runs
+ * then, on the loop. Writes and loads already in the pool hold j: close
+ * the pool first (ms_pg_close fails its jobs, their callbacks run then),
+ * the journal after that. */
+void ms_journal_close(struct ms_journal *j, void (*cb)(void *data),
+                      void *data);
 
 /* Reads an event-sourced entity: its snapshot and the events after it
  * (at most MS_JOURNAL_MAX_RECOVERY: more is MS_E2BIG; a gap in the
@@ -134,7 +144,8 @@ int ms_journal_delete_state(struct ms_journal *j,
 
 /* Counters since the journal was made. */
 struct ms_journal_stats {
-    uint64_t commits;        /* transactions committed */
+    uint64_t commits;        /* group transactions committed (with at
+                                least one write) */
     uint64_t writes;         /* writes committed */
     uint64_t events;         /* events written */
     uint64_t snapshots;      /* snapshots written */
@@ -143,7 +154,7 @@ struct ms_journal_stats {
     uint64_t conflicts;      /* writes refused: MS_ECONFLICT */
     uint64_t db_errors;      /* writes and loads failed otherwise */
     uint64_t loads;          /* loads that succeeded */
-    uint64_t latency_count;  /* commits timed */
+    uint64_t latency_count;  /* writes timed */
     uint64_t latency_sum_us; /* their time from queueing to COMMIT */
     uint64_t latency_p50_us; /* over the last MS_JOURNAL_LAT_WINDOW */
     uint64_t latency_p99_us;

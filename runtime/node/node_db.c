@@ -203,8 +203,11 @@ void ms_node_db_close(struct ms_node_db *db, void (*cb)(void *data),
         db->pg = NULL;
     }
     /* after the pool: its close ran the journal's callbacks */
-    ms_journal_free(db->journal);
-    db->journal = NULL;
+    if (db->journal) {
+        db->open++;
+        ms_journal_close(db->journal, on_pool_closed, db);
+        db->journal = NULL;
+    }
     uv_close((uv_handle_t *)&db->retry, on_timer_closed);
 }
 

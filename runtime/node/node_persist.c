@@ -256,7 +256,8 @@ size_t ms_node_persist_stats_json(const struct ms_node_persist *p,
     struct ms_journal_stats s;
     ms_journal_stats(p->j, &s);
     int w = snprintf(buf, len,
-                     "{\"commits\":%" PRIu64 ",\"events_written\":%" PRIu64
+                     "{\"commits\":%" PRIu64 ",\"writes\":%" PRIu64
+                     ",\"events_written\":%" PRIu64
                      ",\"snapshots\":%" PRIu64 ",\"states_written\":%" PRIu64
                      ",\"stale_refused\":%" PRIu64 ",\"conflicts\":%" PRIu64
                      ",\"db_errors\":%" PRIu64 ",\"recoveries\":%" PRIu64
@@ -264,7 +265,7 @@ size_t ms_node_persist_stats_json(const struct ms_node_persist *p,
                      ",\"commit_latency_sum_us\":%" PRIu64
                      ",\"commit_latency_p50_us\":%" PRIu64
                      ",\"commit_latency_p99_us\":%" PRIu64 "}",
-                     s.commits, s.events, s.snapshots, s.states,
+                     s.commits, s.writes, s.events, s.snapshots, s.states,
                      s.stale_refused + p->no_lease, s.conflicts,
                      s.db_errors, s.loads, s.latency_count,
                      s.latency_sum_us, s.latency_p50_us, s.latency_p99_us);

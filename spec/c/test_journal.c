@@ -465,6 +465,99 @@ static void test_bump_waits(void)
             "WHERE shard = 3");
 }
 
+/* ms_pg_group: a unit that fails is rolled back alone (its first
+ * statement's row too), the other units commit. */
+struct grouped {
+    int done, err, n;
+    int uerr[3], uindex[3];
+    char ustate[3][6];
+};
+
+static void on_grouped(const struct ms_pg_result *r, void *data)
+{
+    struct grouped *g = data;
+    g->done = 1;
+    g->err = ms_pg_result_error(r);
+    for (int u = 0; u < g->n; u++) {
+        g->uerr[u] = ms_pg_result_unit_error(r, u);
+        g->uindex[u] = ms_pg_result_unit_index(r, u);
+        snprintf(g->ustate[u], sizeof g->ustate[u], "%s",
+                 ms_pg_result_unit_sqlstate(r, u));
+    }
+}
+
+static void test_pg_group(void)
+{
+    sql(pg, "CREATE TABLE g (k integer PRIMARY KEY)");
+    const char *st[5] = {
+        "INSERT INTO g VALUES (1)", "INSERT INTO g VALUES (1)", /* unit 0 */
+        "INSERT INTO g VALUES (2)",                             /* unit 1 */
+        "INSERT INTO g VALUES (3)", "SELECT 1 / 0",             /* unit 2 */
+    };
+    const int unit_n[3] = {2, 1, 2};
+    const int np[5] = {0, 0, 0, 0, 0};
+    struct grouped g = {0};
+    g.n = 3;
+    CHECK(ms_pg_group(pg, 3, unit_n, st, np, NULL, on_grouped, &g) == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == 0);
+    CHECK(g.uerr[0] == MS_PG_EQUERY && g.uindex[0] == 1);
+    CHECK(strcmp(g.ustate[0], "23505") == 0);
+    CHECK(g.uerr[1] == 0 && g.uindex[1] == -1);
+    CHECK(g.uerr[2] == MS_PG_EQUERY && g.uindex[2] == 1);
+    CHECK(strcmp(g.ustate[2], "22012") == 0);
+    CHECK(strcmp(sql(pg, "SELECT string_agg(k::text, ',') FROM g"), "2")
+          == 0);
+    /* bad shapes are refused */
+    const int zero[1] = {0};
+    CHECK(ms_pg_group(pg, 1, zero, st, np, NULL, on_grouped, &g)
+          == MS_EINVAL);
+    CHECK(ms_pg_group(pg, 0, unit_n, st, np, NULL, on_grouped, &g)
+          == MS_EINVAL);
+}
+
+/* Writes queued in one loop turn commit in one transaction; a stale
+ * writer and a conflicting one in that group fail alone. */
+static void test_group_commit(void)
+{
+    struct ms_journal_stats before, after;
+    ms_journal_stats(jn, &before);
+    const char *ev[] = {"{\"g\":1}"};
+    size_t len = strlen(ev[0]);
+    struct ms_journal_entity ok1 = {"acct", "g1", 2, 3, 5};
+    struct ms_journal_entity stale = {"acct", "g2", 2, 3, 4};
+    struct ms_journal_entity ok2 = {"acct", "g3", 2, 3, 5};
+    struct ms_journal_entity conflict = {"acct", "a1", 2, 3, 5};
+    struct wrote w[5];
+    memset(w, 0, sizeof w);
+    CHECK(ms_journal_append(jn, &ok1, 1, 1, ev, &len, NULL, 0, 0, on_wrote,
+                            &w[0]) == 0);
+    CHECK(ms_journal_append(jn, &stale, 1, 1, ev, &len, NULL, 0, 0,
+                            on_wrote, &w[1]) == 0);
+    CHECK(ms_journal_append(jn, &ok2, 1, 1, ev, &len, NULL, 0, 0, on_wrote,
+                            &w[2]) == 0);
+    CHECK(ms_journal_append(jn, &conflict, 1, 1, ev, &len, NULL, 0, 0,
+                            on_wrote, &w[3]) == 0);
+    /* the same entity's next write, queued in the same turn, after */
+    CHECK(ms_journal_append(jn, &ok1, 2, 1, ev, &len, NULL, 0, 0, on_wrote,
+                            &w[4]) == 0);
+    CHECK(wait_for(&w[4].done, 10000));
+    for (int i = 0; i < 5; i++)
+        CHECK(w[i].done == 1);
+    CHECK(w[0].err == 0 && w[2].err == 0 && w[4].err == 0);
+    CHECK(w[1].err == MS_ESTALE);
+    CHECK(w[3].err == MS_ECONFLICT);
+    ms_journal_stats(jn, &after);
+    CHECK(after.commits == before.commits + 1); /* one transaction */
+    CHECK(after.writes == before.writes + 3);
+    CHECK(after.stale_refused == before.stale_refused + 1);
+    CHECK(after.conflicts == before.conflicts + 1);
+    CHECK(strcmp(sql(pg, "SELECT string_agg(id || ':' || sequence, ',' "
+                         "ORDER BY id, sequence) FROM moonshard_events "
+                         "WHERE id IN ('g1', 'g2', 'g3')"),
+                 "g1:1,g1:2,g3:1") == 0);
+}
+
 int main(void)
 {
     ms_log_setup("test", MS_LOG_INFO);
@@ -490,13 +583,17 @@ int main(void)
     test_recovery_bounds();
     test_state();
     test_bump_waits();
+    test_pg_group();
+    test_group_commit();
     struct ms_journal_stats st;
     ms_journal_stats(jn, &st);
     CHECK(st.commits > 0 && st.events > 0 && st.snapshots == 2);
     CHECK(st.stale_refused > 0 && st.conflicts > 0);
-    CHECK(st.latency_count == st.commits);
+    CHECK(st.latency_count == st.writes);
     close_pool(pg);
-    ms_journal_free(jn);
+    int closed = 0;
+    ms_journal_close(jn, on_closed, &closed);
+    CHECK(wait_for(&closed, 5000));
     CHECK(uv_loop_close(loop) == 0);
     server_cleanup();
     CHECK_DONE();
