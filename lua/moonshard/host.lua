@@ -79,6 +79,7 @@ local pmeta = {}    -- [handle] = { seq = } or { rev =, last = }; nil:
                     -- recover from the database before the next message
 local preplies = {} -- [handle] = the encoded reply, sent after the commit
 local pdelete = {}  -- [handle] = true: ctx:delete() in this message
+local pfresh = {}   -- [handle] = true: the state is init's, untouched
 local node_name = "?"
 local default_ask_timeout = 5
 local MAX_ASK_S = 86400                -- one day
@@ -326,6 +327,7 @@ local function activate(h, b, t, id, shard)
         error("init must return a table, got " .. type(st))
     end
     states[h] = st
+    if persist[t] then pfresh[h] = true end
 end
 
 -- Forgets entity h; its ctx stops working (a ctx kept past its entity's
@@ -335,7 +337,7 @@ local function forget(h)
     if ctx then ctx._h = 0 end
     states[h], ctxs[h] = nil, nil
     migrate_from[h] = nil
-    pmeta[h], preplies[h], pdelete[h] = nil, nil, nil
+    pmeta[h], preplies[h], pdelete[h], pfresh[h] = nil, nil, nil, nil
 end
 
 local function passivate(h, b)
@@ -459,6 +461,16 @@ local function recover(h, b, P, co)
     if not e then error("recovery: malformed journal reply") end
     local pos, text = e + 1
     local ctx = ctxs[h]
+    if not pfresh[h] then
+        -- recovering again (after a failure): the state in memory may
+        -- hold changes the database never got; start from init's
+        local st = (b.init or default_init)(ctx)
+        if type(st) ~= "table" then
+            error("init must return a table, got " .. type(st))
+        end
+        states[h] = st
+    end
+    pfresh[h] = nil
     if P.kind == "events" then
         local st = states[h]
         if has_snap == "1" then

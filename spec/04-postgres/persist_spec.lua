@@ -216,6 +216,53 @@ describe("persistent entities", function()
         assert.truthy(n:log():find("stale_owner", 1, true))
     end)
 
+    it("recovers from the database after a write whose outcome is "
+       .. "unknown", function()
+        local n, db = node()
+        n:call("Ledger", "acct-5", { type = "deposit", amount = 1 })
+        srv:pause() -- the write below cannot reach the database
+        local status, _, raw = n:ask("Ledger", "acct-5",
+                                     { type = "deposit", amount = 50 }, 30)
+        assert.are_not.equal(200, status, raw)
+        srv:resume()
+        -- the deposit was applied in memory before the write: the entity
+        -- must forget it and read the database again
+        local got = helpers.wait_until(function()
+            local st, body = n:ask("Ledger", "acct-5", { type = "get" })
+            return st == 200 and body, tostring(st)
+        end, 60, "the entity answers again")
+        assert.same({ balance = 1, count = 1 }, got)
+        assert.same({ "1" }, sql(db, "SELECT count(*) FROM moonshard_events "
+            .. "WHERE type = 'Ledger' AND id = 'acct-5'"))
+        assert.is_true(persistence(n).db_errors >= 1)
+    end)
+
+    it("refuses a module without what its persistence needs", function()
+        local _, ci = database()
+        local c = helpers.cluster_up({
+            size = 1,
+            entities = {
+                -- counter has receive but no command/apply
+                Bad = { module = "counter", persistence = "events" },
+                -- ledger has command/apply but no receive
+                Worse = { module = "ledger", persistence = "state" },
+                Good = { module = "profile", persistence = "state" },
+            },
+            settings = { database = ci },
+        })
+        local n = c.nodes[1]
+        for _, t in ipairs({ "Bad", "Worse" }) do
+            local status, body, raw = n:ask(t, "x", { type = "get" })
+            assert.are_not.equal(200, status)
+            assert.equal("unavailable", body and body.error.code, raw)
+        end
+        local log = n:log()
+        assert.truthy(log:find("has no command(state, cmd, ctx) function",
+                               1, true), log)
+        assert.truthy(log:find("has no receive(state, msg, ctx) function",
+                               1, true), log)
+    end)
+
     it("a sequence written by another writer is a revision_conflict",
        function()
         local n, db = node()
