@@ -13,6 +13,10 @@
  * Group commit: writes are queued in the journal; a zero timer started
  * by the first one flushes the queue on the loop's next turn as one
  * group (at most MS_JOURNAL_MAX_GROUP writes; the rest go in the next).
+ * At most `max_groups` groups are in the pool at once (one per
+ * connection): while they run, writes gather in the queue, and the group
+ * that ends sends the next one, as large as what gathered -- the slower
+ * the commits, the larger the groups.
  */
 #include "journal.h"
 
@@ -106,6 +110,8 @@ struct ms_journal {
     uv_timer_t flush;        /* flushes the queue on the next turn */
     struct op *head, *tail;  /* writes not yet sent */
     int queued;
+    int inflight;            /* groups in the pool */
+    int max_groups;
     void (*closed_cb)(void *);
     void *closed_data;
     struct ms_journal_stats st;
@@ -154,13 +160,15 @@ static char *dupstr(const char *s)
 }
 
 struct ms_journal *ms_journal_new(uv_loop_t *loop, struct ms_pg *pg,
-                                  const char *cluster, const char *owner)
+                                  const char *cluster, const char *owner,
+                                  int max_groups)
 {
     struct ms_journal *j = calloc(1, sizeof *j);
     if (!j)
         return NULL;
     j->loop = loop;
     j->pg = pg;
+    j->max_groups = max_groups > 0 ? max_groups : 2;
     j->cluster = dupstr(cluster ? cluster : "");
     j->owner = dupstr(owner ? owner : "");
     if (!j->cluster || !j->owner) {
@@ -317,9 +325,17 @@ static void op_done(struct op *o, int err, const char *pgmsg)
     op_free(o);
 }
 
+static void on_flush(uv_timer_t *t);
+
 static void on_group(const struct ms_pg_result *r, void *data)
 {
     struct group *g = data;
+    struct ms_journal *j = g->j;
+    j->inflight--;
+    /* what gathered meanwhile goes next (on the next turn: the pool is
+     * inside its callback now) */
+    if (j->head && !uv_is_active((uv_handle_t *)&j->flush))
+        uv_timer_start(&j->flush, on_flush, 0, 0);
     int committed = 0;
     for (int u = 0; u < g->n; u++) {
         int err = ms_pg_result_unit_error(r, u);
@@ -330,7 +346,7 @@ static void on_group(const struct ms_pg_result *r, void *data)
         op_done(g->ops[u], err, ms_pg_result_unit_message(r, u));
     }
     if (committed)
-        g->j->st.commits++;
+        j->st.commits++;
     free(g);
 }
 
@@ -369,6 +385,8 @@ static void flush(struct ms_journal *j)
             }
         }
         rc = ms_pg_group(j->pg, g->n, unit_n, sql, np, params, on_group, g);
+        if (rc == 0)
+            j->inflight++;
     }
     free(sql);
     free(np);
@@ -383,7 +401,7 @@ static void flush(struct ms_journal *j)
 static void on_flush(uv_timer_t *t)
 {
     struct ms_journal *j = t->data;
-    while (j->head)
+    while (j->head && j->inflight < j->max_groups)
         flush(j);
 }
 
@@ -427,7 +445,7 @@ static int write_tx(struct ms_journal *j, const struct ms_journal_entity *e,
     else
         j->head = o;
     j->tail = o;
-    if (j->queued++ == 0)
+    if (j->queued++ == 0 && j->inflight < j->max_groups)
         uv_timer_start(&j->flush, on_flush, 0, 0);
     return 0;
 }

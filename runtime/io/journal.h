@@ -24,7 +24,9 @@
  *
  * Group commit: writes queued in one loop turn (ms_journal_* calls
  * before control returns to the loop) go to the server as ONE
- * transaction (ms_pg_group); each write runs under its own SAVEPOINT, so
+ * transaction (ms_pg_group), and while the pool's connections are busy
+ * with earlier groups, writes gather for the next one; each write runs
+ * under its own SAVEPOINT, so
  * one that fails (stale, conflict) is rolled back alone and the others
  * commit. Each callback runs after the COMMIT of its own transaction. The
  * writes of one entity keep their order when the caller waits for each
@@ -92,9 +94,11 @@ typedef void (*ms_journal_write_cb)(int err, const char *message,
 
 /* Creates a journal on `pg` (borrowed: it must outlive the journal) for
  * cluster `cluster` and lease owner `owner` (the node's name; both
- * copied). NULL when out of memory. */
+ * copied), sending at most `max_groups` group transactions at once (the
+ * pool's connections; 0: 2). NULL when out of memory. */
 struct ms_journal *ms_journal_new(uv_loop_t *loop, struct ms_pg *pg,
-                                  const char *cluster, const char *owner);
+                                  const char *cluster, const char *owner,
+                                  int max_groups);
 
 /* Fails the writes not yet sent with MS_ECANCELED (their callbacks run
  * here) and frees j once its timer is closed; `cb` (may be NULL) runs

@@ -444,7 +444,8 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     /* the schema is migrated on the loop, in the background: the node
      * serves its in-memory types meanwhile, whatever the database does */
     if (n->cfg.database[0])
-        n->db = ms_node_db_start(loop, n->cfg.database);
+        n->db = ms_node_db_start(loop, n->cfg.database,
+                                 n->cfg.database_connections);
     start_persist(n);
     *out = n;
     return 0;

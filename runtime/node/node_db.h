@@ -23,11 +23,13 @@
 
 struct ms_node_db;
 
-/* Creates the pool for `conninfo` (copied) on `loop` and queues the
+/* Creates the pool of `connections` (database_connections; 0: the
+ * pool's default) for `conninfo` (copied) on `loop` and queues the
  * migration. Never fails the node: a string libpq cannot parse, or no
  * memory, is logged as an ERROR and reported by ms_node_db_stats_json
  * (then there is no pool). NULL only when out of memory. */
-struct ms_node_db *ms_node_db_start(uv_loop_t *loop, const char *conninfo);
+struct ms_node_db *ms_node_db_start(uv_loop_t *loop, const char *conninfo,
+                                    int connections);
 
 /* Writes {"configured":true,"connected":bool,"schema_version":N|null,
  * "migrate_error":"..."|null} (no password), or {"configured":false}

@@ -577,7 +577,7 @@ int main(void)
             "epoch, expires_at) VALUES ('c1', 'acct', 3, 'n1', 5, now() + "
             "interval '1 hour'), ('c1', 'doc', 3, 'n1', 5, now() + "
             "interval '1 hour')");
-    jn = ms_journal_new(loop, pg, "c1", "n1");
+    jn = ms_journal_new(loop, pg, "c1", "n1", 2);
     CHECK(jn != NULL);
     test_events();
     test_recovery_bounds();
