@@ -2,13 +2,13 @@
  * journal.c -- the SQL of persistent entities; see journal.h.
  *
  * Every write is one unit of a group transaction (ms_pg_group: its own
- * SAVEPOINT): statement 0 locks the shard's lease row and divides by the
- * number of rows it found, so a missing or stale lease raises
- * division_by_zero (22012) there and the unit is rolled back: that error
- * at index 0 is MS_ESTALE. A state update or delete at the wrong
- * revision divides by zero the same way at index 1 (MS_ECONFLICT), and
- * an event sequence that exists violates the primary key (23505,
- * MS_ECONFLICT).
+ * SAVEPOINT) and, but for a snapshot, one statement: its first CTE locks
+ * the shard's lease row and divides by the number of rows it found, so a
+ * missing or stale lease raises division_by_zero (22012) and the unit is
+ * rolled back: MS_ESTALE. A state update or delete at the wrong revision,
+ * or events at or below the snapshot's sequence, change no row and the
+ * statement then raises cardinality_violation (21000); an event sequence
+ * that exists violates the primary key (23505): both MS_ECONFLICT.
  *
  * Group commit: writes are queued in the journal; a zero timer started
  * by the first one flushes the queue on the loop's next turn as one
@@ -27,26 +27,35 @@
 
 #include "../core/errors.h"
 
-/* $1 cluster, $2 type, $3 shard, $4 owner, $5 epoch */
-static const char SQL_LEASE[] =
-    "SELECT 1 / count(*) FROM (SELECT 1 FROM moonshard_leases"
-    " WHERE cluster = $1 AND type = $2 AND shard = $3::integer"
-    " AND owner = $4 AND epoch = $5::bigint AND expires_at > now()"
-    " FOR SHARE) AS lease";
+/* Every write's first statement starts with this CTE: $1 cluster, $2
+ * type, $3 shard, $4 owner, $5 epoch. It locks the lease row or raises
+ * division_by_zero (22012) when there is no such row. */
+#define LEASE_CTE                                                         \
+    "WITH lease AS (SELECT 1 / count(*) AS ok FROM (SELECT 1"             \
+    " FROM moonshard_leases WHERE cluster = $1 AND type = $2"             \
+    " AND shard = $3::integer AND owner = $4 AND epoch = $5::bigint"      \
+    " AND expires_at > now() FOR SHARE) AS l)"
 
-/* $1 cluster, $2 type, $3 id, $4 first sequence, $5 epoch, $6 text[]:
- * nothing is inserted below or at the snapshot's sequence (its events
- * may be deleted: the key alone would not see the conflict), and then
- * the division by zero refuses the write */
+/* The last SELECT of a write over the rows it changed (`x`): the lease
+ * first (its CTE raises if it must), then cardinality_violation (21000)
+ * when no row changed: the expected sequence or revision was not there.
+ * (A subquery that returns two rows is how plain SQL raises.) */
+#define CHECK_CHANGED(x)                                                  \
+    " SELECT (SELECT ok FROM lease) + CASE WHEN count(*) = 0 THEN"        \
+    " (SELECT v.x FROM (VALUES (1), (2)) AS v(x)) ELSE 0 END FROM " x
+
+/* $6 id, $7 first sequence, $8 text[] of the events: nothing is
+ * inserted at or below the snapshot's sequence (its events may be
+ * deleted: the key alone would not see that conflict) */
 static const char SQL_APPEND[] =
-    "WITH ins AS (INSERT INTO moonshard_events"
+    LEASE_CTE ", ins AS (INSERT INTO moonshard_events"
     " (cluster, type, id, sequence, epoch, payload)"
-    " SELECT $1, $2, $3, $4::bigint + e.n - 1, $5::bigint, e.p"
-    " FROM unnest($6::text[]) WITH ORDINALITY AS e(p, n)"
+    " SELECT $1, $2, $6, $7::bigint + e.n - 1, $5::bigint, e.p"
+    " FROM lease, unnest($8::text[]) WITH ORDINALITY AS e(p, n)"
     " WHERE NOT EXISTS (SELECT 1 FROM moonshard_snapshots s"
-    " WHERE s.cluster = $1 AND s.type = $2 AND s.id = $3"
-    " AND s.sequence >= $4::bigint) RETURNING 1)"
-    " SELECT 1 / count(*) FROM ins";
+    " WHERE s.cluster = $1 AND s.type = $2 AND s.id = $6"
+    " AND s.sequence >= $7::bigint) RETURNING 1)"
+    CHECK_CHANGED("ins");
 
 /* $1 cluster, $2 type, $3 id, $4 sequence, $5 epoch, $6 state */
 static const char SQL_SNAPSHOT[] =
@@ -80,25 +89,26 @@ static const char SQL_LOAD_STATE[] =
     "SELECT revision, state FROM moonshard_states"
     " WHERE cluster = $1 AND type = $2 AND id = $3";
 
-/* $1 cluster, $2 type, $3 id, $4 epoch, $5 state */
+/* $6 id, $7 state: revision 1 (the key refuses a second insert) */
 static const char SQL_STATE_INSERT[] =
-    "INSERT INTO moonshard_states (cluster, type, id, revision, epoch, state)"
-    " VALUES ($1, $2, $3, 1, $4::bigint, $5)";
+    LEASE_CTE " INSERT INTO moonshard_states"
+    " (cluster, type, id, revision, epoch, state)"
+    " SELECT $1, $2, $6, 1, $5::bigint, $7 FROM lease";
 
-/* $1 cluster, $2 type, $3 id, $4 epoch, $5 state, $6 expected */
+/* $6 id, $7 state, $8 expected revision */
 static const char SQL_STATE_UPDATE[] =
-    "WITH u AS (UPDATE moonshard_states SET revision = revision + 1,"
-    " epoch = $4::bigint, state = $5, updated_at = now()"
-    " WHERE cluster = $1 AND type = $2 AND id = $3"
-    " AND revision = $6::bigint RETURNING 1)"
-    " SELECT 1 / count(*) FROM u";
+    LEASE_CTE ", u AS (UPDATE moonshard_states SET revision = revision + 1,"
+    " epoch = $5::bigint, state = $7, updated_at = now() FROM lease"
+    " WHERE cluster = $1 AND type = $2 AND id = $6"
+    " AND revision = $8::bigint RETURNING 1)"
+    CHECK_CHANGED("u");
 
-/* $1 cluster, $2 type, $3 id, $4 expected */
+/* $6 id, $7 expected revision */
 static const char SQL_STATE_DELETE[] =
-    "WITH d AS (DELETE FROM moonshard_states"
-    " WHERE cluster = $1 AND type = $2 AND id = $3"
-    " AND revision = $4::bigint RETURNING 1)"
-    " SELECT 1 / count(*) FROM d";
+    LEASE_CTE ", d AS (DELETE FROM moonshard_states USING lease"
+    " WHERE cluster = $1 AND type = $2 AND id = $6"
+    " AND revision = $7::bigint RETURNING 1)"
+    CHECK_CHANGED("d");
 
 struct op;
 
@@ -121,8 +131,8 @@ struct ms_journal {
 
 enum { W_APPEND, W_STATE_SAVE, W_STATE_DELETE };
 
-#define MAX_ST 4     /* statements of one write, the lease's included */
-#define MAX_PARAMS 6 /* parameters of one of them */
+#define MAX_ST 3     /* statements of one write */
+#define MAX_PARAMS 8 /* parameters of one of them */
 
 /* One write or load under way (the pool's callback data). A write owns
  * its statements' parameters until it is sent. */
@@ -242,9 +252,10 @@ static int write_error(int err, const char *sqlstate, int index)
 {
     if (err != MS_PG_EQUERY)
         return err;
+    (void)index;
     if (strcmp(sqlstate, "22012") == 0)
-        return index == 0 ? MS_ESTALE : MS_ECONFLICT;
-    if (strcmp(sqlstate, "23505") == 0)
+        return MS_ESTALE;
+    if (strcmp(sqlstate, "23505") == 0 || strcmp(sqlstate, "21000") == 0)
         return MS_ECONFLICT;
     return err;
 }
@@ -418,8 +429,9 @@ static struct op *op_new(struct ms_journal *j, int what)
 
 /* ---- writes ---------------------------------------------------------- */
 
-/* Queues write o: the lease statement then `n` more statements (their
- * parameters copied into o). Takes o (freed on failure). */
+/* Queues write o: `n` statements (parameters copied into o); the first
+ * starts with LEASE_CTE, whose 5 parameters come before its own np[0].
+ * Takes o (freed on failure). */
 static int write_tx(struct ms_journal *j, const struct ms_journal_entity *e,
                     int n, const char *const *sql, const int *np,
                     const char *const *const *params, struct op *o)
@@ -428,13 +440,14 @@ static int write_tx(struct ms_journal *j, const struct ms_journal_entity *e,
     snprintf(shard, sizeof shard, "%" PRIu32, e->shard);
     snprintf(epoch, sizeof epoch, "%" PRIu64, e->epoch);
     const char *lease[5] = {j->cluster, e->type, shard, j->owner, epoch};
-    o->nst = n + 1;
-    for (int i = 0; i <= n; i++) {
-        o->sql[i] = i ? sql[i - 1] : SQL_LEASE;
-        o->np[i] = i ? np[i - 1] : 5;
-        const char *const *src = i ? params[i - 1] : lease;
+    o->nst = n;
+    for (int i = 0; i < n; i++) {
+        int first = i == 0 ? 5 : 0;
+        o->sql[i] = sql[i];
+        o->np[i] = first + np[i];
         for (int k = 0; k < o->np[i]; k++) {
-            if (src[k] && !(o->params[i][k] = dupstr(src[k]))) {
+            const char *v = k < first ? lease[k] : params[i][k - first];
+            if (v && !(o->params[i][k] = dupstr(v))) {
                 op_free(o);
                 return MS_ENOMEM;
             }
@@ -515,11 +528,11 @@ int ms_journal_append(struct ms_journal *j, const struct ms_journal_entity *e,
     snprintf(first, sizeof first, "%" PRId64, first_seq);
     snprintf(last, sizeof last, "%" PRId64, first_seq + n - 1);
     snprintf(epoch, sizeof epoch, "%" PRIu64, e->epoch);
-    const char *pa[6] = {j->cluster, e->type, id, first, epoch, arr};
+    const char *pa[3] = {id, first, arr};
     const char *ps[6] = {j->cluster, e->type, id, last, epoch, snap};
     const char *pd[4] = {j->cluster, e->type, id, last};
     const char *sql[3] = {SQL_APPEND, SQL_SNAPSHOT, SQL_DELETE_COVERED};
-    const int np[3] = {6, 6, 4};
+    const int np[3] = {3, 6, 4};
     const char *const *params[3] = {pa, ps, pd};
     int nst = snap ? (delete_covered ? 3 : 2) : 1;
     struct op *o = op_new(j, W_APPEND);
@@ -552,12 +565,11 @@ int ms_journal_save_state(struct ms_journal *j,
     rc = MS_EINVAL;
     if (!(st = text_of(state, len)))
         goto out;
-    char epoch[24], exp[24];
-    snprintf(epoch, sizeof epoch, "%" PRIu64, e->epoch);
+    char exp[24];
     snprintf(exp, sizeof exp, "%" PRId64, expected);
-    const char *p[6] = {j->cluster, e->type, id, epoch, st, exp};
+    const char *p[3] = {id, st, exp};
     const char *sql[1] = {expected ? SQL_STATE_UPDATE : SQL_STATE_INSERT};
-    const int np[1] = {expected ? 6 : 5};
+    const int np[1] = {expected ? 3 : 2};
     const char *const *params[1] = {p};
     struct op *o = op_new(j, W_STATE_SAVE);
     rc = MS_ENOMEM;
@@ -585,9 +597,9 @@ int ms_journal_delete_state(struct ms_journal *j,
         return rc;
     char exp[24];
     snprintf(exp, sizeof exp, "%" PRId64, expected);
-    const char *p[4] = {j->cluster, e->type, id, exp};
+    const char *p[2] = {id, exp};
     const char *sql[1] = {SQL_STATE_DELETE};
-    const int np[1] = {4};
+    const int np[1] = {2};
     const char *const *params[1] = {p};
     struct op *o = op_new(j, W_STATE_DELETE);
     rc = MS_ENOMEM;

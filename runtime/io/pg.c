@@ -28,7 +28,9 @@ struct stmt {
     int nparams;
     char **params; /* NULL entries are SQL NULL */
     int unit;      /* a group's unit (its SAVEPOINT is the unit's first
-                      statement, its RELEASE the last), else -1 */
+                      statement), else -1 */
+    int simple;    /* no parameters, maybe several commands: sent with
+                      the simple protocol (PQsendQuery) */
 };
 
 /* The outcome of one unit of a group (ms_pg_group). */
@@ -375,7 +377,7 @@ static void send_step(struct conn *c)
 {
     struct job *j = c->job;
     const char *sql;
-    int np = 0;
+    int np = 0, simple = 0;
     const char *const *params = NULL;
     if (c->rolling_back) {
         sql = "ROLLBACK";
@@ -391,8 +393,11 @@ static void send_step(struct conn *c)
         sql = s->sql;
         np = s->nparams;
         params = (const char *const *)s->params;
+        simple = s->simple;
     }
-    if (!PQsendQueryParams(c->pg, sql, np, NULL, params, NULL, NULL, 0)) {
+    if (simple ? !PQsendQuery(c->pg, sql)
+               : !PQsendQueryParams(c->pg, sql, np, NULL, params, NULL, NULL,
+                                    0)) {
         conn_lost(c, PQerrorMessage(c->pg));
         return;
     }
@@ -490,9 +495,8 @@ static void take_result(struct conn *c, PGresult *res)
         u->err = ss && strcmp(ss, "57014") == 0 ? MS_ETIMEDOUT
                                                 : MS_PG_EQUERY;
         int first = j->unit_start[s->unit];
-        int last = j->unit_start[s->unit + 1] - 1;
         int at = c->step - 1;
-        u->index = at == first || at == last ? -1 : at - first - 1;
+        u->index = at == first ? -1 : at - first - 1;
         c->unit = s->unit;
         c->unit_rb = 1;
     } else if (!c->err && !c->rolling_back) {
@@ -844,6 +848,8 @@ static int make_job(struct ms_pg *pg, int tx, int n, const char *const *sql,
     }
     for (int i = 0; i < n; i++) {
         j->st[i].unit = unit_of ? unit_of[i] : -1;
+        /* a group's savepoint steps (see ms_pg_group) */
+        j->st[i].simple = unit_of && i == j->unit_start[unit_of[i]];
         int np = nparams ? nparams[i] : 0;
         if (stmt_set(&j->st[i], sql[i], np, np ? params[i] : NULL) != 0) {
             job_free(j);
@@ -884,7 +890,7 @@ int ms_pg_group(struct ms_pg *pg, int nunits, const int *unit_n,
     for (int u = 0; u < nunits; u++) {
         if (unit_n[u] < 1 || unit_n[u] > MS_PG_MAX_STATEMENTS)
             return MS_EINVAL;
-        total += unit_n[u] + 2;
+        total += unit_n[u] + 1;
         if (total > MS_PG_MAX_GROUP_STATEMENTS)
             return MS_EINVAL;
     }
@@ -896,7 +902,11 @@ int ms_pg_group(struct ms_pg *pg, int nunits, const int *unit_n,
     if (gs && gn && gp && gu) {
         int k = 0, i = 0;
         for (int u = 0; u < nunits; u++) {
-            gs[k] = "SAVEPOINT ms_unit";
+            /* one round trip releases the last unit's savepoint (kept
+             * after a ROLLBACK TO) and sets this one's; COMMIT releases
+             * the last */
+            gs[k] = u ? "RELEASE SAVEPOINT ms_unit; SAVEPOINT ms_unit"
+                      : "SAVEPOINT ms_unit";
             gn[k] = 0;
             gp[k] = NULL;
             gu[k++] = u;
@@ -906,10 +916,6 @@ int ms_pg_group(struct ms_pg *pg, int nunits, const int *unit_n,
                 gp[k] = params ? params[i] : NULL;
                 gu[k++] = u;
             }
-            gs[k] = "RELEASE SAVEPOINT ms_unit";
-            gn[k] = 0;
-            gp[k] = NULL;
-            gu[k++] = u;
         }
         rc = make_job(pg, 1, total, gs, gn, gp, gu, nunits, cb, data);
     }

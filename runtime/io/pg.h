@@ -46,8 +46,7 @@
 #define MS_PG_MAX_PARAMS 64         /* parameters of one statement */
 #define MS_PG_MAX_STATEMENTS 64     /* statements of one transaction */
 #define MS_PG_MAX_GROUP_STATEMENTS 4096 /* statements of one group, its
-                                           SAVEPOINTs and RELEASEs
-                                           counted */
+                                           SAVEPOINT steps counted */
 #define MS_PG_MESSAGE_MAX 512       /* bytes of an error message kept */
 #define MS_PG_STATEMENT_MAX (1 << 20) /* bytes of one statement's text and
                                          parameters together (MS_E2BIG) */
@@ -115,9 +114,10 @@ int ms_pg_transaction(struct ms_pg *pg, int n, const char *const *sql,
 
 /* Queues a group transaction (group commit): BEGIN, then `nunits`
  * units one after the other, unit u being unit_n[u] statements (taken in
- * order from sql, nparams, params, as for ms_pg_transaction) run as
- *   SAVEPOINT ms_unit; its statements; RELEASE SAVEPOINT ms_unit
- * then COMMIT. A statement that fails rolls its unit back to the
+ * order from sql, nparams, params, as for ms_pg_transaction) run after
+ *   [RELEASE SAVEPOINT ms_unit;] SAVEPOINT ms_unit
+ * (one round trip: the RELEASE, of the previous unit's savepoint, from
+ * the second unit on), then COMMIT. A statement that fails rolls its unit back to the
  * savepoint (the unit's later statements are skipped) and the group goes
  * on: the other units commit. `cb` runs once, after COMMIT: with
  * ms_pg_result_error 0, each unit's outcome is ms_pg_result_unit_error
