@@ -387,7 +387,8 @@ end
 -- ctx:reply of a persistent entity: kept until the commit
 local function persistent_reply(self, msg)
     local h = self._h
-    if h == 0 or preplies[h] ~= nil then
+    if h == 0 then error("this ctx's entity is gone", 2) end
+    if preplies[h] ~= nil then
         error("ctx:reply called twice for one message", 2)
     end
     preplies[h] = encode(msg)
