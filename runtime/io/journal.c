@@ -14,9 +14,10 @@
  * by the first one flushes the queue on the loop's next turn as one
  * group (at most MS_JOURNAL_MAX_GROUP writes; the rest go in the next).
  * At most `max_groups` groups are in the pool at once (one per
- * connection): while they run, writes gather in the queue, and the group
- * that ends sends the next one, as large as what gathered -- the slower
- * the commits, the larger the groups.
+ * connection): what is queued is shared out among the free connections;
+ * while the groups run, writes gather in the queue, and a group that
+ * ends sends the next ones -- the slower the commits, the larger the
+ * groups.
  */
 #include "journal.h"
 
@@ -361,8 +362,9 @@ static void on_group(const struct ms_pg_result *r, void *data)
     free(g);
 }
 
-/* Sends up to MS_JOURNAL_MAX_GROUP queued writes as one group. */
-static void flush(struct ms_journal *j)
+/* Sends up to `limit` (<= MS_JOURNAL_MAX_GROUP) queued writes as one
+ * group. */
+static void flush(struct ms_journal *j, int limit)
 {
     struct group *g = malloc(sizeof *g);
     if (!g)
@@ -370,7 +372,7 @@ static void flush(struct ms_journal *j)
     g->j = j;
     g->n = 0;
     int nst = 0;
-    while (j->head && g->n < MS_JOURNAL_MAX_GROUP) {
+    while (j->head && g->n < limit) {
         struct op *o = j->head;
         j->head = o->next;
         j->queued--;
@@ -409,11 +411,17 @@ static void flush(struct ms_journal *j)
     }
 }
 
+/* What is queued is shared out among the connections that are free:
+ * groups run in parallel, each as large as it must be. */
 static void on_flush(uv_timer_t *t)
 {
     struct ms_journal *j = t->data;
-    while (j->head && j->inflight < j->max_groups)
-        flush(j);
+    while (j->head && j->inflight < j->max_groups) {
+        int free_groups = j->max_groups - j->inflight;
+        int limit = (j->queued + free_groups - 1) / free_groups;
+        flush(j, limit < MS_JOURNAL_MAX_GROUP ? limit
+                                              : MS_JOURNAL_MAX_GROUP);
+    }
 }
 
 static struct op *op_new(struct ms_journal *j, int what)

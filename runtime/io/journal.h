@@ -30,8 +30,8 @@
  * one that fails (stale, conflict) is rolled back alone and the others
  * commit. Each callback runs after the COMMIT of its own transaction. The
  * writes of one entity keep their order when the caller waits for each
- * write's callback before it queues the next (the host does); writes
- * queued in one turn also run in the order they were queued.
+ * write's callback before it queues the next (the host does): writes
+ * queued at once may be shared out among groups that run in parallel.
  *
  * Single-threaded: call everything on the loop's thread.
  */

@@ -520,6 +520,10 @@ static void test_pg_group(void)
  * writer and a conflicting one in that group fail alone. */
 static void test_group_commit(void)
 {
+    /* one group at a time: the five writes below make one group */
+    struct ms_journal *all = jn;
+    jn = ms_journal_new(loop, pg, "c1", "n1", 1);
+    CHECK(jn != NULL);
     struct ms_journal_stats before, after;
     ms_journal_stats(jn, &before);
     const char *ev[] = {"{\"g\":1}"};
@@ -556,6 +560,36 @@ static void test_group_commit(void)
                          "ORDER BY id, sequence) FROM moonshard_events "
                          "WHERE id IN ('g1', 'g2', 'g3')"),
                  "g1:1,g1:2,g3:1") == 0);
+    int closed = 0;
+    ms_journal_close(jn, on_closed, &closed);
+    CHECK(wait_for(&closed, 5000));
+    jn = all;
+}
+
+/* With two groups in flight, what is queued at once is shared out among
+ * them: two transactions, every write committed. */
+static void test_parallel_groups(void)
+{
+    struct ms_journal_stats before, after;
+    ms_journal_stats(jn, &before);
+    const char *ev[] = {"{}"};
+    size_t len = 2;
+    char ids[6][8];
+    struct wrote w[6];
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < 6; i++) {
+        snprintf(ids[i], sizeof ids[i], "p%d", i);
+        struct ms_journal_entity e = {"acct", ids[i], strlen(ids[i]), 3, 5};
+        CHECK(ms_journal_append(jn, &e, 1, 1, ev, &len, NULL, 0, 0,
+                                on_wrote, &w[i]) == 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        CHECK(wait_for(&w[i].done, 10000));
+        CHECK(w[i].err == 0);
+    }
+    ms_journal_stats(jn, &after);
+    CHECK(after.commits == before.commits + 2);
+    CHECK(after.writes == before.writes + 6);
 }
 
 int main(void)
@@ -585,6 +619,7 @@ int main(void)
     test_bump_waits();
     test_pg_group();
     test_group_commit();
+    test_parallel_groups();
     struct ms_journal_stats st;
     ms_journal_stats(jn, &st);
     CHECK(st.commits > 0 && st.events > 0 && st.snapshots == 2);
