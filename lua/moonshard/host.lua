@@ -24,6 +24,9 @@ local yield, running = coroutine.yield, coroutine.running
 local done, reply_c = core.done, core.reply
 local tell_c, ask_c, after_c, cancel_c = core.tell, core.ask, core.after, core.cancel
 local stop_c, log_c, now_c = core.stop, core.log, core.now
+local p_load, p_append, p_save, p_fail =
+    core.p_load, core.p_append, core.p_save, core.p_fail
+local tonumber, sub = tonumber, string.sub
 local ASK, IDLE, FREE = core.ASK, core.IDLE, core.FREE
 local KIND_STOP = 3
 local KIND_ACTIVATE = 4
@@ -69,6 +72,14 @@ local modules = {}     -- [type index] = module name
 local loads = {}       -- [type index] = number of loads of its behavior
 local migrate_from = {} -- [handle] = old version, until migrated
 local detached = setmetatable({}, { __mode = "k" }) -- driver coroutines now owned by a waiting entity
+-- Persistent types (see "persistence" below): [type index] = { kind =
+-- "events" | "state", every = snapshot_every, delete = bool, name = }.
+local persist = {}
+local pmeta = {}    -- [handle] = { seq = } or { rev =, last = }; nil:
+                    -- recover from the database before the next message
+local preplies = {} -- [handle] = the encoded reply, sent after the commit
+local pdelete = {}  -- [handle] = true: ctx:delete() in this message
+local pfresh = {}   -- [handle] = true: the state is init's, untouched
 local node_name = "?"
 local default_ask_timeout = 5
 local MAX_ASK_S = 86400                -- one day
@@ -156,7 +167,8 @@ end
 
 -- Waits in the running handler's coroutine for the end of ask `corr`
 -- (issued by ask_c or activate_c), then returns the reply or nil, err.
-local function await(co)
+-- The raw reply (a string) or nil, err.
+local function await_raw(co)
     detached[co] = true
     -- a yield can fail (across a C call: inside table.sort's comparator,
     -- say); if someone catches that, the entity must not look suspended
@@ -166,6 +178,16 @@ local function await(co)
         error(reply, 0)
     end
     current = co
+    if reply then return reply end
+    local e = safe_decode(err)
+    if type(e) == "table" then
+        return nil, errtable(e.code or "error", e.message or "")
+    end
+    return nil, errtable("error", tostring(err))
+end
+
+local function await(co)
+    local reply, err = await_raw(co)
     if reply then
         local v, derr = safe_decode(reply)
         if v == nil and derr then
@@ -173,11 +195,7 @@ local function await(co)
         end
         return v
     end
-    local e = safe_decode(err)
-    if type(e) == "table" then
-        return nil, errtable(e.code or "error", e.message or "")
-    end
-    return nil, errtable("error", tostring(err))
+    return nil, err
 end
 
 -- The running handler's coroutine, or raises: asks and activations must be
@@ -309,6 +327,7 @@ local function activate(h, b, t, id, shard)
         error("init must return a table, got " .. type(st))
     end
     states[h] = st
+    if persist[t] then pfresh[h] = true end
 end
 
 -- Forgets entity h; its ctx stops working (a ctx kept past its entity's
@@ -318,6 +337,7 @@ local function forget(h)
     if ctx then ctx._h = 0 end
     states[h], ctxs[h] = nil, nil
     migrate_from[h] = nil
+    pmeta[h], preplies[h], pdelete[h], pfresh[h] = nil, nil, nil, nil
 end
 
 local function passivate(h, b)
@@ -341,6 +361,241 @@ local function migrate(h, b)
     migrate_from[h] = nil
 end
 
+-- persistence ---------------------------------------------------------------
+--
+-- A type with `persistence = "events"` has command(state, cmd, ctx),
+-- returning a list of events (nil or {}: nothing to write), and
+-- apply(state, event), which may return a new state. One with
+-- `persistence = "state"` has an ordinary receive; its state is saved
+-- after each message that changed it (its encoding differs from the last
+-- one saved), and ctx:delete() deletes it (see below).
+--
+-- Recovery: before an entity's first message (and again after a write
+-- whose outcome is unknown) init(ctx) gives the empty state, the latest
+-- snapshot or the saved state replaces it, then the events after the
+-- snapshot are applied in order. The handler waits for the database like
+-- an ask (core.p_load).
+--
+-- Writes: the events of a command are encoded with the host's exact
+-- encoder and applied (decoded from that encoding, as recovery will see
+-- them), then written in one transaction with, every `snapshot_every`
+-- events, the state after them; only after the commit is the buffered
+-- ctx:reply sent. A failed commit fails the message with the error's
+-- code: stale_owner and revision_conflict stop the entity; any other
+-- failure makes it recover again before its next message.
+
+-- ctx:reply of a persistent entity: kept until the commit
+local function persistent_reply(self, msg)
+    local h = self._h
+    if h == 0 then error("this ctx's entity is gone", 2) end
+    if preplies[h] ~= nil then
+        error("ctx:reply called twice for one message", 2)
+    end
+    preplies[h] = encode(msg)
+end
+
+-- ctx:delete() (durable state): after this message, the saved state is
+-- deleted and the entity stops; its next message starts from init.
+local function persistent_delete(self)
+    if self._h == 0 then error("this ctx's entity is gone", 2) end
+    pdelete[self._h] = true
+end
+
+local function flush_reply(h)
+    local r = preplies[h]
+    if r ~= nil then
+        preplies[h] = nil
+        local ok, err = reply_c(h, r)
+        if not ok and err then error(err, 0) end
+    end
+end
+
+-- A load or write failed with err {code, message}: the message fails
+-- with that error; the entity stops (stale owner, conflicting history)
+-- or recovers before its next message.
+local function persist_failed(h, what, err)
+    preplies[h], pdelete[h], pmeta[h] = nil, nil, nil
+    local code, message = err.code or "error", err.message or ""
+    if code == "stale_owner" or code == "revision_conflict" then
+        log_c(h, "error", what .. " refused (" .. code .. "): " .. message
+              .. "; the entity stops")
+        stop_c(h)
+    else
+        log_c(h, "warn", what .. " failed (" .. code .. "): " .. message
+              .. "; the entity recovers before its next message")
+    end
+    p_fail(h, code, what .. " failed: " .. message)
+end
+
+-- One "<length>\n<bytes>" piece of a load's reply at `pos`.
+local function chunk(raw, pos)
+    local _, e, len = find(raw, "^(%d+)\n", pos)
+    if not e then error("recovery: malformed journal reply") end
+    len = tonumber(len)
+    return sub(raw, e + 1, e + len), e + len + 1
+end
+
+local function decode_stored(text, what)
+    local v, err = safe_decode(text)
+    if type(v) ~= "table" then
+        error("recovery: the stored " .. what .. " is not a JSON object ("
+              .. tostring(err or type(v)) .. ")")
+    end
+    return v
+end
+
+-- Recovers entity h from the database; false when the load failed (the
+-- message then fails with the load's error).
+local function recover(h, b, P, co)
+    local corr, code, message = p_load(h)
+    local raw, err
+    if corr then
+        raw, err = await_raw(co)
+    else
+        err = errtable(code, message)
+    end
+    if not raw then
+        persist_failed(h, "recovery", err)
+        return false
+    end
+    local _, e, last, rev, has_snap, n = find(raw, "^(%d+) (%d+) (%d) (%d+)\n")
+    if not e then error("recovery: malformed journal reply") end
+    local pos, text = e + 1
+    local ctx = ctxs[h]
+    if not pfresh[h] then
+        -- recovering again (after a failure): the state in memory may
+        -- hold changes the database never got; start from init's
+        local st = (b.init or default_init)(ctx)
+        if type(st) ~= "table" then
+            error("init must return a table, got " .. type(st))
+        end
+        states[h] = st
+    end
+    pfresh[h] = nil
+    if P.kind == "events" then
+        local st = states[h]
+        if has_snap == "1" then
+            text, pos = chunk(raw, pos)
+            st = decode_stored(text, "snapshot")
+        end
+        local apply = b.apply
+        for _ = 1, tonumber(n) do
+            text, pos = chunk(raw, pos)
+            local r = apply(st, decode_stored(text, "event"), ctx)
+            if type(r) == "table" then st = r end
+        end
+        states[h] = st
+        pmeta[h] = { seq = tonumber(last) }
+    else
+        rev = tonumber(rev)
+        if rev > 0 then
+            text = chunk(raw, pos)
+            states[h] = decode_stored(text, "state")
+        else
+            text = encode(states[h])
+        end
+        pmeta[h] = { rev = rev, last = text }
+    end
+    return true
+end
+
+-- Waits for a write started by core.p_append / p_save; true, or false
+-- after persist_failed.
+local function written(h, co, what, corr, code, message)
+    local ok, err
+    if corr then
+        ok, err = await(co)
+    else
+        err = errtable(code, message)
+    end
+    if not ok then
+        persist_failed(h, what, err)
+        return false
+    end
+    return true
+end
+
+local function run_command(h, b, P, msg, ctx, co)
+    local evs = b.command(states[h], msg, ctx)
+    if evs == nil then return true end
+    if type(evs) ~= "table" then
+        error("command must return a list of events or nil, got " .. type(evs))
+    end
+    local n = #evs
+    if n == 0 then return true end
+    local enc = {}
+    for i = 1, n do
+        if type(evs[i]) ~= "table" then
+            error("event " .. i .. " is a " .. type(evs[i]) .. ", not a table")
+        end
+        enc[i] = encode(evs[i])
+    end
+    local m = pmeta[h]
+    pmeta[h] = nil -- until the commit: any failure recovers or stops
+    local st, apply = states[h], b.apply
+    for i = 1, n do
+        local r = apply(st, decode(enc[i]), ctx)
+        if type(r) == "table" then st = r end
+    end
+    states[h] = st
+    local seq0, last = m.seq, m.seq + n
+    local every, snap = P.every, nil
+    if every > 0 and floor(last / every) > floor(seq0 / every) then
+        snap = encode(st)
+    end
+    if not written(h, co, "the event write",
+                   p_append(h, seq0 + 1, enc, snap, P.delete)) then
+        return false
+    end
+    pmeta[h] = { seq = last }
+    return true
+end
+
+local function run_receive(h, b, msg, ctx, co)
+    local res = b.receive(states[h], msg, ctx)
+    if res ~= nil and type(res) == "table" then states[h] = res end
+    local m = pmeta[h]
+    if pdelete[h] then
+        pdelete[h] = nil
+        if m.rev > 0 then
+            pmeta[h] = nil
+            if not written(h, co, "the state delete", p_save(h, m.rev)) then
+                return false
+            end
+        end
+        stop_c(h)
+        pmeta[h] = nil
+        return true
+    end
+    local text = encode(states[h])
+    if text == m.last then return true end
+    pmeta[h] = nil
+    if not written(h, co, "the state save", p_save(h, m.rev, text)) then
+        return false
+    end
+    pmeta[h] = { rev = m.rev + 1, last = text }
+    return true
+end
+
+-- Handles one delivery of a persistent entity (kind is not STOP).
+local function run_persistent(h, b, P, kind, payload, co)
+    preplies[h], pdelete[h] = nil, nil
+    if pmeta[h] == nil and not recover(h, b, P, co) then return end
+    if kind == KIND_ACTIVATE then return end
+    local msg = decode(payload)
+    if type(msg) ~= "table" then
+        error("bad message: not a JSON object")
+    end
+    local ctx = ctxs[h]
+    local ok
+    if P.kind == "events" then
+        ok = run_command(h, b, P, msg, ctx, co)
+    else
+        ok = run_receive(h, b, msg, ctx, co)
+    end
+    if ok then flush_reply(h) end
+end
+
 function M.driver()
     local me = running()
     local dl = ffi.new("struct ms_lua_delivery")
@@ -362,8 +617,12 @@ function M.driver()
             if migrate_from[h] ~= nil and kind ~= KIND_ACTIVATE then
                 migrate(h, b)
             end
+            local P = persist[t]
             if kind == KIND_STOP then
                 passivate(h, b)
+            elseif P then
+                run_persistent(h, b, P, kind, kind ~= KIND_ACTIVATE
+                               and ffi_string(dl.payload, dl.len), me)
             elseif kind == KIND_ACTIVATE then -- luacheck: ignore 542
                 -- activation only: init ran above if it was needed
             else
@@ -394,6 +653,8 @@ end
 function M.on_error(h, e, kind)
     -- decide first: the error object's own __tostring may raise
     local init_failed = kind ~= KIND_STOP and states[h] == nil
+    -- a persistent entity's memory may be half-changed: recover it
+    pmeta[h], preplies[h], pdelete[h] = nil, nil, nil
     if kind == KIND_STOP or init_failed then
         forget(h)
     end
@@ -410,11 +671,21 @@ end
 
 -- setup -------------------------------------------------------------------
 
-local function check_behavior(mod)
+-- `persistence`: nil, "events" or "state" (the type's config)
+local function check_behavior(mod, persistence)
     if type(mod) ~= "table" then
         return nil, "the module must return a table, got " .. type(mod)
     end
-    if type(mod.receive) ~= "function" then
+    if persistence == "events" then
+        if type(mod.command) ~= "function" then
+            return nil, "the module has no command(state, cmd, ctx) "
+                .. "function (persistence = \"events\")"
+        end
+        if type(mod.apply) ~= "function" then
+            return nil, "the module has no apply(state, event) function "
+                .. "(persistence = \"events\")"
+        end
+    elseif type(mod.receive) ~= "function" then
         return nil, "the module has no receive(state, msg, ctx) function"
     end
     for _, f in ipairs({ "init", "stopped" }) do
@@ -438,6 +709,15 @@ function M.start(opts)
         type_ids[t.name] = idx
         local proto = { type = t.name, node = node_name }
         for k, f in pairs(Ctx) do proto[k] = f end
+        if t.persistence then
+            persist[idx] = { kind = t.persistence, name = t.name,
+                             every = t.snapshot_every or 0,
+                             delete = t.delete_events_on_snapshot == true }
+            proto.reply = persistent_reply
+            if t.persistence == "state" then
+                proto.delete = persistent_delete
+            end
+        end
         ctx_mts[idx] = { __index = proto }
         modules[idx] = t.module
         if t.partitioner then
@@ -446,7 +726,7 @@ function M.start(opts)
         local ok, mod = pcall(require, t.module)
         local err
         if ok then
-            mod, err = check_behavior(mod)
+            mod, err = check_behavior(mod, t.persistence)
         else
             mod, err = nil, tostring(mod)
         end
@@ -471,7 +751,14 @@ end
 -- version (mod.version or its load count), or nil and the reason (then
 -- nothing changed).
 function M.swap_behavior(module_name, mod)
+    -- each type running the module checks what its persistence needs
     local _, err = check_behavior(mod)
+    for idx, name in pairs(modules) do
+        if name == module_name then
+            _, err = check_behavior(mod, persist[idx] and persist[idx].kind)
+            if err then break end
+        end
+    end
     if err then return nil, err end
     if mod.migrate ~= nil and type(mod.migrate) ~= "function" then
         return nil, "'migrate' must be a function"

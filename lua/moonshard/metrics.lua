@@ -125,6 +125,31 @@ local FIELDS = {
         .. "handshake deadline passed." },
     handshake_failures = { "counter", "Incoming connections that ended "
         .. "without authenticating." },
+    -- persistent entities (the "persistence" object of the stats)
+    persist_commits = { "counter", "Group transactions of persistent "
+        .. "entities' writes committed." },
+    persist_writes = { "counter", "Writes of persistent entities "
+        .. "committed (one command's events, or a state)." },
+    persist_events_written = { "counter", "Events written." },
+    persist_snapshots = { "counter", "Snapshots written." },
+    persist_states_written = { "counter", "Durable states saved or "
+        .. "deleted." },
+    persist_stale_refused = { "counter", "Writes refused because this "
+        .. "node's lease epoch was not current (stale_owner)." },
+    persist_conflicts = { "counter", "Writes refused because another "
+        .. "writer changed the history (revision_conflict)." },
+    persist_db_errors = { "counter", "Loads and writes failed by the "
+        .. "database (connection, timeout, query)." },
+    persist_recoveries = { "counter", "Entities loaded from the "
+        .. "database." },
+    persist_commit_latency_count = { "counter", "Writes timed from "
+        .. "queueing to commit." },
+    persist_commit_latency_sum_us = { "counter", "Their time from "
+        .. "queueing to commit, summed, in microseconds." },
+    persist_commit_latency_p50_us = { "gauge", "Median commit latency of "
+        .. "the last 1024 writes, in microseconds." },
+    persist_commit_latency_p99_us = { "gauge", "99th percentile commit "
+        .. "latency of the last 1024 writes, in microseconds." },
 }
 M.FIELDS = FIELDS
 
@@ -161,9 +186,11 @@ local function numbers(stats)
         if type(v) == "number" then
             flat[#flat + 1] = { k, v }
         elseif type(v) == "table" and k ~= "handoffs" then
+            -- the "persistence" object is exported as moonshard_persist_*
+            local prefix = k == "persistence" and "persist" or k
             for k2, v2 in pairs(v) do
                 if type(v2) == "number" then
-                    flat[#flat + 1] = { k .. "_" .. k2, v2 }
+                    flat[#flat + 1] = { prefix .. "_" .. k2, v2 }
                 end
             end
         end

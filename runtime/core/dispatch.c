@@ -851,6 +851,20 @@ int ms_dispatch_reply(struct ms_dispatch *d, uint32_t h, const char *json,
     return 0;
 }
 
+int ms_dispatch_reply_error(struct ms_dispatch *d, uint32_t h, int err,
+                            const char *message)
+{
+    struct entity *e = eget(d, h);
+    if (!e || !e->cur || (e->cur->kind != MS_KIND_ASK &&
+                          e->cur->kind != MS_KIND_ACTIVATE))
+        return 1;
+    if (e->replied)
+        return MS_EINVAL;
+    e->replied = 1;
+    ms__dispatch_fail_ask(d, e->cur->corr, err, message);
+    return 0;
+}
+
 void ms_dispatch_fail(struct ms_dispatch *d, uint32_t h, const char *message,
                       int init_failed)
 {

@@ -200,6 +200,13 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms);
 int ms_dispatch_reply(struct ms_dispatch *d, uint32_t h, const char *json,
                       size_t len, uint64_t now_ms);
 
+/* Ends the ask being handled by h with error `err` and `message` (a
+ * persistent entity's failed commit: the asker gets {code, message}).
+ * Returns 0, 1 when the current message is not an ask, or MS_EINVAL when
+ * h already replied. */
+int ms_dispatch_reply_error(struct ms_dispatch *d, uint32_t h, int err,
+                            const char *message);
+
 /* The handler of h raised `message`. Counts it, ends a pending ask with
  * MS_EHANDLER, and applies the type's failure policy. `init_failed`: the
  * entity did not activate. */

@@ -27,6 +27,18 @@ struct stmt {
     char *sql;
     int nparams;
     char **params; /* NULL entries are SQL NULL */
+    int unit;      /* a group's unit (its SAVEPOINT is the unit's first
+                      statement), else -1 */
+    int simple;    /* no parameters, maybe several commands: sent with
+                      the simple protocol (PQsendQuery) */
+};
+
+/* The outcome of one unit of a group (ms_pg_group). */
+struct unit_out {
+    int err;
+    int index;     /* the unit's statement that failed, -1: none */
+    char sqlstate[6];
+    char message[MS_PG_MESSAGE_MAX];
 };
 
 struct job {
@@ -37,6 +49,9 @@ struct job {
     ms_pg_done_cb cb;
     void *data;
     uint64_t deadline_ms; /* uv_now() scale */
+    int nunits;           /* a group: its units, else 0 */
+    int *unit_start;      /* [nunits + 1] first statement of each unit */
+    struct unit_out *units;
 };
 
 enum { C_DOWN, C_CONNECTING, C_IDLE, C_BUSY };
@@ -54,6 +69,9 @@ struct conn {
     struct job *job;
     int step;        /* tx: 0 BEGIN, 1..n statements, n+1 COMMIT */
     int rolling_back;
+    int unit_rb;     /* a group's unit failed: 1 roll it back next, 2
+                        its ROLLBACK TO SAVEPOINT is running */
+    int unit;        /* that unit */
     PGresult *last;  /* the last statement's result */
     int err;         /* first error of the job, 0 if none */
     int err_index;
@@ -89,6 +107,8 @@ struct ms_pg_result {
     const char *sqlstate;
     const char *message;
     PGresult *res; /* NULL on error */
+    int nunits;    /* a group that ran to its end: its units' outcomes */
+    const struct unit_out *units;
 };
 
 static void conn_start(struct conn *c);
@@ -128,6 +148,8 @@ static void job_free(struct job *j)
         free(j->st[i].params);
     }
     free(j->st);
+    free(j->unit_start);
+    free(j->units);
     free(j);
 }
 
@@ -146,7 +168,8 @@ static void job_fail(struct ms_pg *pg, struct job *j, int err,
                      const char *sqlstate, const char *message, int index)
 {
     struct ms_pg_result r = {err, index, sqlstate ? sqlstate : "",
-                             message ? message : ms_pg_strerror(err), NULL};
+                             message ? message : ms_pg_strerror(err), NULL,
+                             0, NULL};
     job_done(pg, j, &r);
 }
 
@@ -354,10 +377,13 @@ static void send_step(struct conn *c)
 {
     struct job *j = c->job;
     const char *sql;
-    int np = 0;
+    int np = 0, simple = 0;
     const char *const *params = NULL;
     if (c->rolling_back) {
         sql = "ROLLBACK";
+    } else if (c->unit_rb) {
+        c->unit_rb = 2;
+        sql = "ROLLBACK TO SAVEPOINT ms_unit";
     } else if (j->tx && c->step == 0) {
         sql = "BEGIN";
     } else if (j->tx && c->step == j->n + 1) {
@@ -367,8 +393,11 @@ static void send_step(struct conn *c)
         sql = s->sql;
         np = s->nparams;
         params = (const char *const *)s->params;
+        simple = s->simple;
     }
-    if (!PQsendQueryParams(c->pg, sql, np, NULL, params, NULL, NULL, 0)) {
+    if (simple ? !PQsendQuery(c->pg, sql)
+               : !PQsendQueryParams(c->pg, sql, np, NULL, params, NULL, NULL,
+                                    0)) {
         conn_lost(c, PQerrorMessage(c->pg));
         return;
     }
@@ -391,7 +420,12 @@ static void finish(struct conn *c)
         PQclear(c->last);
     c->last = NULL;
     struct ms_pg_result r = {c->err, c->err ? c->err_index : -1, state,
-                             c->err ? msg : "", res};
+                             c->err ? msg : "", res, 0, NULL};
+    if (!c->err && j->nunits) {
+        r.nunits = j->nunits;
+        r.units = j->units;
+    }
+    c->unit_rb = 0;
     c->job = NULL;
     c->state = C_IDLE;
     job_done(pg, j, &r);
@@ -405,6 +439,17 @@ static void step_done(struct conn *c)
     struct job *j = c->job;
     if (c->rolling_back) {
         finish(c);
+        return;
+    }
+    if (!c->err && c->unit_rb == 1) {
+        send_step(c); /* ROLLBACK TO SAVEPOINT: that unit alone */
+        return;
+    }
+    if (!c->err && c->unit_rb == 2) {
+        /* the unit is undone: on with the next one (or COMMIT) */
+        c->unit_rb = 0;
+        c->step = 1 + j->unit_start[c->unit + 1];
+        send_step(c);
         return;
     }
     if (c->err) {
@@ -439,6 +484,21 @@ static void take_result(struct conn *c, PGresult *res)
             c->last = res;
             return;
         }
+    } else if (!c->err && !c->rolling_back && user && !c->unit_rb &&
+               j->nunits) {
+        /* a unit of a group failed: it alone is rolled back */
+        const struct stmt *s = &j->st[c->step - 1];
+        struct unit_out *u = &j->units[s->unit];
+        const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        copy_text(u->sqlstate, sizeof u->sqlstate, ss);
+        copy_text(u->message, sizeof u->message, PQresultErrorMessage(res));
+        u->err = ss && strcmp(ss, "57014") == 0 ? MS_ETIMEDOUT
+                                                : MS_PG_EQUERY;
+        int first = j->unit_start[s->unit];
+        int at = c->step - 1;
+        u->index = at == first ? -1 : at - first - 1;
+        c->unit = s->unit;
+        c->unit_rb = 1;
     } else if (!c->err && !c->rolling_back) {
         const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
         copy_text(c->sqlstate, sizeof c->sqlstate, ss);
@@ -540,6 +600,7 @@ static void pump(struct ms_pg *pg)
         c->state = C_BUSY;
         c->step = 0;
         c->rolling_back = 0;
+        c->unit_rb = 0;
         c->err = 0;
         c->err_index = -1;
         c->sqlstate[0] = '\0';
@@ -738,11 +799,15 @@ static int stmt_set(struct stmt *s, const char *sql, int np,
     return 0;
 }
 
+/* Makes and queues a job of n statements; `unit_of` (NULL: none) gives
+ * each statement's unit in a group of `nunits`. */
 static int make_job(struct ms_pg *pg, int tx, int n, const char *const *sql,
                     const int *nparams, const char *const *const *params,
-                    ms_pg_done_cb cb, void *data)
+                    const int *unit_of, int nunits, ms_pg_done_cb cb,
+                    void *data)
 {
-    if (!cb || n < 1 || n > MS_PG_MAX_STATEMENTS)
+    int max = unit_of ? MS_PG_MAX_GROUP_STATEMENTS : MS_PG_MAX_STATEMENTS;
+    if (!cb || n < 1 || n > max)
         return MS_EINVAL;
     for (int i = 0; i < n; i++) {
         int np = nparams ? nparams[i] : 0;
@@ -767,7 +832,24 @@ static int make_job(struct ms_pg *pg, int tx, int n, const char *const *sql,
     j->n = n;
     j->cb = cb;
     j->data = data;
+    if (unit_of) {
+        j->nunits = nunits;
+        j->units = calloc((size_t)nunits, sizeof *j->units);
+        j->unit_start = calloc((size_t)nunits + 1, sizeof *j->unit_start);
+        if (!j->units || !j->unit_start) {
+            job_free(j);
+            return MS_ENOMEM;
+        }
+        for (int u = 0; u < nunits; u++)
+            j->units[u].index = -1;
+        for (int i = n - 1; i >= 0; i--)
+            j->unit_start[unit_of[i]] = i;
+        j->unit_start[nunits] = n;
+    }
     for (int i = 0; i < n; i++) {
+        j->st[i].unit = unit_of ? unit_of[i] : -1;
+        /* a group's savepoint steps (see ms_pg_group) */
+        j->st[i].simple = unit_of && i == j->unit_start[unit_of[i]];
         int np = nparams ? nparams[i] : 0;
         if (stmt_set(&j->st[i], sql[i], np, np ? params[i] : NULL) != 0) {
             job_free(j);
@@ -785,7 +867,7 @@ int ms_pg_query(struct ms_pg *pg, const char *sql, int nparams,
     const char *const *const ps[1] = {params};
     if (nparams < 0 || (nparams > 0 && !params))
         return MS_EINVAL;
-    return make_job(pg, 0, 1, sqls, nps, ps, cb, data);
+    return make_job(pg, 0, 1, sqls, nps, ps, NULL, 0, cb, data);
 }
 
 int ms_pg_transaction(struct ms_pg *pg, int n, const char *const *sql,
@@ -794,7 +876,54 @@ int ms_pg_transaction(struct ms_pg *pg, int n, const char *const *sql,
 {
     if (!sql)
         return MS_EINVAL;
-    return make_job(pg, 1, n, sql, nparams, params, cb, data);
+    return make_job(pg, 1, n, sql, nparams, params, NULL, 0, cb, data);
+}
+
+int ms_pg_group(struct ms_pg *pg, int nunits, const int *unit_n,
+                const char *const *sql, const int *nparams,
+                const char *const *const *params, ms_pg_done_cb cb,
+                void *data)
+{
+    if (!sql || !unit_n || nunits < 1 || nunits > MS_PG_MAX_GROUP_STATEMENTS)
+        return MS_EINVAL;
+    int total = 0;
+    for (int u = 0; u < nunits; u++) {
+        if (unit_n[u] < 1 || unit_n[u] > MS_PG_MAX_STATEMENTS)
+            return MS_EINVAL;
+        total += unit_n[u] + 1;
+        if (total > MS_PG_MAX_GROUP_STATEMENTS)
+            return MS_EINVAL;
+    }
+    const char **gs = malloc((size_t)total * sizeof *gs);
+    int *gn = malloc((size_t)total * sizeof *gn);
+    const char *const **gp = malloc((size_t)total * sizeof *gp);
+    int *gu = malloc((size_t)total * sizeof *gu);
+    int rc = MS_ENOMEM;
+    if (gs && gn && gp && gu) {
+        int k = 0, i = 0;
+        for (int u = 0; u < nunits; u++) {
+            /* one round trip releases the last unit's savepoint (kept
+             * after a ROLLBACK TO) and sets this one's; COMMIT releases
+             * the last */
+            gs[k] = u ? "RELEASE SAVEPOINT ms_unit; SAVEPOINT ms_unit"
+                      : "SAVEPOINT ms_unit";
+            gn[k] = 0;
+            gp[k] = NULL;
+            gu[k++] = u;
+            for (int m = 0; m < unit_n[u]; m++, i++) {
+                gs[k] = sql[i];
+                gn[k] = nparams ? nparams[i] : 0;
+                gp[k] = params ? params[i] : NULL;
+                gu[k++] = u;
+            }
+        }
+        rc = make_job(pg, 1, total, gs, gn, gp, gu, nunits, cb, data);
+    }
+    free(gs);
+    free(gn);
+    free(gp);
+    free(gu);
+    return rc;
 }
 
 static void maybe_free(struct ms_pg *pg)
@@ -879,6 +1008,32 @@ const char *ms_pg_result_message(const struct ms_pg_result *r)
     return r->message;
 }
 int ms_pg_result_index(const struct ms_pg_result *r) { return r->index; }
+int ms_pg_result_unit_error(const struct ms_pg_result *r, int unit)
+{
+    if (r->err || !r->units || unit < 0 || unit >= r->nunits)
+        return r->err ? r->err : MS_EINVAL;
+    return r->units[unit].err;
+}
+int ms_pg_result_unit_index(const struct ms_pg_result *r, int unit)
+{
+    if (r->err || !r->units || unit < 0 || unit >= r->nunits)
+        return -1;
+    return r->units[unit].index;
+}
+const char *ms_pg_result_unit_sqlstate(const struct ms_pg_result *r,
+                                       int unit)
+{
+    if (r->err || !r->units || unit < 0 || unit >= r->nunits)
+        return r->sqlstate;
+    return r->units[unit].sqlstate;
+}
+const char *ms_pg_result_unit_message(const struct ms_pg_result *r,
+                                      int unit)
+{
+    if (r->err || !r->units || unit < 0 || unit >= r->nunits)
+        return r->message;
+    return r->units[unit].message;
+}
 int ms_pg_result_rows(const struct ms_pg_result *r)
 {
     return r->res ? PQntuples(r->res) : 0;

@@ -45,6 +45,8 @@
 #define MS_PG_MAX_QUEUE 100000      /* queue_max */
 #define MS_PG_MAX_PARAMS 64         /* parameters of one statement */
 #define MS_PG_MAX_STATEMENTS 64     /* statements of one transaction */
+#define MS_PG_MAX_GROUP_STATEMENTS 4096 /* statements of one group, its
+                                           SAVEPOINT steps counted */
 #define MS_PG_MESSAGE_MAX 512       /* bytes of an error message kept */
 #define MS_PG_STATEMENT_MAX (1 << 20) /* bytes of one statement's text and
                                          parameters together (MS_E2BIG) */
@@ -110,6 +112,27 @@ int ms_pg_transaction(struct ms_pg *pg, int n, const char *const *sql,
                       const int *nparams, const char *const *const *params,
                       ms_pg_done_cb cb, void *data);
 
+/* Queues a group transaction (group commit): BEGIN, then `nunits`
+ * units one after the other, unit u being unit_n[u] statements (taken in
+ * order from sql, nparams, params, as for ms_pg_transaction) run after
+ *   [RELEASE SAVEPOINT ms_unit;] SAVEPOINT ms_unit
+ * (one round trip: the RELEASE, of the previous unit's savepoint, from
+ * the second unit on), then COMMIT. A statement that fails rolls its unit back to the
+ * savepoint (the unit's later statements are skipped) and the group goes
+ * on: the other units commit. `cb` runs once, after COMMIT: with
+ * ms_pg_result_error 0, each unit's outcome is ms_pg_result_unit_error
+ * (0: committed) and _unit_index (its statement that failed, -1 for
+ * none or for the SAVEPOINT itself), _unit_sqlstate, _unit_message;
+ * with an error (BEGIN or COMMIT failed, the connection was lost, the
+ * deadline passed), no unit committed -- or, for a connection lost
+ * during COMMIT, it is unknown -- and every unit reports that error.
+ * Return values as for ms_pg_query; unit_n[u] is 1..MS_PG_MAX_STATEMENTS
+ * and the group at most MS_PG_MAX_GROUP_STATEMENTS statements. */
+int ms_pg_group(struct ms_pg *pg, int nunits, const int *unit_n,
+                const char *const *sql, const int *nparams,
+                const char *const *const *params, ms_pg_done_cb cb,
+                void *data);
+
 /* Fails every job with MS_ECANCELED (their callbacks run here), closes
  * the connections and handles; `cb` runs on the loop when the pool is
  * freed. MS_EBUSY when called from a ms_pg_done_cb (nothing done). */
@@ -133,6 +156,13 @@ const char *ms_pg_result_message(const struct ms_pg_result *res);
                                                  /* "" on success */
 int ms_pg_result_index(const struct ms_pg_result *res); /* the statement of
                                   a transaction that failed, else -1 */
+/* A group's unit u (see ms_pg_group). */
+int ms_pg_result_unit_error(const struct ms_pg_result *res, int unit);
+int ms_pg_result_unit_index(const struct ms_pg_result *res, int unit);
+const char *ms_pg_result_unit_sqlstate(const struct ms_pg_result *res,
+                                       int unit);
+const char *ms_pg_result_unit_message(const struct ms_pg_result *res,
+                                      int unit);
 int ms_pg_result_rows(const struct ms_pg_result *res);
 int ms_pg_result_cols(const struct ms_pg_result *res);
 const char *ms_pg_result_colname(const struct ms_pg_result *res, int col);

@@ -459,6 +459,11 @@ uint32_t ms_router_owned(struct ms_router *r)
     return ms_region_owned(r->rg);
 }
 
+struct ms_region *ms_router_region(struct ms_router *r)
+{
+    return r->rg;
+}
+
 uint64_t ms_router_waiting(struct ms_router *r)
 {
     return ms_region_buffered(r->rg);

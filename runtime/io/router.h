@@ -128,6 +128,10 @@ uint32_t ms_router_owned(struct ms_router *r);
 /* Messages waiting in the router (for an owner, or a moving shard). */
 uint64_t ms_router_waiting(struct ms_router *r);
 
+/* The region the router binds (borrowed; lives as long as the router). */
+struct ms_region;
+struct ms_region *ms_router_region(struct ms_router *r);
+
 
 /* Runs the lease statements of persistent types on `pg` (borrowed: the
  * node closes the router before the pool; NULL: none, every statement

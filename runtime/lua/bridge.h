@@ -66,6 +66,36 @@ struct ms_bridge_reports {
 void ms_bridge_set_router(struct ms_bridge *b, struct ms_router *r,
                           const struct ms_bridge_reports *reports);
 
+/*
+ * The node's side of persistent entities (issue 11), called by the leaf
+ * functions core.p_load, core.p_append and core.p_save (persist_leaf.c).
+ * Each starts the work for the entity (type, shard, id; borrowed for the
+ * call) and ends ask `corr` later with ms_dispatch_ask_complete: on
+ * success, load's payload is the loaded journal (the framing is
+ * documented in persist_leaf.c), a write's is "{}"; on failure the error
+ * object {"code","message"}. A hook that returns a negative code does
+ * not end the ask (the leaf does). `state` NULL in save: delete.
+ * Strings and arrays are borrowed for the call.
+ */
+struct ms_bridge_persist {
+    void *data;
+    int (*load)(void *data, int type, uint32_t shard, const char *id,
+                size_t idlen, int64_t corr);
+    int (*append)(void *data, int type, uint32_t shard, const char *id,
+                  size_t idlen, int64_t first_seq, int n,
+                  const char *const *events, const size_t *lens,
+                  const char *snapshot, size_t snapshot_len,
+                  int delete_covered, int64_t corr);
+    int (*save)(void *data, int type, uint32_t shard, const char *id,
+                size_t idlen, int64_t expected, const char *state,
+                size_t len, int64_t corr);
+};
+
+/* Sets the hooks (copied); NULL: persistent writes and loads fail with
+ * MS_EDBCONN (no database). */
+void ms_bridge_set_persist(struct ms_bridge *b,
+                           const struct ms_bridge_persist *p);
+
 /* Runs ready work: resumes entities whose asks finished, then up to
  * `budget` deliveries. Returns the number of messages handled. */
 int ms_bridge_run(struct ms_bridge *b, int budget);

@@ -10,6 +10,7 @@
  *   driver.c      the behaviors loaded, driver coroutines resumed
  *                 (ms_bridge_run), asks waited for, errors handled
  *   strategy.c    partitioners and allocation strategies
+ *   persist_leaf.c the leaf functions of persistent entities (core.p_*)
  *
  * There is no process-wide bridge: the leaf functions find theirs in an
  * upvalue, the driver passes it to ms_lua_next.
@@ -58,6 +59,7 @@ struct ms_bridge {
     uint64_t min_slow_ms; /* smallest slow_handler_ms of all types */
     struct ms_router *router; /* the one send path; NULL: closing */
     struct ms_bridge_reports reports;
+    struct ms_bridge_persist persist; /* data NULL: no database */
 
     /* partitioners of the types that have one (see ms_bridge_partition) */
     int *part_ref;        /* [type] registry ref, or LUA_NOREF */
@@ -146,6 +148,12 @@ void ms__bridge_entity_fields(struct ms_bridge *b, uint32_t h, char *buf,
 
 /* Finishes entity h's current message: timing, then the dispatcher. */
 void ms__bridge_finish(struct ms_bridge *b, uint32_t h);
+
+/* ---- persist_leaf.c ------------------------------------------------------ */
+
+/* Adds core.p_load, core.p_append, core.p_save (bound to bridge `b`) to
+ * the table on top of L's stack. */
+void ms__bridge_open_persist(lua_State *L, void *b);
 
 /* ---- strategy.c ---------------------------------------------------------- */
 

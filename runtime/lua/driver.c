@@ -45,6 +45,16 @@ int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,
         lua_setfield(L, -2, "module");
         lua_pushinteger(L, (lua_Integer)cfg->types[i].shard_count);
         lua_setfield(L, -2, "shard_count");
+        if (cfg->types[i].persistence != MS_PERSIST_NONE) {
+            lua_pushstring(L, cfg->types[i].persistence == MS_PERSIST_STATE
+                                  ? "state"
+                                  : "events");
+            lua_setfield(L, -2, "persistence");
+            lua_pushinteger(L, (lua_Integer)cfg->types[i].snapshot_every);
+            lua_setfield(L, -2, "snapshot_every");
+            lua_pushboolean(L, cfg->types[i].delete_events_on_snapshot);
+            lua_setfield(L, -2, "delete_events_on_snapshot");
+        }
         if (i < b->npart && b->part_ref[i] != LUA_NOREF) {
             lua_rawgeti(L, LUA_REGISTRYINDEX, b->part_ref[i]);
             lua_setfield(L, -2, "partitioner");

@@ -506,6 +506,7 @@ int ms__bridge_open_core(lua_State *L)
         lua_pushcclosure(L, f->func, 1);
         lua_setfield(L, -2, f->name);
     }
+    ms__bridge_open_persist(L, b);
     /* for ms_lua_next, called through the FFI by the driver */
     lua_pushlightuserdata(L, b);
     lua_setfield(L, -2, "BRIDGE");

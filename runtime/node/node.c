@@ -27,6 +27,7 @@
 #include "../lua/bridge.h"
 #include "../moonshard.h"
 #include "node_db.h"
+#include "node_persist.h"
 
 #define ROUND_BUDGET 4096
 
@@ -40,6 +41,7 @@ struct ms_node {
     struct ms_router *router;
     struct ms_watchdog *wd;
     struct ms_node_db *db;  /* with `database` in the config, else NULL */
+    struct ms_node_persist *persist; /* persistent entities' side */
     uv_idle_t work;
     uv_timer_t tick;
     uint64_t tick_at;  /* when tick fires (loop time), while it is active */
@@ -320,6 +322,22 @@ static void gateway_of(struct ms_node *n, struct ms_gateway *gw)
     gw->move = gw_move;
 }
 
+/* Binds persistent entities to the node's journal (with a database). */
+static void start_persist(struct ms_node *n)
+{
+    struct ms_journal *j = ms_node_db_journal(n->db, n->cfg.cluster,
+                                              n->cfg.node_name);
+    if (!j)
+        return;
+    n->persist = ms_node_persist_new(n->d, n->router, j, &n->cfg,
+                                     kick_node, n);
+    if (!n->persist)
+        return;
+    struct ms_bridge_persist hooks;
+    ms_node_persist_hooks(n->persist, &hooks);
+    ms_bridge_set_persist(n->b, &hooks);
+}
+
 int ms_node_new(struct ms_node **out, uv_loop_t *loop,
                 const struct ms_node_options *opts, char *err, size_t errlen)
 {
@@ -426,10 +444,12 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     /* the schema is migrated on the loop, in the background: the node
      * serves its in-memory types meanwhile, whatever the database does */
     if (n->cfg.database[0]) {
-        n->db = ms_node_db_start(loop, n->cfg.database);
+        n->db = ms_node_db_start(loop, n->cfg.database,
+                                 n->cfg.database_connections);
         /* the leases of persistent types run on its pool */
         ms_router_set_pool(n->router, ms_node_db_pool(n->db));
     }
+    start_persist(n);
     *out = n;
     return 0;
 fail:
@@ -449,6 +469,7 @@ static void closed_one(struct ms_node *n)
     n->wd = NULL;
     ms_dispatch_free(n->d);
     ms_bridge_free(n->b);
+    ms_node_persist_free(n->persist);
     ms_config_free(&n->cfg);
     free(n);
 }
@@ -468,6 +489,8 @@ void ms_node_close(struct ms_node *n)
     if (n->closing && !n->d)
         return;
     n->closing = 1;
+    ms_bridge_set_persist(n->b, NULL);
+    ms_node_persist_detach(n->persist); /* the router goes */
     if (n->router) {
         ms_bridge_set_router(n->b, NULL, NULL);
         ms_router_close(n->router);
@@ -809,6 +832,12 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
     o += sizeof dbkey - 1;
     o += ms_node_db_stats_json(n->db, o < buflen ? buf + o : NULL,
                                o < buflen ? buflen - o : 0);
+    static const char pkey[] = ",\"persistence\":";
+    if (o + sizeof pkey - 1 < buflen)
+        memcpy(buf + o, pkey, sizeof pkey - 1);
+    o += sizeof pkey - 1;
+    o += ms_node_persist_stats_json(n->persist, o < buflen ? buf + o : NULL,
+                                    o < buflen ? buflen - o : 0);
     if (o + 1 < buflen) {
         buf[o] = '}';
         buf[o + 1] = 0;

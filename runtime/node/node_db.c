@@ -11,11 +11,15 @@
 #include "../core/errors.h"
 #include "../core/jsoncheck.h"
 #include "../core/log.h"
+#include "../io/journal.h"
 #include "../io/pg.h"
 #include "../io/pg_schema.h"
 
 struct ms_node_db {
     struct ms_pg *pg;         /* NULL: the pool could not be made */
+    uv_loop_t *pg_loop;
+    int connections;          /* the pool's size */
+    struct ms_journal *journal; /* persistent entities' SQL, or NULL */
     uv_timer_t retry;         /* the next migration attempt */
     int version;              /* the schema's version; 0: not known */
     int closing;
@@ -109,7 +113,8 @@ static void migrate(struct ms_node_db *db)
         failed(db, rc, NULL);
 }
 
-struct ms_node_db *ms_node_db_start(uv_loop_t *loop, const char *conninfo)
+struct ms_node_db *ms_node_db_start(uv_loop_t *loop, const char *conninfo,
+                                    int connections)
 {
     struct ms_node_db *db = calloc(1, sizeof *db);
     if (!db) {
@@ -117,10 +122,13 @@ struct ms_node_db *ms_node_db_start(uv_loop_t *loop, const char *conninfo)
         return NULL;
     }
     uv_timer_init(loop, &db->retry);
+    db->pg_loop = loop;
     db->retry.data = db;
     db->backoff_ms = MS_NODE_DB_RETRY_MIN_MS;
     ms_pg_mask_conninfo(conninfo, db->masked, sizeof db->masked);
-    struct ms_pg_config pc = { .conninfo = conninfo };
+    struct ms_pg_config pc = { .conninfo = conninfo,
+                               .connections = connections };
+    db->connections = connections > 0 ? connections : 2;
     char err[256];
     int rc = ms_pg_new(loop, &pc, &db->pg, err, sizeof err);
     if (rc < 0) {
@@ -203,5 +211,22 @@ void ms_node_db_close(struct ms_node_db *db, void (*cb)(void *data),
             db->open--; /* not from a pool's callback: cannot happen */
         db->pg = NULL;
     }
+    /* after the pool: its close ran the journal's callbacks */
+    if (db->journal) {
+        db->open++;
+        ms_journal_close(db->journal, on_pool_closed, db);
+        db->journal = NULL;
+    }
     uv_close((uv_handle_t *)&db->retry, on_timer_closed);
+}
+
+struct ms_journal *ms_node_db_journal(struct ms_node_db *db,
+                                      const char *cluster, const char *owner)
+{
+    if (!db || !db->pg || db->closing)
+        return NULL;
+    if (!db->journal)
+        db->journal = ms_journal_new(db->pg_loop, db->pg, cluster, owner,
+                                     db->connections);
+    return db->journal;
 }

@@ -23,11 +23,13 @@
 
 struct ms_node_db;
 
-/* Creates the pool for `conninfo` (copied) on `loop` and queues the
+/* Creates the pool of `connections` (database_connections; 0: the
+ * pool's default) for `conninfo` (copied) on `loop` and queues the
  * migration. Never fails the node: a string libpq cannot parse, or no
  * memory, is logged as an ERROR and reported by ms_node_db_stats_json
  * (then there is no pool). NULL only when out of memory. */
-struct ms_node_db *ms_node_db_start(uv_loop_t *loop, const char *conninfo);
+struct ms_node_db *ms_node_db_start(uv_loop_t *loop, const char *conninfo,
+                                    int connections);
 
 /* Writes {"configured":true,"connected":bool,"schema_version":N|null,
  * "migrate_error":"..."|null} (no password), or {"configured":false}
@@ -40,6 +42,15 @@ size_t ms_node_db_stats_json(const struct ms_node_db *db, char *buf,
  * the pool could not be made. The lease statements run on it. */
 struct ms_pg;
 struct ms_pg *ms_node_db_pool(const struct ms_node_db *db);
+
+struct ms_journal;
+
+/* The journal of persistent entities (runtime/io/journal.h) on db's pool,
+ * made on the first call for cluster `cluster` and lease owner `owner`
+ * (copied; later calls return the same one). Owned by db: freed by
+ * ms_node_db_close. NULL without a pool or when out of memory. */
+struct ms_journal *ms_node_db_journal(struct ms_node_db *db,
+                                      const char *cluster, const char *owner);
 
 /* Stops retrying, closes the pool (a migration still running is
  * cancelled: the server rolls it back) and frees db; `cb` runs on the

@@ -51,6 +51,18 @@ describe("moonshard.metrics", function()
         assert.equal(1, fams.moonshard_build_info.samples[1].value)
     end)
 
+    it("exports the persistence object as moonshard_persist_*", function()
+        local s = { node = "n1", cluster = "demo", version = "0.1.0",
+                    persistence = { commits = 3, events_written = 7,
+                                    commit_latency_p99_us = 250 } }
+        local fams = prom.parse(assert(metrics.render(cjson.encode(s))))
+        assert.equal(3, fams.moonshard_persist_commits_total.samples[1].value)
+        assert.equal(7, fams.moonshard_persist_events_written_total
+                            .samples[1].value)
+        assert.equal("gauge", fams.moonshard_persist_commit_latency_p99_us.kind)
+        assert.is_nil(fams.moonshard_persistence_commits)
+    end)
+
     it("is the same text whatever the order of the JSON", function()
         local s = stats()
         local a = metrics.render(cjson.encode(s))

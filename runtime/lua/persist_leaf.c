@@ -1,0 +1,207 @@
+/*
+ * persist_leaf.c -- the leaf functions of persistent entities (issue 11),
+ * in moonshard.core. Each opens a wait for the entity whose handler runs
+ * now, like an ask (ms_dispatch_ask_open: its handler coroutine yields
+ * and is resumed when the wait ends), and hands the request to the node
+ * through the hooks of ms_bridge_set_persist. They never call back into
+ * Lua.
+ *
+ *   core.p_load(h)                          -> corr | nil, code, message
+ *   core.p_append(h, first_seq, events, snapshot|nil, delete)
+ *                                           -> corr | nil, code, message
+ *   core.p_save(h, expected, state|nil)     -> corr | nil, code, message
+ *   core.p_fail(h, code, message)           ends the current ask with
+ *                                           that error (a failed commit)
+ *
+ * The reply of a load (framing read by moonshard.host):
+ *   "<last_seq> <revision> <has_snapshot> <nevents>\n", then the
+ *   snapshot when has_snapshot, the state when revision > 0, and each
+ *   event, each as "<length>\n<bytes>".
+ */
+#include "bridge_int.h"
+
+#include <string.h>
+
+#include <lauxlib.h>
+
+/* The longest a load or write may take before the entity stops waiting
+ * (the pool's own deadline is shorter: it answers first). */
+#define PERSIST_WAIT_MS 30000
+
+static struct ms_bridge *bridge_of(lua_State *L)
+{
+    return lua_touserdata(L, lua_upvalueindex(1));
+}
+
+static int push_err(lua_State *L, int err)
+{
+    lua_pushnil(L);
+    lua_pushstring(L, ms_errname(err));
+    lua_pushstring(L, ms_strerror(err));
+    return 3;
+}
+
+/* The entity whose handler runs now: argument 1 must be its handle. */
+static uint32_t current(struct ms_bridge *b, lua_State *L, int *type,
+                        const char **id, size_t *idlen, uint32_t *shard)
+{
+    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
+    if (h == 0 || h != b->cur_h ||
+        !ms_dispatch_entity(b->d, h, type, id, idlen, shard))
+        luaL_error(L, "persistence is only possible inside the entity's "
+                      "own handler");
+    return h;
+}
+
+/* Opens the wait of entity h; 0 and *corr or a negative code. */
+static int open_wait(struct ms_bridge *b, uint32_t h, int64_t *corr)
+{
+    if (!b->persist.data)
+        return MS_EDBCONN;
+    struct ms_waiter w = {NULL, NULL, h};
+    int64_t c = ms_dispatch_ask_open(b->d, PERSIST_WAIT_MS,
+                                     ms__bridge_now_ms(b), &w);
+    if (c < 0)
+        return (int)c;
+    *corr = c;
+    return 0;
+}
+
+/* The hook's verdict: a started request makes the handler wait for
+ * `corr`; a refused one ends the wait at once and reports the code. */
+static int started(struct ms_bridge *b, lua_State *L, int rc, int64_t corr)
+{
+    if (rc < 0) {
+        char buf[256];
+        size_t n = ms_error_json(buf, sizeof buf, rc, ms_strerror(rc));
+        ms_dispatch_ask_complete(b->d, corr, rc, buf, n);
+        return push_err(L, rc);
+    }
+    b->ask_corr = (uint64_t)corr;
+    lua_pushnumber(L, (lua_Number)corr);
+    return 1;
+}
+
+static int l_load(lua_State *L)
+{
+    struct ms_bridge *b = bridge_of(L);
+    int type;
+    const char *id;
+    size_t idlen;
+    uint32_t shard;
+    uint32_t h = current(b, L, &type, &id, &idlen, &shard);
+    int64_t corr = 0;
+    int rc = open_wait(b, h, &corr);
+    if (rc < 0)
+        return push_err(L, rc);
+    rc = b->persist.load(b->persist.data, type, shard, id, idlen, corr);
+    return started(b, L, rc, corr);
+}
+
+#define MAX_APPEND 1000 /* events of one command (MS_JOURNAL_MAX_EVENTS) */
+
+static int l_append(lua_State *L)
+{
+    struct ms_bridge *b = bridge_of(L);
+    int type;
+    const char *id;
+    size_t idlen;
+    uint32_t shard;
+    uint32_t h = current(b, L, &type, &id, &idlen, &shard);
+    lua_Number first = luaL_checknumber(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    size_t snaplen = 0;
+    const char *snap = luaL_optlstring(L, 4, NULL, &snaplen);
+    int del = lua_toboolean(L, 5);
+    int n = (int)lua_objlen(L, 3);
+    if (n < 1 || n > MAX_APPEND)
+        return luaL_error(L, "a command may write 1 to %d events, not %d",
+                          MAX_APPEND, n);
+    if (!(first >= 1 && first < 9e15))
+        return luaL_error(L, "bad event sequence");
+    const char *ev[MAX_APPEND];
+    size_t lens[MAX_APPEND];
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 3, i + 1);
+        ev[i] = lua_tolstring(L, -1, &lens[i]);
+        if (!ev[i])
+            return luaL_error(L, "event %d is not encoded", i + 1);
+        lua_pop(L, 1); /* still referenced by the table */
+    }
+    int64_t corr = 0;
+    int rc = open_wait(b, h, &corr);
+    if (rc < 0)
+        return push_err(L, rc);
+    rc = b->persist.append(b->persist.data, type, shard, id, idlen,
+                           (int64_t)first, n, ev, lens, snap, snaplen, del,
+                           corr);
+    return started(b, L, rc, corr);
+}
+
+static int l_save(lua_State *L)
+{
+    struct ms_bridge *b = bridge_of(L);
+    int type;
+    const char *id;
+    size_t idlen;
+    uint32_t shard;
+    uint32_t h = current(b, L, &type, &id, &idlen, &shard);
+    lua_Number expected = luaL_checknumber(L, 2);
+    size_t len = 0;
+    const char *state = luaL_optlstring(L, 3, NULL, &len);
+    if (!(expected >= 0 && expected < 9e15))
+        return luaL_error(L, "bad revision");
+    int64_t corr = 0;
+    int rc = open_wait(b, h, &corr);
+    if (rc < 0)
+        return push_err(L, rc);
+    rc = b->persist.save(b->persist.data, type, shard, id, idlen,
+                         (int64_t)expected, state, len, corr);
+    return started(b, L, rc, corr);
+}
+
+/* The code of an error name (MS_EHANDLER for one not in the table). */
+static int code_of(const char *name)
+{
+#define X(code, value, ename, text)                                       \
+    if (strcmp(name, ename) == 0)                                         \
+        return code;
+    MS_ERRORS(X)
+#undef X
+    return MS_EHANDLER;
+}
+
+static int l_fail(lua_State *L)
+{
+    struct ms_bridge *b = bridge_of(L);
+    uint32_t h = (uint32_t)luaL_checkinteger(L, 1);
+    const char *code = luaL_checkstring(L, 2);
+    const char *msg = luaL_checkstring(L, 3);
+    if (h != b->cur_h || h == 0)
+        return luaL_error(L, "this ctx belongs to another entity's handler");
+    ms_dispatch_reply_error(b->d, h, code_of(code), msg);
+    return 0;
+}
+
+void ms__bridge_open_persist(lua_State *L, void *b)
+{
+    static const luaL_Reg fns[] = {
+        {"p_load", l_load}, {"p_append", l_append},
+        {"p_save", l_save}, {"p_fail", l_fail},
+        {NULL, NULL},
+    };
+    for (const luaL_Reg *f = fns; f->name; f++) {
+        lua_pushlightuserdata(L, b);
+        lua_pushcclosure(L, f->func, 1);
+        lua_setfield(L, -2, f->name);
+    }
+}
+
+void ms_bridge_set_persist(struct ms_bridge *b,
+                           const struct ms_bridge_persist *p)
+{
+    if (p)
+        b->persist = *p;
+    else
+        memset(&b->persist, 0, sizeof b->persist);
+}

@@ -1,0 +1,635 @@
+/* test_journal.c -- the SQL of persistent entities (runtime/io/journal.h)
+ * against a throwaway server that spec/helpers/pg_server.sh starts on
+ * 127.0.0.1 and this test stops. The lease rows are inserted by hand. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "check.h"
+#include "free_port.h"
+#include "../../runtime/core/errors.h"
+#include "../../runtime/core/log.h"
+#include "../../runtime/io/journal.h"
+#include "../../runtime/io/pg.h"
+#include "../../runtime/io/pg_schema.h"
+
+static uv_loop_t *loop;
+static char server_dir[512];
+static char conninfo[512];
+static char password[128];
+static char port[16];
+
+/* every log line, to check that no password reaches the log */
+static char logbuf[1 << 16];
+static size_t loglen;
+
+static void sink(void *data, const char *line, size_t len)
+{
+    (void)data;
+    fwrite(line, 1, len, stderr);
+    if (loglen + len < sizeof logbuf) {
+        memcpy(logbuf + loglen, line, len);
+        loglen += len;
+        logbuf[loglen] = '\0';
+    }
+}
+
+/* -- the server ------------------------------------------------------- */
+
+static void chomp(char *s) { s[strcspn(s, "\n")] = '\0'; }
+
+static int server_start(void)
+{
+    char cmd[1024], pid[32];
+    /* the guard stops the server should this test die before it does */
+    snprintf(cmd, sizeof cmd, "%s start %d", MS_PG_SERVER_SH, (int)getpid());
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    int ok = fgets(server_dir, sizeof server_dir, p) &&
+             fgets(port, sizeof port, p) && fgets(pid, sizeof pid, p) &&
+             fgets(conninfo, sizeof conninfo, p);
+    if (pclose(p) != 0 || !ok)
+        return -1;
+    chomp(server_dir);
+    chomp(port);
+    chomp(conninfo);
+    const char *pw = strstr(conninfo, "password=");
+    if (!pw)
+        return -1;
+    snprintf(password, sizeof password, "%s", pw + 9);
+    password[strcspn(password, " ")] = '\0';
+    return 0;
+}
+
+static int server_do(const char *verb)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s '%s' >/dev/null", MS_PG_SERVER_SH, verb,
+             server_dir);
+    return system(cmd);
+}
+
+static void server_cleanup(void)
+{
+    if (server_dir[0]) {
+        server_do("stop");
+        server_dir[0] = '\0';
+    }
+}
+
+/* -- running the loop -------------------------------------------------- */
+
+static void on_guard(uv_timer_t *t) { *(int *)t->data = 1; }
+
+/* Runs the loop until *flag is set or timeout_ms passed; returns *flag. */
+static int wait_for(const int *flag, int timeout_ms)
+{
+    uv_timer_t t;
+    int expired = 0;
+    uv_timer_init(loop, &t);
+    t.data = &expired;
+    uv_timer_start(&t, on_guard, (uint64_t)timeout_ms, 0);
+    while (!*flag && !expired)
+        uv_run(loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
+    return *flag;
+}
+
+static void idle_for(int ms)
+{
+    int never = 0;
+    wait_for(&never, ms);
+}
+
+static void on_closed(void *data) { *(int *)data = 1; }
+
+static void close_pool(struct ms_pg *pg)
+{
+    int closed = 0;
+    CHECK(ms_pg_close(pg, on_closed, &closed) == 0);
+    CHECK(wait_for(&closed, 5000));
+}
+
+static struct ms_pg *pool(int connections)
+{
+    struct ms_pg_config cfg = {0};
+    struct ms_pg *pg = NULL;
+    char err[256];
+    cfg.conninfo = conninfo;
+    cfg.connections = connections;
+    cfg.backoff_min_ms = 50;
+    cfg.backoff_max_ms = 400;
+    int rc = ms_pg_new(loop, &cfg, &pg, err, sizeof err);
+    CHECK(rc == 0);
+    if (rc != 0)
+        fprintf(stderr, "ms_pg_new: %s\n", err);
+    return pg;
+}
+
+/* -- plain SQL for the setup and the checks ----------------------------- */
+
+struct got {
+    int done;
+    int err;
+    char v0[256];
+    int rows;
+    int order; /* when it ended, among the callbacks of a case */
+};
+
+static int ended; /* callbacks ended so far (for `order`) */
+
+static void on_sql(const struct ms_pg_result *r, void *data)
+{
+    struct got *g = data;
+    g->done = 1;
+    g->order = ++ended;
+    g->err = ms_pg_result_error(r);
+    if (g->err)
+        fprintf(stderr, "sql: %s\n", ms_pg_result_message(r));
+    g->rows = ms_pg_result_rows(r);
+    const char *v = ms_pg_result_value(r, 0, 0);
+    snprintf(g->v0, sizeof g->v0, "%s", v ? v : "(null)");
+}
+
+/* `sql` on pg, waited for; returns its first value ("(null)" if none) */
+static const char *sql(struct ms_pg *pg, const char *text)
+{
+    static struct got g;
+    memset(&g, 0, sizeof g);
+    CHECK(ms_pg_query(pg, text, 0, NULL, on_sql, &g) == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == 0);
+    return g.v0;
+}
+
+static void on_migrated(int err, int version, int applied,
+                        const char *message, void *data)
+{
+    (void)applied;
+    (void)message;
+    CHECK(err == 0);
+    CHECK(version >= 1);
+    *(int *)data = 1;
+}
+
+/* -- journal outcomes --------------------------------------------------- */
+
+struct wrote {
+    int done;
+    int err;
+    int order;
+    char msg[MS_JOURNAL_MESSAGE_MAX];
+};
+
+static void on_wrote(int err, const char *message, void *data)
+{
+    struct wrote *w = data;
+    w->done++;
+    w->order = ++ended;
+    w->err = err;
+    snprintf(w->msg, sizeof w->msg, "%s", message);
+}
+
+#define MAXEV 8
+struct loaded {
+    int done;
+    int err;
+    char msg[MS_JOURNAL_MESSAGE_MAX];
+    int has_snapshot;
+    long long snapshot_seq, last_seq, revision;
+    char snapshot[256], state[256];
+    int nevents;
+    long long seq[MAXEV];
+    char ev[MAXEV][256];
+};
+
+static void on_loaded(int err, const char *message,
+                      const struct ms_journal_loaded *l, void *data)
+{
+    struct loaded *o = data;
+    memset(o, 0, sizeof *o);
+    o->done = 1;
+    o->err = err;
+    snprintf(o->msg, sizeof o->msg, "%s", message);
+    if (err)
+        return;
+    o->has_snapshot = l->has_snapshot;
+    o->snapshot_seq = l->snapshot_seq;
+    o->last_seq = l->last_seq;
+    o->revision = l->revision;
+    if (l->snapshot)
+        snprintf(o->snapshot, sizeof o->snapshot, "%.*s",
+                 (int)l->snapshot_len, l->snapshot);
+    if (l->state)
+        snprintf(o->state, sizeof o->state, "%.*s", (int)l->state_len,
+                 l->state);
+    o->nevents = l->nevents;
+    for (int i = 0; i < l->nevents && i < MAXEV; i++) {
+        o->seq[i] = l->seq[i];
+        snprintf(o->ev[i], sizeof o->ev[i], "%.*s", (int)l->lens[i],
+                 l->events[i]);
+    }
+}
+
+static struct ms_journal *jn;
+
+static int append(const char *id, uint64_t epoch, int64_t first, int n,
+                  const char *const *ev, const char *snap, int del)
+{
+    struct ms_journal_entity e = {"acct", id, strlen(id), 3, epoch};
+    size_t lens[MAXEV];
+    for (int i = 0; i < n; i++)
+        lens[i] = strlen(ev[i]);
+    struct wrote w = {0};
+    int rc = ms_journal_append(jn, &e, first, n, ev, lens, snap,
+                               snap ? strlen(snap) : 0, del, on_wrote, &w);
+    CHECK(rc == 0);
+    if (rc)
+        return rc;
+    CHECK(wait_for(&w.done, 10000));
+    CHECK(w.done == 1);
+    if (w.err)
+        fprintf(stderr, "append %s: %s: %s\n", id, ms_errname(w.err), w.msg);
+    return w.err;
+}
+
+static void load(const char *id, int state, struct loaded *o)
+{
+    struct ms_journal_entity e = {state ? "doc" : "acct", id, strlen(id),
+                                  3, 0};
+    memset(o, 0, sizeof *o);
+    CHECK((state ? ms_journal_load_state(jn, &e, on_loaded, o)
+                 : ms_journal_load_events(jn, &e, on_loaded, o)) == 0);
+    CHECK(wait_for(&o->done, 10000));
+}
+
+static int save(const char *id, uint64_t epoch, int64_t expected,
+                const char *state)
+{
+    struct ms_journal_entity e = {"doc", id, strlen(id), 3, epoch};
+    struct wrote w = {0};
+    int rc = state ? ms_journal_save_state(jn, &e, expected, state,
+                                           strlen(state), on_wrote, &w)
+                   : ms_journal_delete_state(jn, &e, expected, on_wrote,
+                                             &w);
+    CHECK(rc == 0);
+    if (rc)
+        return rc;
+    CHECK(wait_for(&w.done, 10000));
+    return w.err;
+}
+
+/* -- the cases ---------------------------------------------------------- */
+
+static struct ms_pg *pg;
+
+static void test_events(void)
+{
+    const char *e12[] = {"{\"n\":1}", "{\"s\":\"q\\\"uo\\\\te {}\",\"d\":0.1}"};
+    CHECK(append("a1", 5, 1, 2, e12, NULL, 0) == 0);
+    struct loaded o;
+    load("a1", 0, &o);
+    CHECK(o.err == 0);
+    CHECK(!o.has_snapshot);
+    CHECK(o.nevents == 2 && o.last_seq == 2);
+    CHECK(o.seq[0] == 1 && o.seq[1] == 2);
+    CHECK(strcmp(o.ev[0], e12[0]) == 0);
+    CHECK(strcmp(o.ev[1], e12[1]) == 0); /* quotes and backslashes exact */
+    CHECK(strcmp(sql(pg, "SELECT string_agg(epoch::text, ',' ORDER BY "
+                         "sequence) FROM moonshard_events WHERE id='a1'"),
+                 "5,5") == 0);
+
+    /* an older epoch is refused, nothing written */
+    const char *e3[] = {"{\"n\":3}"};
+    CHECK(append("a1", 4, 3, 1, e3, NULL, 0) == MS_ESTALE);
+    /* epoch 0 never holds a lease */
+    CHECK(append("a1", 0, 3, 1, e3, NULL, 0) == MS_ESTALE);
+    CHECK(strcmp(sql(pg, "SELECT count(*) FROM moonshard_events "
+                         "WHERE id='a1'"), "2") == 0);
+
+    /* a sequence that exists: revision_conflict, nothing written */
+    const char *e2b[] = {"{\"n\":22}", "{\"n\":33}"};
+    CHECK(append("a1", 5, 2, 2, e2b, NULL, 0) == MS_ECONFLICT);
+    CHECK(strcmp(sql(pg, "SELECT count(*) FROM moonshard_events "
+                         "WHERE id='a1'"), "2") == 0);
+
+    /* a snapshot after event 3, with the events it covers deleted */
+    CHECK(append("a1", 5, 3, 1, e3, "{\"total\":3}", 1) == 0);
+    const char *e4[] = {"{\"n\":4}"};
+    CHECK(append("a1", 5, 4, 1, e4, NULL, 0) == 0);
+    load("a1", 0, &o);
+    CHECK(o.err == 0);
+    CHECK(o.has_snapshot && o.snapshot_seq == 3);
+    CHECK(strcmp(o.snapshot, "{\"total\":3}") == 0);
+    CHECK(o.nevents == 1 && o.seq[0] == 4 && o.last_seq == 4);
+    CHECK(strcmp(o.ev[0], e4[0]) == 0);
+    CHECK(strcmp(sql(pg, "SELECT string_agg(sequence::text, ',') FROM "
+                         "moonshard_events WHERE id='a1'"), "4") == 0);
+
+    /* a snapshot that keeps the events */
+    const char *e5[] = {"{\"n\":5}"};
+    CHECK(append("a1", 5, 5, 1, e5, "{\"total\":5}", 0) == 0);
+    CHECK(strcmp(sql(pg, "SELECT count(*) FROM moonshard_events "
+                         "WHERE id='a1'"), "2") == 0);
+    load("a1", 0, &o);
+    CHECK(o.has_snapshot && o.snapshot_seq == 5 && o.nevents == 0);
+    CHECK(o.last_seq == 5);
+
+    /* an entity never written */
+    load("nobody", 0, &o);
+    CHECK(o.err == 0 && !o.has_snapshot && o.nevents == 0 &&
+          o.last_seq == 0);
+
+    /* an expired lease refuses writes */
+    sql(pg, "UPDATE moonshard_leases SET expires_at = now() - interval "
+            "'1 second' WHERE shard = 3");
+    const char *e6[] = {"{\"n\":6}"};
+    CHECK(append("a1", 5, 6, 1, e6, NULL, 0) == MS_ESTALE);
+    sql(pg, "UPDATE moonshard_leases SET expires_at = now() + interval "
+            "'1 hour' WHERE shard = 3");
+    /* another owner at the same epoch is not us */
+    sql(pg, "UPDATE moonshard_leases SET owner = 'n2' WHERE shard = 3");
+    CHECK(append("a1", 5, 6, 1, e6, NULL, 0) == MS_ESTALE);
+    sql(pg, "UPDATE moonshard_leases SET owner = 'n1' WHERE shard = 3");
+    CHECK(append("a1", 5, 6, 1, e6, NULL, 0) == 0);
+
+    /* bad input */
+    struct ms_journal_entity e = {"acct", "a\0b", 3, 3, 5};
+    size_t l1 = 1;
+    const char *one[] = {"x"};
+    CHECK(ms_journal_append(jn, &e, 1, 1, one, &l1, NULL, 0, 0, on_wrote,
+                            NULL) == MS_EINVAL);
+    e.idlen = 1;
+    CHECK(ms_journal_append(jn, &e, 0, 1, one, &l1, NULL, 0, 0, on_wrote,
+                            NULL) == MS_EINVAL);
+    CHECK(ms_journal_append(jn, &e, 1, MS_JOURNAL_MAX_EVENTS + 1, one, &l1,
+                            NULL, 0, 0, on_wrote, NULL) == MS_E2BIG);
+}
+
+static void test_recovery_bounds(void)
+{
+    char q[512];
+    snprintf(q, sizeof q,
+             "INSERT INTO moonshard_events (cluster, type, id, sequence, "
+             "epoch, payload) SELECT 'c1', 'acct', 'big', g, 5, '{}' FROM "
+             "generate_series(1, %d) g", MS_JOURNAL_MAX_RECOVERY + 1);
+    sql(pg, q);
+    struct loaded o;
+    load("big", 0, &o);
+    CHECK(o.err == MS_E2BIG);
+    CHECK(strstr(o.msg, "snapshot_every") != NULL);
+    /* exactly the maximum is fine */
+    sql(pg, "DELETE FROM moonshard_events WHERE id = 'big' AND sequence = "
+            "(SELECT max(sequence) FROM moonshard_events WHERE id = 'big')");
+    load("big", 0, &o);
+    CHECK(o.err == 0);
+    CHECK(o.last_seq == MS_JOURNAL_MAX_RECOVERY);
+    /* a gap in the history is refused */
+    sql(pg, "INSERT INTO moonshard_events (cluster, type, id, sequence, "
+            "epoch, payload) VALUES ('c1','acct','gap',1,5,'{}'), "
+            "('c1','acct','gap',3,5,'{}')");
+    load("gap", 0, &o);
+    CHECK(o.err == MS_ECONFLICT);
+}
+
+static void test_state(void)
+{
+    struct loaded o;
+    load("d1", 1, &o);
+    CHECK(o.err == 0 && o.revision == 0);
+    CHECK(save("d1", 5, 0, "{\"v\":1}") == 0);
+    CHECK(save("d1", 5, 0, "{\"v\":1}") == MS_ECONFLICT); /* exists */
+    CHECK(save("d1", 5, 1, "{\"v\":2}") == 0);
+    CHECK(save("d1", 5, 1, "{\"v\":3}") == MS_ECONFLICT); /* at 2 now */
+    CHECK(save("d1", 4, 2, "{\"v\":3}") == MS_ESTALE);
+    load("d1", 1, &o);
+    CHECK(o.err == 0 && o.revision == 2);
+    CHECK(strcmp(o.state, "{\"v\":2}") == 0);
+    CHECK(save("d1", 5, 1, NULL) == MS_ECONFLICT); /* delete at 1 */
+    CHECK(save("d1", 4, 2, NULL) == MS_ESTALE);
+    CHECK(save("d1", 5, 2, NULL) == 0);
+    load("d1", 1, &o);
+    CHECK(o.err == 0 && o.revision == 0);
+}
+
+/* An acquire that bumps the epoch waits while a writer holds the lease
+ * row FOR SHARE: the writer's transaction (lease lock, a pause, then an
+ * append) commits first, then the bump; the writer's events carry the
+ * old epoch, and a write after the bump is stale. */
+static void test_bump_waits(void)
+{
+    struct ms_pg *other = pool(1);
+    const char *tx[3] = {
+        "SELECT 1 / count(*) FROM (SELECT 1 FROM moonshard_leases WHERE "
+        "cluster = 'c1' AND type = 'acct' AND shard = 3 AND owner = 'n1' "
+        "AND epoch = 5 AND expires_at > now() FOR SHARE) AS lease",
+        "SELECT pg_sleep(1)",
+        "INSERT INTO moonshard_events (cluster, type, id, sequence, epoch, "
+        "payload) VALUES ('c1', 'acct', 'w1', 1, 5, '{}')",
+    };
+    const int np[3] = {0, 0, 0};
+    struct got writer = {0}, bump = {0};
+    CHECK(ms_pg_transaction(pg, 3, tx, np, NULL, on_sql, &writer) == 0);
+    /* the writer holds the row once its pause runs */
+    int sleeping = 0;
+    for (int i = 0; i < 200 && !sleeping; i++) {
+        struct got g = {0};
+        CHECK(ms_pg_query(other, "SELECT count(*) FROM pg_stat_activity "
+                          "WHERE state = 'active' AND query = "
+                          "'SELECT pg_sleep(1)'", 0, NULL, on_sql,
+                          &g) == 0);
+        CHECK(wait_for(&g.done, 10000));
+        sleeping = strcmp(g.v0, "1") == 0;
+        if (!sleeping)
+            idle_for(10);
+    }
+    CHECK(sleeping);
+    CHECK(!writer.done);
+    ended = 0;
+    CHECK(ms_pg_query(other, "UPDATE moonshard_leases SET epoch = epoch + 1,"
+                      " owner = 'n2' WHERE cluster = 'c1' AND type = 'acct' "
+                      "AND shard = 3 RETURNING epoch", 0, NULL, on_sql,
+                      &bump) == 0);
+    CHECK(wait_for(&bump.done, 10000));
+    CHECK(writer.done && writer.err == 0);
+    CHECK(bump.err == 0 && strcmp(bump.v0, "6") == 0);
+    CHECK(writer.order == 1 && bump.order == 2);
+    const char *ev[] = {"{}"};
+    CHECK(append("w1", 5, 2, 1, ev, NULL, 0) == MS_ESTALE);
+    close_pool(other);
+    sql(pg, "UPDATE moonshard_leases SET epoch = 5, owner = 'n1' "
+            "WHERE shard = 3");
+}
+
+/* ms_pg_group: a unit that fails is rolled back alone (its first
+ * statement's row too), the other units commit. */
+struct grouped {
+    int done, err, n;
+    int uerr[3], uindex[3];
+    char ustate[3][6];
+};
+
+static void on_grouped(const struct ms_pg_result *r, void *data)
+{
+    struct grouped *g = data;
+    g->done = 1;
+    g->err = ms_pg_result_error(r);
+    for (int u = 0; u < g->n; u++) {
+        g->uerr[u] = ms_pg_result_unit_error(r, u);
+        g->uindex[u] = ms_pg_result_unit_index(r, u);
+        snprintf(g->ustate[u], sizeof g->ustate[u], "%s",
+                 ms_pg_result_unit_sqlstate(r, u));
+    }
+}
+
+static void test_pg_group(void)
+{
+    sql(pg, "CREATE TABLE g (k integer PRIMARY KEY)");
+    const char *st[5] = {
+        "INSERT INTO g VALUES (1)", "INSERT INTO g VALUES (1)", /* unit 0 */
+        "INSERT INTO g VALUES (2)",                             /* unit 1 */
+        "INSERT INTO g VALUES (3)", "SELECT 1 / 0",             /* unit 2 */
+    };
+    const int unit_n[3] = {2, 1, 2};
+    const int np[5] = {0, 0, 0, 0, 0};
+    struct grouped g = {0};
+    g.n = 3;
+    CHECK(ms_pg_group(pg, 3, unit_n, st, np, NULL, on_grouped, &g) == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == 0);
+    CHECK(g.uerr[0] == MS_PG_EQUERY && g.uindex[0] == 1);
+    CHECK(strcmp(g.ustate[0], "23505") == 0);
+    CHECK(g.uerr[1] == 0 && g.uindex[1] == -1);
+    CHECK(g.uerr[2] == MS_PG_EQUERY && g.uindex[2] == 1);
+    CHECK(strcmp(g.ustate[2], "22012") == 0);
+    CHECK(strcmp(sql(pg, "SELECT string_agg(k::text, ',') FROM g"), "2")
+          == 0);
+    /* bad shapes are refused */
+    const int zero[1] = {0};
+    CHECK(ms_pg_group(pg, 1, zero, st, np, NULL, on_grouped, &g)
+          == MS_EINVAL);
+    CHECK(ms_pg_group(pg, 0, unit_n, st, np, NULL, on_grouped, &g)
+          == MS_EINVAL);
+}
+
+/* Writes queued in one loop turn commit in one transaction; a stale
+ * writer and a conflicting one in that group fail alone. */
+static void test_group_commit(void)
+{
+    /* one group at a time: the five writes below make one group */
+    struct ms_journal *all = jn;
+    jn = ms_journal_new(loop, pg, "c1", "n1", 1);
+    CHECK(jn != NULL);
+    struct ms_journal_stats before, after;
+    ms_journal_stats(jn, &before);
+    const char *ev[] = {"{\"g\":1}"};
+    size_t len = strlen(ev[0]);
+    struct ms_journal_entity ok1 = {"acct", "g1", 2, 3, 5};
+    struct ms_journal_entity stale = {"acct", "g2", 2, 3, 4};
+    struct ms_journal_entity ok2 = {"acct", "g3", 2, 3, 5};
+    struct ms_journal_entity conflict = {"acct", "a1", 2, 3, 5};
+    struct wrote w[5];
+    memset(w, 0, sizeof w);
+    CHECK(ms_journal_append(jn, &ok1, 1, 1, ev, &len, NULL, 0, 0, on_wrote,
+                            &w[0]) == 0);
+    CHECK(ms_journal_append(jn, &stale, 1, 1, ev, &len, NULL, 0, 0,
+                            on_wrote, &w[1]) == 0);
+    CHECK(ms_journal_append(jn, &ok2, 1, 1, ev, &len, NULL, 0, 0, on_wrote,
+                            &w[2]) == 0);
+    CHECK(ms_journal_append(jn, &conflict, 1, 1, ev, &len, NULL, 0, 0,
+                            on_wrote, &w[3]) == 0);
+    /* the same entity's next write, queued in the same turn, after */
+    CHECK(ms_journal_append(jn, &ok1, 2, 1, ev, &len, NULL, 0, 0, on_wrote,
+                            &w[4]) == 0);
+    CHECK(wait_for(&w[4].done, 10000));
+    for (int i = 0; i < 5; i++)
+        CHECK(w[i].done == 1);
+    CHECK(w[0].err == 0 && w[2].err == 0 && w[4].err == 0);
+    CHECK(w[1].err == MS_ESTALE);
+    CHECK(w[3].err == MS_ECONFLICT);
+    ms_journal_stats(jn, &after);
+    CHECK(after.commits == before.commits + 1); /* one transaction */
+    CHECK(after.writes == before.writes + 3);
+    CHECK(after.stale_refused == before.stale_refused + 1);
+    CHECK(after.conflicts == before.conflicts + 1);
+    CHECK(strcmp(sql(pg, "SELECT string_agg(id || ':' || sequence, ',' "
+                         "ORDER BY id, sequence) FROM moonshard_events "
+                         "WHERE id IN ('g1', 'g2', 'g3')"),
+                 "g1:1,g1:2,g3:1") == 0);
+    int closed = 0;
+    ms_journal_close(jn, on_closed, &closed);
+    CHECK(wait_for(&closed, 5000));
+    jn = all;
+}
+
+/* With two groups in flight, what is queued at once is shared out among
+ * them: two transactions, every write committed. */
+static void test_parallel_groups(void)
+{
+    struct ms_journal_stats before, after;
+    ms_journal_stats(jn, &before);
+    const char *ev[] = {"{}"};
+    size_t len = 2;
+    char ids[6][8];
+    struct wrote w[6];
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < 6; i++) {
+        snprintf(ids[i], sizeof ids[i], "p%d", i);
+        struct ms_journal_entity e = {"acct", ids[i], strlen(ids[i]), 3, 5};
+        CHECK(ms_journal_append(jn, &e, 1, 1, ev, &len, NULL, 0, 0,
+                                on_wrote, &w[i]) == 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        CHECK(wait_for(&w[i].done, 10000));
+        CHECK(w[i].err == 0);
+    }
+    ms_journal_stats(jn, &after);
+    CHECK(after.commits == before.commits + 2);
+    CHECK(after.writes == before.writes + 6);
+}
+
+int main(void)
+{
+    ms_log_setup("test", MS_LOG_INFO);
+    ms_log_set_sink(sink, NULL);
+    if (server_start() != 0) {
+        fprintf(stderr, "test_journal: cannot start a throwaway PostgreSQL "
+                        "(spec/helpers/pg_server.sh)\n");
+        return 1;
+    }
+    atexit(server_cleanup);
+    loop = uv_default_loop();
+    pg = pool(2);
+    int migrated = 0;
+    CHECK(ms_pg_migrate(pg, on_migrated, &migrated) == 0);
+    CHECK(wait_for(&migrated, 20000));
+    sql(pg, "INSERT INTO moonshard_leases (cluster, type, shard, owner, "
+            "epoch, expires_at) VALUES ('c1', 'acct', 3, 'n1', 5, now() + "
+            "interval '1 hour'), ('c1', 'doc', 3, 'n1', 5, now() + "
+            "interval '1 hour')");
+    jn = ms_journal_new(loop, pg, "c1", "n1", 2);
+    CHECK(jn != NULL);
+    test_events();
+    test_recovery_bounds();
+    test_state();
+    test_bump_waits();
+    test_pg_group();
+    test_group_commit();
+    test_parallel_groups();
+    struct ms_journal_stats st;
+    ms_journal_stats(jn, &st);
+    CHECK(st.commits > 0 && st.events > 0 && st.snapshots == 2);
+    CHECK(st.stale_refused > 0 && st.conflicts > 0);
+    CHECK(st.latency_count == st.writes);
+    close_pool(pg);
+    int closed = 0;
+    ms_journal_close(jn, on_closed, &closed);
+    CHECK(wait_for(&closed, 5000));
+    CHECK(uv_loop_close(loop) == 0);
+    server_cleanup();
+    CHECK_DONE();
+}
