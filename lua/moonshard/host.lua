@@ -26,6 +26,12 @@ local tell_c, ask_c, after_c, cancel_c = core.tell, core.ask, core.after, core.c
 local stop_c, log_c, now_c = core.stop, core.log, core.now
 local p_load, p_append, p_save, p_fail =
     core.p_load, core.p_append, core.p_save, core.p_fail
+local p_record, p_find = core.p_record, core.p_find
+-- the message field that carries an operation id (the HTTP gateway's
+-- Idempotency-Key, the CLI's --op-id, ref options): see README
+-- "Operation ids"
+local OP_FIELD = "$op"
+local OP_MAX = 128
 local tonumber, sub = tonumber, string.sub
 local ASK, IDLE, FREE = core.ASK, core.IDLE, core.FREE
 local KIND_STOP = 3
@@ -154,10 +160,30 @@ M.shard_for = shard_for
 local Ref = {}
 Ref.__index = Ref
 
-function Ref:tell(msg)
+-- msg with the operation id of `opts` (a copy; msg itself unchanged)
+local function with_op(msg, opts, level)
+    if opts == nil then return msg end
+    if type(opts) ~= "table" then
+        error("bad 'opts' argument: a table is required", level)
+    end
+    local op = opts.op_id
+    if op == nil then return msg end
+    if type(op) ~= "string" or #op == 0 or #op > OP_MAX
+        or find(op, "[%z\1-\32\"\\\127-\255]") then
+        error("bad 'op_id': 1 to " .. OP_MAX .. " bytes of visible ASCII "
+              .. "other than '\"' and '\\'", level)
+    end
+    local copy = {}
+    for k, v in pairs(msg) do copy[k] = v end
+    copy[OP_FIELD] = op
+    return copy
+end
+
+function Ref:tell(msg, opts)
     if type(msg) ~= "table" then
         error("bad 'msg' argument: a table is required", 2)
     end
+    msg = with_op(msg, opts, 3)
     local shard, perr = shard_for(self._t, self.id)
     if perr then return nil, perr end
     local ok, code, message = tell_c(self._t, self.id, encode(msg), shard)
@@ -218,10 +244,11 @@ local function check_seconds(seconds)
     return seconds
 end
 
-function Ref:ask(msg, seconds)
+function Ref:ask(msg, seconds, opts)
     if type(msg) ~= "table" then
         error("bad 'msg' argument: a table is required", 2)
     end
+    msg = with_op(msg, opts, 3)
     seconds = check_seconds(seconds)
     local co = handler_coroutine("ask")
     local shard, perr = shard_for(self._t, self.id)
@@ -515,14 +542,21 @@ local function written(h, co, what, corr, code, message)
     return true
 end
 
-local function run_command(h, b, P, msg, ctx, co)
+-- Records operation `op` alone (the message wrote nothing else), with
+-- the reply ctx:reply made; true, or false after persist_failed.
+local function record_op(h, co, op)
+    return written(h, co, "the operation record",
+                   p_record(h, op, preplies[h]))
+end
+
+local function run_command(h, b, P, msg, ctx, co, op)
     local evs = b.command(states[h], msg, ctx)
-    if evs == nil then return true end
+    if evs == nil then return op == nil or record_op(h, co, op) end
     if type(evs) ~= "table" then
         error("command must return a list of events or nil, got " .. type(evs))
     end
     local n = #evs
-    if n == 0 then return true end
+    if n == 0 then return op == nil or record_op(h, co, op) end
     local enc = {}
     for i = 1, n do
         if type(evs[i]) ~= "table" then
@@ -544,33 +578,39 @@ local function run_command(h, b, P, msg, ctx, co)
         snap = encode(st)
     end
     if not written(h, co, "the event write",
-                   p_append(h, seq0 + 1, enc, snap, P.delete)) then
+                   p_append(h, seq0 + 1, enc, snap, P.delete, op,
+                            op and preplies[h])) then
         return false
     end
     pmeta[h] = { seq = last }
     return true
 end
 
-local function run_receive(h, b, msg, ctx, co)
+local function run_receive(h, b, msg, ctx, co, op)
     local res = b.receive(states[h], msg, ctx)
     if res ~= nil and type(res) == "table" then states[h] = res end
     local m = pmeta[h]
+    local reply = op and preplies[h]
     if pdelete[h] then
         pdelete[h] = nil
         if m.rev > 0 then
             pmeta[h] = nil
-            if not written(h, co, "the state delete", p_save(h, m.rev)) then
+            if not written(h, co, "the state delete",
+                           p_save(h, m.rev, nil, op, reply)) then
                 return false
             end
+        elseif op and not record_op(h, co, op) then
+            return false
         end
         stop_c(h)
         pmeta[h] = nil
         return true
     end
     local text = encode(states[h])
-    if text == m.last then return true end
+    if text == m.last then return op == nil or record_op(h, co, op) end
     pmeta[h] = nil
-    if not written(h, co, "the state save", p_save(h, m.rev, text)) then
+    if not written(h, co, "the state save",
+                   p_save(h, m.rev, text, op, reply)) then
         return false
     end
     pmeta[h] = { rev = m.rev + 1, last = text }
@@ -586,12 +626,40 @@ local function run_persistent(h, b, P, kind, payload, co)
     if type(msg) ~= "table" then
         error("bad message: not a JSON object")
     end
+    local op = msg[OP_FIELD]
+    if op ~= nil then
+        msg[OP_FIELD] = nil
+        if type(op) ~= "string" or #op == 0 or #op > OP_MAX then
+            error("bad operation id (field \"" .. OP_FIELD .. "\"): a "
+                  .. "string of 1 to " .. OP_MAX .. " bytes is required")
+        end
+        -- committed under this id already: not applied again, an ask
+        -- gets the reply stored with it
+        local corr, code, message = p_find(h, op)
+        local raw, err
+        if corr then
+            raw, err = await_raw(co)
+        else
+            err = errtable(code, message)
+        end
+        if not raw then
+            persist_failed(h, "the operation lookup", err)
+            return
+        end
+        if raw ~= "0" then
+            if sub(raw, 1, 1) == "2" then
+                local ok, rerr = reply_c(h, sub(raw, 2))
+                if not ok and rerr then error(rerr, 0) end
+            end
+            return
+        end
+    end
     local ctx = ctxs[h]
     local ok
     if P.kind == "events" then
-        ok = run_command(h, b, P, msg, ctx, co)
+        ok = run_command(h, b, P, msg, ctx, co, op)
     else
-        ok = run_receive(h, b, msg, ctx, co)
+        ok = run_receive(h, b, msg, ctx, co, op)
     end
     if ok then flush_reply(h) end
 end
@@ -630,6 +698,9 @@ function M.driver()
                 if type(msg) ~= "table" then
                     error("bad message: not a JSON object")
                 end
+                -- an in-memory type keeps nothing to check an operation
+                -- id against: the id is dropped (README "Operation ids")
+                if msg[OP_FIELD] ~= nil then msg[OP_FIELD] = nil end
                 local res = b.receive(states[h], msg, ctxs[h])
                 if res ~= nil and type(res) == "table" then
                     states[h] = res

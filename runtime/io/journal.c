@@ -111,6 +111,29 @@ static const char SQL_STATE_DELETE[] =
     " AND revision = $7::bigint RETURNING 1)"
     CHECK_CHANGED("d");
 
+/* $1 cluster, $2 type, $3 id, $4 op id, $5 reply: with another write,
+ * in its transaction (the key refuses an id recorded already) */
+static const char SQL_OP_INSERT[] =
+    "INSERT INTO moonshard_operations (cluster, type, id, op_id, reply)"
+    " VALUES ($1, $2, $3, $4, $5)";
+
+/* $6 id, $7 op id, $8 reply: alone, under the lease check */
+static const char SQL_OP_ONLY[] =
+    LEASE_CTE " INSERT INTO moonshard_operations"
+    " (cluster, type, id, op_id, reply)"
+    " SELECT $1, $2, $6, $7, $8 FROM lease";
+
+/* $1 cluster, $2 type, $3 id, $4 op id */
+static const char SQL_OP_FIND[] =
+    "SELECT reply FROM moonshard_operations WHERE cluster = $1"
+    " AND type = $2 AND id = $3 AND op_id = $4";
+
+/* $1 cluster, $2 retention in ms */
+static const char SQL_OP_EXPIRE[] =
+    "DELETE FROM moonshard_operations WHERE ctid IN (SELECT ctid"
+    " FROM moonshard_operations WHERE cluster = $1 AND created_at <"
+    " now() - $2::bigint * interval '1 millisecond' LIMIT 10000)";
+
 struct op;
 
 struct ms_journal {
@@ -130,9 +153,9 @@ struct ms_journal {
     unsigned nlat;
 };
 
-enum { W_APPEND, W_STATE_SAVE, W_STATE_DELETE };
+enum { W_APPEND, W_STATE_SAVE, W_STATE_DELETE, W_OP };
 
-#define MAX_ST 3     /* statements of one write */
+#define MAX_ST 4     /* statements of one write (3 and an operation) */
 #define MAX_PARAMS 8 /* parameters of one of them */
 
 /* One write or load under way (the pool's callback data). A write owns
@@ -144,6 +167,7 @@ struct op {
     int state;           /* a load: of a durable state */
     int nevents;         /* an append: its events */
     int snapshot;        /* an append: with a snapshot */
+    int has_op;          /* records an operation id */
     uint64_t start_ns;
     ms_journal_write_cb wcb;
     ms_journal_load_cb lcb;
@@ -305,9 +329,11 @@ static void op_done(struct op *o, int err, const char *pgmsg)
     else if (err == MS_ECONFLICT)
         snprintf(msg, sizeof msg, "%s: another writer changed this "
                  "entity's history (%s)",
-                 o->what == W_APPEND ? "the event sequence exists already"
-                                     : "the state is not at the expected "
-                                       "revision",
+                 o->has_op && pgmsg && strstr(pgmsg, "moonshard_operations")
+                     ? "the operation id is recorded already"
+                 : o->what == W_APPEND ? "the event sequence exists already"
+                                       : "the state is not at the expected "
+                                         "revision",
                  pgmsg);
     else if (err)
         snprintf(msg, sizeof msg, "%s", pgmsg && pgmsg[0]
@@ -322,9 +348,10 @@ static void op_done(struct op *o, int err, const char *pgmsg)
         if (o->what == W_APPEND) {
             j->st.events += (uint64_t)o->nevents;
             j->st.snapshots += o->snapshot ? 1u : 0u;
-        } else {
+        } else if (o->what != W_OP) {
             j->st.states++;
         }
+        j->st.ops_recorded += o->has_op ? 1u : 0u;
         latency(j, (uv_hrtime() - o->start_ns) / 1000);
     } else if (err == MS_ESTALE) {
         j->st.stale_refused++;
@@ -437,6 +464,18 @@ static struct op *op_new(struct ms_journal *j, int what)
 
 /* ---- writes ---------------------------------------------------------- */
 
+static char *text_of(const char *s, size_t len)
+{
+    if (!s || memchr(s, 0, len))
+        return NULL;
+    char *t = malloc(len + 1);
+    if (t) {
+        memcpy(t, s, len);
+        t[len] = 0;
+    }
+    return t;
+}
+
 /* Queues write o: `n` statements (parameters copied into o); the first
  * starts with LEASE_CTE, whose 5 parameters come before its own np[0].
  * Takes o (freed on failure). */
@@ -461,6 +500,37 @@ static int write_tx(struct ms_journal *j, const struct ms_journal_entity *e,
             }
         }
     }
+    if (e->op_id && o->what != W_OP) {
+        /* the operation, recorded in the same transaction */
+        char *id = NULL, *reply = NULL;
+        int rc = id_text(e, &id);
+        if (rc == 0 && e->op_reply &&
+            !(reply = text_of(e->op_reply, e->op_reply_len)))
+            rc = MS_EINVAL;
+        char *opid = rc == 0 ? dupstr(e->op_id) : NULL;
+        char *cl = rc == 0 ? dupstr(j->cluster) : NULL;
+        char *ty = rc == 0 ? dupstr(e->type) : NULL;
+        if (rc == 0 && (!opid || !cl || !ty))
+            rc = MS_ENOMEM;
+        if (rc < 0) {
+            free(id);
+            free(reply);
+            free(opid);
+            free(cl);
+            free(ty);
+            op_free(o);
+            return rc;
+        }
+        o->sql[n] = SQL_OP_INSERT;
+        o->np[n] = 5;
+        o->params[n][0] = cl;
+        o->params[n][1] = ty;
+        o->params[n][2] = id;
+        o->params[n][3] = opid;
+        o->params[n][4] = reply;
+        o->nst = n + 1;
+    }
+    o->has_op = e->op_id != NULL;
     if (j->tail)
         j->tail->next = o;
     else
@@ -501,17 +571,6 @@ static char *array_literal(int n, const char *const *s, const size_t *lens)
     return out;
 }
 
-static char *text_of(const char *s, size_t len)
-{
-    if (!s || memchr(s, 0, len))
-        return NULL;
-    char *t = malloc(len + 1);
-    if (t) {
-        memcpy(t, s, len);
-        t[len] = 0;
-    }
-    return t;
-}
 
 int ms_journal_append(struct ms_journal *j, const struct ms_journal_entity *e,
                       int64_t first_seq, int n, const char *const *events,
@@ -763,4 +822,103 @@ int ms_journal_load_state(struct ms_journal *j,
                           ms_journal_load_cb cb, void *data)
 {
     return load(j, e, 1, cb, data);
+}
+
+/* ---- operation ids ----------------------------------------------------- */
+
+int ms_journal_record_op(struct ms_journal *j,
+                         const struct ms_journal_entity *e,
+                         ms_journal_write_cb cb, void *data)
+{
+    if (!cb || !e || !e->op_id)
+        return MS_EINVAL;
+    char *id = NULL, *reply = NULL;
+    int rc = id_text(e, &id);
+    if (rc < 0)
+        return rc;
+    if (e->op_reply && !(reply = text_of(e->op_reply, e->op_reply_len))) {
+        free(id);
+        return MS_EINVAL;
+    }
+    const char *p[3] = {id, e->op_id, reply};
+    const char *sql[1] = {SQL_OP_ONLY};
+    const int np[1] = {3};
+    const char *const *params[1] = {p};
+    struct op *o = op_new(j, W_OP);
+    rc = MS_ENOMEM;
+    if (o) {
+        o->wcb = cb;
+        o->data = data;
+        rc = write_tx(j, e, 1, sql, np, params, o);
+        if (rc == 0)
+            o->has_op = 1;
+    }
+    free(id);
+    free(reply);
+    return rc;
+}
+
+struct find {
+    struct ms_journal *j;
+    ms_journal_op_cb cb;
+    void *data;
+};
+
+static void on_found(const struct ms_pg_result *r, void *data)
+{
+    struct find f = *(struct find *)data;
+    free(data);
+    int err = ms_pg_result_error(r);
+    if (err) {
+        f.j->st.db_errors++;
+        f.cb(err, ms_pg_result_message(r), 0, NULL, 0, f.data);
+        return;
+    }
+    if (ms_pg_result_rows(r) < 1) {
+        f.cb(0, "", 0, NULL, 0, f.data);
+        return;
+    }
+    f.j->st.ops_found++;
+    const char *reply = ms_pg_result_value(r, 0, 0);
+    f.cb(0, "", 1, reply, reply ? strlen(reply) : 0, f.data);
+}
+
+int ms_journal_find_op(struct ms_journal *j, const struct ms_journal_entity *e,
+                       const char *op_id, ms_journal_op_cb cb, void *data)
+{
+    if (!cb || !op_id || !op_id[0] || strlen(op_id) > MS_JOURNAL_OP_MAX)
+        return MS_EINVAL;
+    char *id = NULL;
+    int rc = id_text(e, &id);
+    if (rc < 0)
+        return rc;
+    struct find *f = malloc(sizeof *f);
+    if (!f) {
+        free(id);
+        return MS_ENOMEM;
+    }
+    f->j = j;
+    f->cb = cb;
+    f->data = data;
+    const char *p[4] = {j->cluster, e->type, id, op_id};
+    rc = ms_pg_query(j->pg, SQL_OP_FIND, 4, p, on_found, f);
+    if (rc < 0)
+        free(f);
+    free(id);
+    return rc;
+}
+
+static void on_expired(const struct ms_pg_result *r, void *data)
+{
+    struct ms_journal *j = data;
+    if (ms_pg_result_error(r))
+        j->st.db_errors++;
+}
+
+int ms_journal_expire_ops(struct ms_journal *j, uint64_t retention_ms)
+{
+    char ms[24];
+    snprintf(ms, sizeof ms, "%" PRIu64, retention_ms);
+    const char *p[2] = {j->cluster, ms};
+    return ms_pg_query(j->pg, SQL_OP_EXPIRE, 2, p, on_expired, j);
 }

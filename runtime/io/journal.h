@@ -51,6 +51,7 @@
 #define MS_JOURNAL_MAX_EVENTS 1000     /* events of one append */
 #define MS_JOURNAL_MAX_GROUP 256       /* writes in one group transaction */
 #define MS_JOURNAL_MESSAGE_MAX 256     /* bytes of an error message */
+#define MS_JOURNAL_OP_MAX 128          /* bytes of an operation id */
 
 struct ms_journal;
 
@@ -63,6 +64,14 @@ struct ms_journal_entity {
     size_t idlen;
     uint32_t shard;
     uint64_t epoch;
+    /* Operation ids (issue 11 point 7), for writes: when op_id is not
+     * NULL (NUL-terminated, at most MS_JOURNAL_OP_MAX bytes), the write's
+     * transaction also records the operation and its reply (op_reply,
+     * NULL for a tell) in moonshard_operations; an id recorded already
+     * fails the write with MS_ECONFLICT. */
+    const char *op_id;
+    const char *op_reply;
+    size_t op_reply_len;
 };
 
 /* What a load read. Pointers are borrowed until the callback returns. */
@@ -146,6 +155,27 @@ int ms_journal_delete_state(struct ms_journal *j,
                             int64_t expected, ms_journal_write_cb cb,
                             void *data);
 
+/* Records operation e->op_id (and its reply) alone, for a command that
+ * wrote nothing else: a write with the lease check like the others. */
+int ms_journal_record_op(struct ms_journal *j,
+                         const struct ms_journal_entity *e,
+                         ms_journal_write_cb cb, void *data);
+
+/* A lookup's outcome: err 0 with found (1: the operation was committed;
+ * reply/len its stored reply, NULL for a tell), or a negative code. */
+typedef void (*ms_journal_op_cb)(int err, const char *message, int found,
+                                 const char *reply, size_t len, void *data);
+
+/* Looks up operation `op_id` of entity e (not grouped: one statement).
+ * 0 and `cb` later, or a negative code and no callback. */
+int ms_journal_find_op(struct ms_journal *j, const struct ms_journal_entity *e,
+                       const char *op_id, ms_journal_op_cb cb, void *data);
+
+/* Deletes the operations of the journal's cluster recorded more than
+ * `retention_ms` ago (at most 10,000 rows per call). Fire and forget:
+ * 0, or a negative code when it could not be queued. */
+int ms_journal_expire_ops(struct ms_journal *j, uint64_t retention_ms);
+
 /* Counters since the journal was made. */
 struct ms_journal_stats {
     uint64_t commits;        /* group transactions committed (with at
@@ -158,6 +188,8 @@ struct ms_journal_stats {
     uint64_t conflicts;      /* writes refused: MS_ECONFLICT */
     uint64_t db_errors;      /* writes and loads failed otherwise */
     uint64_t loads;          /* loads that succeeded */
+    uint64_t ops_recorded;   /* operation ids recorded with a write */
+    uint64_t ops_found;      /* lookups that found a committed one */
     uint64_t latency_count;  /* writes timed */
     uint64_t latency_sum_us; /* their time from queueing to COMMIT */
     uint64_t latency_p50_us; /* over the last MS_JOURNAL_LAT_WINDOW */

@@ -77,18 +77,35 @@ void ms_bridge_set_router(struct ms_bridge *b, struct ms_router *r,
  * not end the ask (the leaf does). `state` NULL in save: delete.
  * Strings and arrays are borrowed for the call.
  */
+/* The operation id a write records (issue 11 point 7) and the reply to
+ * keep with it (NULL: a tell); borrowed for the call. */
+struct ms_bridge_op {
+    const char *id;
+    const char *reply;
+    size_t reply_len;
+};
+
 struct ms_bridge_persist {
     void *data;
     int (*load)(void *data, int type, uint32_t shard, const char *id,
                 size_t idlen, int64_t corr);
+    /* `op`: NULL, or the operation to record in the same transaction */
     int (*append)(void *data, int type, uint32_t shard, const char *id,
                   size_t idlen, int64_t first_seq, int n,
                   const char *const *events, const size_t *lens,
                   const char *snapshot, size_t snapshot_len,
-                  int delete_covered, int64_t corr);
+                  int delete_covered, const struct ms_bridge_op *op,
+                  int64_t corr);
     int (*save)(void *data, int type, uint32_t shard, const char *id,
                 size_t idlen, int64_t expected, const char *state,
-                size_t len, int64_t corr);
+                size_t len, const struct ms_bridge_op *op, int64_t corr);
+    /* records `op` alone (a command that wrote nothing else) */
+    int (*record)(void *data, int type, uint32_t shard, const char *id,
+                  size_t idlen, const struct ms_bridge_op *op, int64_t corr);
+    /* looks `op_id` up: the wait ends with "0" (not committed), "1" (a
+     * tell committed) or "2" and the stored reply */
+    int (*find)(void *data, int type, uint32_t shard, const char *id,
+                size_t idlen, const char *op_id, int64_t corr);
 };
 
 /* Sets the hooks (copied); NULL: persistent writes and loads fail with

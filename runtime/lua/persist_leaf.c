@@ -7,9 +7,14 @@
  * Lua.
  *
  *   core.p_load(h)                          -> corr | nil, code, message
- *   core.p_append(h, first_seq, events, snapshot|nil, delete)
+ *   core.p_append(h, first_seq, events, snapshot|nil, delete[, op, reply])
  *                                           -> corr | nil, code, message
- *   core.p_save(h, expected, state|nil)     -> corr | nil, code, message
+ *   core.p_save(h, expected, state|nil[, op, reply])
+ *                                           -> corr | nil, code, message
+ *   core.p_record(h, op, reply|nil)         -> corr | nil, code, message
+ *   core.p_find(h, op)                      -> corr | nil, code, message
+ *     (the wait ends with "0": not committed, "1": a tell committed,
+ *      "2" .. reply: an ask committed with that reply)
  *   core.p_fail(h, code, message)           ends the current ask with
  *                                           that error (a failed commit)
  *
@@ -98,6 +103,20 @@ static int l_load(lua_State *L)
     return started(b, L, rc, corr);
 }
 
+/* The operation (op id at `arg`, its reply at arg + 1) into *op: 1, or
+ * 0 when there is none. */
+static int op_arg(lua_State *L, int arg, struct ms_bridge_op *op)
+{
+    if (lua_isnoneornil(L, arg))
+        return 0;
+    size_t n;
+    op->id = luaL_checklstring(L, arg, &n);
+    if (n == 0 || n > 128 || strlen(op->id) != n)
+        luaL_error(L, "an operation id is 1 to 128 bytes, without NUL");
+    op->reply = luaL_optlstring(L, arg + 1, NULL, &op->reply_len);
+    return 1;
+}
+
 #define MAX_APPEND 1000 /* events of one command (MS_JOURNAL_MAX_EVENTS) */
 
 static int l_append(lua_State *L)
@@ -128,13 +147,15 @@ static int l_append(lua_State *L)
             return luaL_error(L, "event %d is not encoded", i + 1);
         lua_pop(L, 1); /* still referenced by the table */
     }
+    struct ms_bridge_op op;
+    int has_op = op_arg(L, 6, &op);
     int64_t corr = 0;
     int rc = open_wait(b, h, &corr);
     if (rc < 0)
         return push_err(L, rc);
     rc = b->persist.append(b->persist.data, type, shard, id, idlen,
                            (int64_t)first, n, ev, lens, snap, snaplen, del,
-                           corr);
+                           has_op ? &op : NULL, corr);
     return started(b, L, rc, corr);
 }
 
@@ -151,12 +172,55 @@ static int l_save(lua_State *L)
     const char *state = luaL_optlstring(L, 3, NULL, &len);
     if (!(expected >= 0 && expected < 9e15))
         return luaL_error(L, "bad revision");
+    struct ms_bridge_op op;
+    int has_op = op_arg(L, 4, &op);
     int64_t corr = 0;
     int rc = open_wait(b, h, &corr);
     if (rc < 0)
         return push_err(L, rc);
     rc = b->persist.save(b->persist.data, type, shard, id, idlen,
-                         (int64_t)expected, state, len, corr);
+                         (int64_t)expected, state, len, has_op ? &op : NULL,
+                         corr);
+    return started(b, L, rc, corr);
+}
+
+static int l_record(lua_State *L)
+{
+    struct ms_bridge *b = bridge_of(L);
+    int type;
+    const char *id;
+    size_t idlen;
+    uint32_t shard;
+    uint32_t h = current(b, L, &type, &id, &idlen, &shard);
+    struct ms_bridge_op op;
+    if (!op_arg(L, 2, &op))
+        return luaL_error(L, "an operation id is required");
+    int64_t corr = 0;
+    int rc = open_wait(b, h, &corr);
+    if (rc < 0)
+        return push_err(L, rc);
+    rc = b->persist.record(b->persist.data, type, shard, id, idlen, &op,
+                           corr);
+    return started(b, L, rc, corr);
+}
+
+static int l_find(lua_State *L)
+{
+    struct ms_bridge *b = bridge_of(L);
+    int type;
+    const char *id;
+    size_t idlen;
+    uint32_t shard;
+    uint32_t h = current(b, L, &type, &id, &idlen, &shard);
+    struct ms_bridge_op op;
+    if (!op_arg(L, 2, &op))
+        return luaL_error(L, "an operation id is required");
+    int64_t corr = 0;
+    int rc = open_wait(b, h, &corr);
+    if (rc < 0)
+        return push_err(L, rc);
+    rc = b->persist.find(b->persist.data, type, shard, id, idlen, op.id,
+                         corr);
     return started(b, L, rc, corr);
 }
 
@@ -188,6 +252,7 @@ void ms__bridge_open_persist(lua_State *L, void *b)
     static const luaL_Reg fns[] = {
         {"p_load", l_load}, {"p_append", l_append},
         {"p_save", l_save}, {"p_fail", l_fail},
+        {"p_record", l_record}, {"p_find", l_find},
         {NULL, NULL},
     };
     for (const luaL_Reg *f = fns; f->name; f++) {

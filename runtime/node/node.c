@@ -86,6 +86,7 @@ static void on_tick(uv_timer_t *t)
 static void on_gc_tick(uv_timer_t *t)
 {
     struct ms_node *n = t->data;
+    ms_node_persist_tick(n->persist, uv_now(n->loop));
     if (n->rounds != n->seen_rounds) {
         n->seen_rounds = n->rounds;
         return;

@@ -19,6 +19,7 @@ struct ms_node_persist {
     void (*kick)(void *);
     void *kick_data;
     uint64_t no_lease;          /* writes refused locally: no lease */
+    uint64_t expire_at_ms;      /* next deletion of old operation ids */
 };
 
 /* One request under way: the wait it ends. */
@@ -139,6 +140,7 @@ static void entity_of(struct ms_node_persist *p, int type, uint32_t shard,
                       const char *id, size_t idlen,
                       struct ms_journal_entity *e)
 {
+    memset(e, 0, sizeof *e);
     e->type = p->cfg->types[type].name;
     e->id = id;
     e->idlen = idlen;
@@ -190,17 +192,29 @@ static int no_lease(struct ms_node_persist *p, struct req *r)
     return 0;
 }
 
+/* The operation of a write, in the journal's terms. */
+static void with_op(struct ms_journal_entity *e, const struct ms_bridge_op *op)
+{
+    if (op) {
+        e->op_id = op->id;
+        e->op_reply = op->reply;
+        e->op_reply_len = op->reply_len;
+    }
+}
+
 static int h_append(void *data, int type, uint32_t shard, const char *id,
                     size_t idlen, int64_t first_seq, int n,
                     const char *const *events, const size_t *lens,
                     const char *snapshot, size_t snapshot_len,
-                    int delete_covered, int64_t corr)
+                    int delete_covered, const struct ms_bridge_op *op,
+                    int64_t corr)
 {
     struct ms_node_persist *p = data;
     if (type < 0 || type >= p->cfg->ntypes)
         return MS_EINVAL;
     struct ms_journal_entity e;
     entity_of(p, type, shard, id, idlen, &e);
+    with_op(&e, op);
     struct req *r = req_new(p, corr);
     if (!r)
         return MS_ENOMEM;
@@ -216,13 +230,14 @@ static int h_append(void *data, int type, uint32_t shard, const char *id,
 
 static int h_save(void *data, int type, uint32_t shard, const char *id,
                   size_t idlen, int64_t expected, const char *state,
-                  size_t len, int64_t corr)
+                  size_t len, const struct ms_bridge_op *op, int64_t corr)
 {
     struct ms_node_persist *p = data;
     if (type < 0 || type >= p->cfg->ntypes)
         return MS_EINVAL;
     struct ms_journal_entity e;
     entity_of(p, type, shard, id, idlen, &e);
+    with_op(&e, op);
     struct req *r = req_new(p, corr);
     if (!r)
         return MS_ENOMEM;
@@ -237,6 +252,70 @@ static int h_save(void *data, int type, uint32_t shard, const char *id,
     return rc;
 }
 
+static int h_record(void *data, int type, uint32_t shard, const char *id,
+                    size_t idlen, const struct ms_bridge_op *op,
+                    int64_t corr)
+{
+    struct ms_node_persist *p = data;
+    if (type < 0 || type >= p->cfg->ntypes)
+        return MS_EINVAL;
+    struct ms_journal_entity e;
+    entity_of(p, type, shard, id, idlen, &e);
+    with_op(&e, op);
+    struct req *r = req_new(p, corr);
+    if (!r)
+        return MS_ENOMEM;
+    if (e.epoch == 0)
+        return no_lease(p, r);
+    int rc = ms_journal_record_op(p->j, &e, on_written, r);
+    if (rc < 0)
+        free(r);
+    return rc;
+}
+
+static void on_found(int err, const char *message, int found,
+                     const char *reply, size_t len, void *data)
+{
+    struct req *r = data;
+    struct ms_node_persist *p = r->p;
+    int64_t corr = r->corr;
+    free(r);
+    if (err) {
+        end_error(p, corr, err, message);
+        return;
+    }
+    if (!found || !reply) {
+        end_wait(p, corr, 0, found ? "1" : "0", 1);
+        return;
+    }
+    char *buf = malloc(len + 1);
+    if (!buf) {
+        end_error(p, corr, MS_ENOMEM, "out of memory");
+        return;
+    }
+    buf[0] = '2';
+    memcpy(buf + 1, reply, len);
+    end_wait(p, corr, 0, buf, len + 1);
+    free(buf);
+}
+
+static int h_find(void *data, int type, uint32_t shard, const char *id,
+                  size_t idlen, const char *op_id, int64_t corr)
+{
+    struct ms_node_persist *p = data;
+    if (type < 0 || type >= p->cfg->ntypes)
+        return MS_EINVAL;
+    struct ms_journal_entity e;
+    entity_of(p, type, shard, id, idlen, &e);
+    struct req *r = req_new(p, corr);
+    if (!r)
+        return MS_ENOMEM;
+    int rc = ms_journal_find_op(p->j, &e, op_id, on_found, r);
+    if (rc < 0)
+        free(r);
+    return rc;
+}
+
 void ms_node_persist_hooks(struct ms_node_persist *p,
                            struct ms_bridge_persist *out)
 {
@@ -244,6 +323,23 @@ void ms_node_persist_hooks(struct ms_node_persist *p,
     out->load = h_load;
     out->append = h_append;
     out->save = h_save;
+    out->record = h_record;
+    out->find = h_find;
+}
+
+void ms_node_persist_tick(struct ms_node_persist *p, uint64_t now_ms)
+{
+    if (!p || !p->d || now_ms < p->expire_at_ms)
+        return;
+    uint64_t keep = p->cfg->operation_retention_ms;
+    uint64_t every = keep / 2;
+    if (every < 500)
+        every = 500;
+    if (every > 60000)
+        every = 60000;
+    if (p->expire_at_ms)
+        (void)ms_journal_expire_ops(p->j, keep); /* retried next time */
+    p->expire_at_ms = now_ms + every;
 }
 
 size_t ms_node_persist_stats_json(const struct ms_node_persist *p,
@@ -264,10 +360,13 @@ size_t ms_node_persist_stats_json(const struct ms_node_persist *p,
                      ",\"commit_latency_count\":%" PRIu64
                      ",\"commit_latency_sum_us\":%" PRIu64
                      ",\"commit_latency_p50_us\":%" PRIu64
-                     ",\"commit_latency_p99_us\":%" PRIu64 "}",
+                     ",\"commit_latency_p99_us\":%" PRIu64
+                     ",\"ops_recorded\":%" PRIu64 ",\"ops_found\":%" PRIu64
+                     "}",
                      s.commits, s.writes, s.events, s.snapshots, s.states,
                      s.stale_refused + p->no_lease, s.conflicts,
                      s.db_errors, s.loads, s.latency_count,
-                     s.latency_sum_us, s.latency_p50_us, s.latency_p99_us);
+                     s.latency_sum_us, s.latency_p50_us, s.latency_p99_us,
+                     s.ops_recorded, s.ops_found);
     return w < 0 ? 0 : (size_t)w;
 }

@@ -38,6 +38,11 @@ void ms_node_persist_hooks(struct ms_node_persist *p,
  * dropped. p stays valid until ms_node_persist_free. */
 void ms_node_persist_detach(struct ms_node_persist *p);
 
+/* Deletes the operation ids older than the config's operation_retention
+ * (issue 11 point 7), every half of it (at least 0.5 s, at most 60 s
+ * apart); call it often (the node's idle tick). p may be NULL. */
+void ms_node_persist_tick(struct ms_node_persist *p, uint64_t now_ms);
+
 void ms_node_persist_free(struct ms_node_persist *p);
 
 /* Writes the "persistence" object of /v1/stats: {"commits":..,

@@ -1,6 +1,6 @@
 -- spec/04-postgres/recovery_spec.lua: an event-sourced entity keeps its
--- history wherever its shard goes (issue 11): after a move by hand, a
--- join, a leave, and after its owner is SIGKILLed, downed, and its lease
+-- history wherever its shard goes (issue 11): after a join, a move by
+-- hand, a leave, and after its owner is SIGKILLed, downed, and its lease
 -- has run out. After each, the entity answers from its recovered state on
 -- the new owner, and the journal is one unbroken history whose epochs
 -- never go down.
@@ -91,49 +91,57 @@ describe("a persistent entity", function()
 
     local IDS = { "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8" }
 
-    it("recovers after a move by hand, a join and a leave", function()
+    -- the shards of Ledger on member `name`, as n sees them
+    local function shards_on(n, name)
+        local list = {}
+        for _, s in ipairs(n:allocations("Ledger").shards) do
+            if s.owner == name then list[#list + 1] = s.shard end
+        end
+        return list
+    end
+
+    it("recovers after a join, a move by hand and a leave", function()
         local db, ci = fresh_db()
         local c = helpers.cluster({ size = 3, entities = { Ledger = LEDGER },
-                                    settings = { database = ci } })
-        c:start({ "n1", "n2" })
-        c:wait_converged({ "n1", "n2" }, 15)
+                                    settings = { database = ci,
+                                                 rebalance_interval = 1 } })
+        c:start({ "n1" })
+        c:wait_converged({ "n1" }, 15)
         local n1, n2, n3 = c:node("n1"), c:node("n2"), c:node("n3")
         fill(n1, IDS, 1, 6)
-        check_state(n2, IDS, 6)
 
-        -- a move by hand of every shard n1 owns to n2
-        local moved = 0
-        for _, s in ipairs(n1:allocations("Ledger").shards) do
-            if s.owner == "n1" then
-                local status, _, raw = n1:http("POST", format(
-                    "/v1/move/Ledger/%d", s.shard), nil, { headers = {
-                    ["X-Moonshard-Token"] = c.admin_token } })
-                assert.is_true(status == 202 or status == 200, raw)
-                moved = moved + 1
-            end
-        end
+        -- a join: the rebalance gives n2 some of n1's shards
+        c:start({ "n2" })
+        c:wait_converged({ "n1", "n2" }, 15)
         helpers.wait_until(function()
-            for _, s in ipairs(n1:allocations("Ledger").shards) do
-                if s.owner ~= "n2" then return nil end
-            end
-            return true
-        end, 20, "every shard on n2")
-        check_state(n1, IDS, 6)
+            return #shards_on(n1, "n2") > 0 or nil
+        end, 30, "a shard on n2")
+        check_state(n2, IDS, 6)
         fill(n2, IDS, 7, 8)
 
-        -- a join: n3 takes some shards
+        -- a move by hand of a shard of n1 (the strategy places it)
+        local before = n1:stats().moves.finished
+        local sh = assert(shards_on(n1, "n1")[1], "n1 owns no shard")
+        local status, _, raw = n1:http("POST", format("/v1/move/Ledger/%d",
+            sh), nil, { headers = { ["X-Moonshard-Token"] = c.admin_token } })
+        assert.equal(202, status, raw)
+        helpers.wait_until(function()
+            return n1:stats().moves.finished > before or nil
+        end, 20, "the move to finish")
+        check_state(n1, IDS, 8)
+        fill(n1, IDS, 9, 9)
+
+        -- another join: n3 takes some shards
         c:start({ "n3" })
         c:wait_converged({ "n1", "n2", "n3" }, 15)
         helpers.wait_until(function()
-            for _, s in ipairs(n1:allocations("Ledger").shards) do
-                if s.owner == "n3" then return true end
-            end
+            return #shards_on(n1, "n3") > 0 or nil
         end, 30, "a shard on n3")
-        check_state(n3, IDS, 8)
-        fill(n3, IDS, 9, 10)
+        check_state(n3, IDS, 9)
+        fill(n3, IDS, 10, 10)
 
         -- a leave of n2: its shards go to the others
-        local status, _, raw = n2:admin("leave")
+        status, _, raw = n2:admin("leave")
         assert.is_true(status == 202 or status == 200, raw)
         assert.is_true(n2.proc:wait(30) ~= nil, "n2 did not leave")
         helpers.wait_until(function()
@@ -146,11 +154,12 @@ describe("a persistent entity", function()
         end, 30, "no shard on n2")
         check_state(n1, IDS, 10)
         fill(n1, IDS, 11, 11)
+        local bumped = 0
         for _, id in ipairs(IDS) do
             local j = unbroken(db, id, 11)
-            assert.is_true(j[#j].epoch > j[1].epoch or owner(n1, id) ~= "n1",
-                           id .. " never changed epoch")
+            if j[#j].epoch > j[1].epoch then bumped = bumped + 1 end
         end
+        assert.is_true(bumped > 0, "no entity changed epoch")
         helpers.stop_all_checked()
     end)
 

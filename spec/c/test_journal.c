@@ -240,7 +240,7 @@ static struct ms_journal *jn;
 static int append(const char *id, uint64_t epoch, int64_t first, int n,
                   const char *const *ev, const char *snap, int del)
 {
-    struct ms_journal_entity e = {"acct", id, strlen(id), 3, epoch};
+    struct ms_journal_entity e = {"acct", id, strlen(id), 3, epoch, NULL, NULL, 0};
     size_t lens[MAXEV];
     for (int i = 0; i < n; i++)
         lens[i] = strlen(ev[i]);
@@ -260,7 +260,7 @@ static int append(const char *id, uint64_t epoch, int64_t first, int n,
 static void load(const char *id, int state, struct loaded *o)
 {
     struct ms_journal_entity e = {state ? "doc" : "acct", id, strlen(id),
-                                  3, 0};
+                                  3, 0, NULL, NULL, 0};
     memset(o, 0, sizeof *o);
     CHECK((state ? ms_journal_load_state(jn, &e, on_loaded, o)
                  : ms_journal_load_events(jn, &e, on_loaded, o)) == 0);
@@ -270,7 +270,7 @@ static void load(const char *id, int state, struct loaded *o)
 static int save(const char *id, uint64_t epoch, int64_t expected,
                 const char *state)
 {
-    struct ms_journal_entity e = {"doc", id, strlen(id), 3, epoch};
+    struct ms_journal_entity e = {"doc", id, strlen(id), 3, epoch, NULL, NULL, 0};
     struct wrote w = {0};
     int rc = state ? ms_journal_save_state(jn, &e, expected, state,
                                            strlen(state), on_wrote, &w)
@@ -358,7 +358,7 @@ static void test_events(void)
     CHECK(append("a1", 5, 6, 1, e6, NULL, 0) == 0);
 
     /* bad input */
-    struct ms_journal_entity e = {"acct", "a\0b", 3, 3, 5};
+    struct ms_journal_entity e = {"acct", "a\0b", 3, 3, 5, NULL, NULL, 0};
     size_t l1 = 1;
     const char *one[] = {"x"};
     CHECK(ms_journal_append(jn, &e, 1, 1, one, &l1, NULL, 0, 0, on_wrote,
@@ -528,10 +528,10 @@ static void test_group_commit(void)
     ms_journal_stats(jn, &before);
     const char *ev[] = {"{\"g\":1}"};
     size_t len = strlen(ev[0]);
-    struct ms_journal_entity ok1 = {"acct", "g1", 2, 3, 5};
-    struct ms_journal_entity stale = {"acct", "g2", 2, 3, 4};
-    struct ms_journal_entity ok2 = {"acct", "g3", 2, 3, 5};
-    struct ms_journal_entity conflict = {"acct", "a1", 2, 3, 5};
+    struct ms_journal_entity ok1 = {"acct", "g1", 2, 3, 5, NULL, NULL, 0};
+    struct ms_journal_entity stale = {"acct", "g2", 2, 3, 4, NULL, NULL, 0};
+    struct ms_journal_entity ok2 = {"acct", "g3", 2, 3, 5, NULL, NULL, 0};
+    struct ms_journal_entity conflict = {"acct", "a1", 2, 3, 5, NULL, NULL, 0};
     struct wrote w[5];
     memset(w, 0, sizeof w);
     CHECK(ms_journal_append(jn, &ok1, 1, 1, ev, &len, NULL, 0, 0, on_wrote,
@@ -579,7 +579,7 @@ static void test_parallel_groups(void)
     memset(w, 0, sizeof w);
     for (int i = 0; i < 6; i++) {
         snprintf(ids[i], sizeof ids[i], "p%d", i);
-        struct ms_journal_entity e = {"acct", ids[i], strlen(ids[i]), 3, 5};
+        struct ms_journal_entity e = {"acct", ids[i], strlen(ids[i]), 3, 5, NULL, NULL, 0};
         CHECK(ms_journal_append(jn, &e, 1, 1, ev, &len, NULL, 0, 0,
                                 on_wrote, &w[i]) == 0);
     }
