@@ -47,6 +47,8 @@
 #define MS_PG_MAX_STATEMENTS 64     /* statements of one transaction */
 #define MS_PG_MAX_GROUP_STATEMENTS 4096 /* statements of one group, its
                                            SAVEPOINT steps counted */
+#define MS_PG_MAX_PREPARED 32     /* statements prepared per connection;
+                                     more run unnamed */
 #define MS_PG_MESSAGE_MAX 512       /* bytes of an error message kept */
 #define MS_PG_STATEMENT_MAX (1 << 20) /* bytes of one statement's text and
                                          parameters together (MS_E2BIG) */
