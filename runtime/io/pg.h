@@ -8,6 +8,7 @@
  * statement (ms_pg_query) or a transaction (ms_pg_transaction): BEGIN,
  * its statements, COMMIT, sent one after the other on the same
  * connection; the first failing statement makes the pool send ROLLBACK.
+ * A group (ms_pg_group) is sent whole, as one pipeline (pg_pipe.c).
  *
  * Timeouts: every connection is opened with the server settings
  * statement_timeout (the server cancels a statement that runs longer:
@@ -116,12 +117,13 @@ int ms_pg_transaction(struct ms_pg *pg, int n, const char *const *sql,
 
 /* Queues a group transaction (group commit): BEGIN, then `nunits`
  * units one after the other, unit u being unit_n[u] statements (taken in
- * order from sql, nparams, params, as for ms_pg_transaction) run after
- *   [RELEASE SAVEPOINT ms_unit;] SAVEPOINT ms_unit
- * (one round trip: the RELEASE, of the previous unit's savepoint, from
- * the second unit on), then COMMIT. A statement that fails rolls its unit back to the
- * savepoint (the unit's later statements are skipped) and the group goes
- * on: the other units commit. `cb` runs once, after COMMIT: with
+ * order from sql, nparams, params, as for ms_pg_transaction) between
+ * SAVEPOINT ms_unit and RELEASE SAVEPOINT ms_unit, then COMMIT, all sent
+ * at once in libpq's pipeline mode (one round trip; the statements are
+ * prepared once per connection, at most MS_PG_MAX_PREPARED texts). A
+ * statement that fails rolls its unit back to the savepoint (the unit's
+ * later statements are skipped) and the group goes on in one more round
+ * trip: the other units commit. `cb` runs once, after COMMIT: with
  * ms_pg_result_error 0, each unit's outcome is ms_pg_result_unit_error
  * (0: committed) and _unit_index (its statement that failed, -1 for
  * none or for the SAVEPOINT itself), _unit_sqlstate, _unit_message;

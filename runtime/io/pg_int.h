@@ -81,6 +81,7 @@ struct conn {
     struct pstep *pipe; /* the messages of its round, in order */
     int pipe_cap, pipe_n, pipe_at; /* allocated, sent, answered */
     int failed_unit; /* the unit that failed in this round, else -1 */
+    int commit_failed; /* the error was COMMIT's: no transaction left */
     struct prepared prep[MS_PG_MAX_PREPARED];
     PGresult *last;  /* the last statement's result */
     int err;         /* first error of the job, 0 if none */

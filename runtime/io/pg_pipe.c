@@ -176,6 +176,7 @@ void ms__pg_pipe_start(struct conn *c)
         return;
     }
     c->pipe_on = 1;
+    c->commit_failed = 0;
     send_round(c, 0, 0);
 }
 
@@ -229,6 +230,7 @@ static void take(struct conn *c, const struct pstep *p, PGresult *res)
                          PQresultErrorMessage(res));
         c->err = error_code(ss);
         c->err_index = -1;
+        c->commit_failed = p->kind == P_COMMIT;
     }
     PQclear(res);
 }
@@ -237,12 +239,18 @@ static void take(struct conn *c, const struct pstep *p, PGresult *res)
 static void round_done(struct conn *c)
 {
     if (c->err) {
-        /* the transaction may be open still: ROLLBACK (step by step) */
         if (!PQexitPipelineMode(c->pg)) {
             ms__pg_conn_lost(c, PQerrorMessage(c->pg));
             return;
         }
-        ms__pg_rollback(c);
+        c->pipe_on = 0;
+        /* a COMMIT that failed ended the transaction; after BEGIN or a
+         * rollback to the savepoint that failed it is open: ROLLBACK
+         * (step by step) */
+        if (c->commit_failed)
+            ms__pg_finish(c);
+        else
+            ms__pg_rollback(c);
         return;
     }
     if (c->failed_unit >= 0) {
