@@ -54,14 +54,17 @@ struct pstep {
     int kind;  /* P_* */
     int unit;  /* its unit, -1 for BEGIN, COMMIT... */
     int st;    /* P_STMT, P_PREPARE: the job's statement */
-    int slot;  /* P_PREPARE: its prepared-statement slot */
+    int slot;  /* P_PREPARE, P_STMT: its prepared slot, else -1 */
 };
 
 /* Statements prepared on one connection (MS_PG_MAX_PREPARED at most;
- * past that, statements go unnamed), named "ms_p<slot>". */
+ * past that, statements go unnamed), named "ms_p<name>": a number never
+ * used twice on a connection, so a slot forgotten while the server may
+ * still hold its statement is never prepared again under that name. */
 struct prepared {
     char *sql;     /* NULL: a free slot */
     uint32_t hash;
+    unsigned name;
 };
 
 struct conn {
@@ -83,6 +86,7 @@ struct conn {
     int failed_unit; /* the unit that failed in this round, else -1 */
     int commit_failed; /* the error was COMMIT's: no transaction left */
     struct prepared prep[MS_PG_MAX_PREPARED];
+    unsigned prep_names; /* names given on this connection */
     PGresult *last;  /* the last statement's result */
     int err;         /* first error of the job, 0 if none */
     int err_index;

@@ -20,11 +20,14 @@
  * savepoint) fails the whole group: ROLLBACK, and every unit reports it.
  *
  * Prepared statements: the first use of a statement text on a connection
- * sends a Parse under the name "ms_p<slot>" in the pipeline, before its
+ * sends a Parse under a new name "ms_p<n>" in the pipeline, before its
  * execution; later uses execute the named statement (no parse, and the
  * server's plan cache). At most MS_PG_MAX_PREPARED texts per connection;
  * past that a statement is sent unnamed. A Parse that was skipped or
- * failed is forgotten again; a connection that is dropped forgets all.
+ * failed is forgotten again, and so is a statement whose execution says
+ * the server lost it (26000: DEALLOCATE by hand) or cannot use it any
+ * more (0A000: its result type changed under it); a connection that is
+ * dropped forgets all.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +50,13 @@ void ms__pg_prepared_reset(struct conn *c)
         free(c->prep[i].sql);
         c->prep[i].sql = NULL;
     }
+    c->prep_names = 0;
+}
+
+static void prepared_forget(struct conn *c, int slot)
+{
+    free(c->prep[slot].sql);
+    c->prep[slot].sql = NULL;
 }
 
 /* The slot holding `sql` (prepared or being prepared), else -1. */
@@ -70,6 +80,7 @@ static int prepared_add(struct conn *c, const char *sql, uint32_t h)
             return -1;
         memcpy(c->prep[i].sql, sql, n);
         c->prep[i].hash = h;
+        c->prep[i].name = c->prep_names++;
         return i;
     }
     return -1;
@@ -102,7 +113,7 @@ static int send_stmt(struct conn *c, int i)
     int slot = prepared_find(c, s->sql, h);
     char name[16];
     if (slot < 0 && (slot = prepared_add(c, s->sql, h)) >= 0) {
-        snprintf(name, sizeof name, "ms_p%d", slot);
+        snprintf(name, sizeof name, "ms_p%u", c->prep[slot].name);
         if (!PQsendPrepare(c->pg, name, s->sql, s->nparams, NULL))
             return -1;
         push(c, P_PREPARE, s->unit, i, slot);
@@ -112,12 +123,12 @@ static int send_stmt(struct conn *c, int i)
                                NULL, NULL, 0))
             return -1;
     } else {
-        snprintf(name, sizeof name, "ms_p%d", slot);
+        snprintf(name, sizeof name, "ms_p%u", c->prep[slot].name);
         if (!PQsendQueryPrepared(c->pg, name, s->nparams, params, NULL,
                                  NULL, 0))
             return -1;
     }
-    push(c, P_STMT, s->unit, i, -1);
+    push(c, P_STMT, s->unit, i, slot);
     return 0;
 }
 
@@ -203,16 +214,18 @@ static void take(struct conn *c, const struct pstep *p, PGresult *res)
         PQclear(res);
         return;
     }
-    if (p->kind == P_PREPARE) {
+    if (p->kind == P_PREPARE && c->prep[p->slot].sql) {
         /* skipped or refused: not prepared on the server */
-        free(c->prep[p->slot].sql);
-        c->prep[p->slot].sql = NULL;
+        prepared_forget(c, p->slot);
     }
     if (st == PGRES_PIPELINE_ABORTED || c->err || c->failed_unit >= 0) {
         PQclear(res); /* skipped, or after the first error */
         return;
     }
     const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if (p->kind == P_STMT && p->slot >= 0 && c->prep[p->slot].sql && ss &&
+        (strcmp(ss, "26000") == 0 || strcmp(ss, "0A000") == 0))
+        prepared_forget(c, p->slot); /* lost or unusable: a new name */
     if (p->unit >= 0) {
         /* a unit failed: it alone is rolled back (next round) */
         struct unit_out *u = &j->units[p->unit];

@@ -644,6 +644,26 @@ static void test_prepared_reconnect(void)
     }
     CHECK(ok);
     CHECK(ms_pg_attempts(one) >= 2); /* it did reconnect */
+    /* the session loses its prepared statements (DEALLOCATE by hand):
+     * the group that finds out fails, the next prepares them again */
+    struct got gone = {0};
+    CHECK(ms_pg_query(one, "DEALLOCATE ALL", 0, NULL, on_sql, &gone) == 0);
+    CHECK(wait_for(&gone.done, 10000) && gone.err == 0);
+    memset(&g, 0, sizeof g);
+    g.n = 2;
+    CHECK(ms_pg_group(one, 2, unit_n, st, NULL, NULL, on_grouped, &g) == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == 0 && g.uerr[0] == MS_PG_EQUERY);
+    CHECK(strcmp(g.ustate[0], "26000") == 0);
+    for (int round = 0; round < 2; round++) {
+        memset(&g, 0, sizeof g);
+        g.n = 2;
+        CHECK(ms_pg_group(one, 2, unit_n, st, NULL, NULL, on_grouped, &g)
+              == 0);
+        CHECK(wait_for(&g.done, 10000));
+        CHECK(g.err == 0 && g.uerr[0] == 0 && g.uerr[1] == 0);
+        CHECK(strcmp(g.v0, "2") == 0);
+    }
     close_pool(one);
 }
 
