@@ -117,16 +117,17 @@ int ms_pg_transaction(struct ms_pg *pg, int n, const char *const *sql,
 
 /* Queues a group transaction (group commit): BEGIN, then `nunits`
  * units one after the other, unit u being unit_n[u] statements (taken in
- * order from sql, nparams, params, as for ms_pg_transaction) between
- * SAVEPOINT ms_unit and RELEASE SAVEPOINT ms_unit, then COMMIT, all sent
- * at once in libpq's pipeline mode (one round trip; the statements are
- * prepared once per connection, at most MS_PG_MAX_PREPARED texts). A
- * statement that fails rolls its unit back to the savepoint (the unit's
- * later statements are skipped) and the group goes on in one more round
- * trip: the other units commit. `cb` runs once, after COMMIT: with
- * ms_pg_result_error 0, each unit's outcome is ms_pg_result_unit_error
- * (0: committed) and _unit_index (its statement that failed, -1 for
- * none or for the SAVEPOINT itself), _unit_sqlstate, _unit_message;
+ * order from sql, nparams, params, as for ms_pg_transaction), then
+ * COMMIT, all sent at once in libpq's pipeline mode (one round trip; the
+ * statements are prepared once per connection, at most
+ * MS_PG_MAX_PREPARED texts). A statement that fails undoes its unit
+ * alone (the unit's later statements are skipped): the group goes on
+ * with the other units, each under its own SAVEPOINT from then on, one
+ * more round trip per failing unit, and they commit (see pg_pipe.c).
+ * `cb` runs once, after COMMIT: with ms_pg_result_error 0, each
+ * unit's outcome is ms_pg_result_unit_error (0: committed) and
+ * _unit_index (its statement that failed, -1 for none or for its
+ * SAVEPOINT or RELEASE), _unit_sqlstate, _unit_message;
  * with an error (BEGIN or COMMIT failed, the connection was lost, the
  * deadline passed), no unit committed -- or, for a connection lost
  * during COMMIT, it is unknown -- and every unit reports that error.

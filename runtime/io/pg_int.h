@@ -46,8 +46,8 @@ enum { C_DOWN, C_CONNECTING, C_IDLE, C_BUSY };
 /* What one message of a group's pipeline was (pg_pipe.c), in the order
  * the server answers them. */
 enum {
-    P_BEGIN, P_SAVEPOINT, P_PREPARE, P_STMT, P_RELEASE, P_ROLLBACK_TO,
-    P_RELEASE_AFTER, P_COMMIT, P_SYNC
+    P_ROLLBACK, P_BEGIN, P_SAVEPOINT, P_PREPARE, P_STMT, P_RELEASE,
+    P_ROLLBACK_TO, P_RELEASE_AFTER, P_COMMIT, P_SYNC
 };
 
 struct pstep {
@@ -84,6 +84,7 @@ struct conn {
     struct pstep *pipe; /* the messages of its round, in order */
     int pipe_cap, pipe_n, pipe_at; /* allocated, sent, answered */
     int failed_unit; /* the unit that failed in this round, else -1 */
+    int pipe_sp;     /* units run under savepoints (after a failure) */
     int commit_failed; /* the error was COMMIT's: no transaction left */
     struct prepared prep[MS_PG_MAX_PREPARED];
     unsigned prep_names; /* names given on this connection */

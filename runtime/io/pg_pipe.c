@@ -4,20 +4,27 @@
  * back in one read, where the step-by-step path of pg.c waits one round
  * trip per statement.
  *
- * A round is sent as
- *   BEGIN,
- *   then per unit: SAVEPOINT ms_unit, its statements, RELEASE SAVEPOINT,
- *   COMMIT, Sync.
- * A statement of a unit that fails makes the server skip everything up to
- * the Sync (PGRES_PIPELINE_ABORTED), COMMIT included: the transaction is
- * still open, in the failed state, with the unit's savepoint set. The
- * next round then sends
+ * The first round is optimistic: BEGIN, every unit's statements, COMMIT,
+ * Sync -- no savepoints, since each one costs the server a subtransaction
+ * (and past 64 of them in one transaction, every snapshot in the server
+ * gets slower). When every statement succeeds, that is the whole group:
+ * one round trip.
+ *
+ * A statement that fails makes the server skip everything up to the Sync
+ * (PGRES_PIPELINE_ABORTED), COMMIT included, so the transaction is still
+ * open, failed, and nothing of it can be kept. That unit's failure is
+ * final; the next round is ROLLBACK, BEGIN and the other units again,
+ * each now under its own savepoint:
+ *   SAVEPOINT ms_unit, its statements, RELEASE SAVEPOINT ms_unit,
+ * then COMMIT, Sync. A unit that fails in such a round leaves the
+ * transaction failed with its savepoint set; the round after sends
  *   ROLLBACK TO SAVEPOINT ms_unit, RELEASE SAVEPOINT ms_unit,
- *   the units after the failed one as above, COMMIT, Sync.
- * So a group costs one round trip, plus one per unit that fails; each
- * unit still runs under its own savepoint and is the only one a failure
- * undoes. An error outside a unit (BEGIN, COMMIT, the rollback to the
- * savepoint) fails the whole group: ROLLBACK, and every unit reports it.
+ * the units after it, COMMIT, Sync.
+ * So a group costs one round trip, plus one per unit that fails, and a
+ * unit that fails is the only one whose writes are undone; the units
+ * before the first failure run twice (the first time rolled back). An
+ * error outside a unit (BEGIN, COMMIT, a rollback) fails the whole group:
+ * ROLLBACK (unless COMMIT failed), and every unit reports it.
  *
  * Prepared statements: the first use of a statement text on a connection
  * sends a Parse under a new name "ms_p<n>" in the pipeline, before its
@@ -132,26 +139,37 @@ static int send_stmt(struct conn *c, int i)
     return 0;
 }
 
-/* Sends a round from unit `from`: after a failed unit (`resume`) its
- * rollback first, else BEGIN. */
-static void send_round(struct conn *c, int from, int resume)
+enum { R_FIRST, R_RESTART, R_RESUME };
+
+/* Sends a round: the units from `from` on that have not failed, with
+ * savepoints once c->pipe_sp is set, after BEGIN (R_FIRST), ROLLBACK and
+ * BEGIN (R_RESTART) or the rollback to the failed unit's savepoint
+ * (R_RESUME). */
+static void send_round(struct conn *c, int from, int how)
 {
     struct job *j = c->job;
     c->pipe_n = 0;
     c->pipe_at = 0;
     c->failed_unit = -1;
-    int bad = resume
-                  ? send_sql(c, P_ROLLBACK_TO, -1,
-                             "ROLLBACK TO SAVEPOINT ms_unit") ||
-                        send_sql(c, P_RELEASE_AFTER, -1,
-                                 "RELEASE SAVEPOINT ms_unit")
-                  : send_sql(c, P_BEGIN, -1, "BEGIN");
+    int bad;
+    if (how == R_RESUME)
+        bad = send_sql(c, P_ROLLBACK_TO, -1,
+                       "ROLLBACK TO SAVEPOINT ms_unit") ||
+              send_sql(c, P_RELEASE_AFTER, -1, "RELEASE SAVEPOINT ms_unit");
+    else
+        bad = (how == R_RESTART && send_sql(c, P_ROLLBACK, -1, "ROLLBACK"))
+              || send_sql(c, P_BEGIN, -1, "BEGIN");
     for (int u = from; u < j->nunits && !bad; u++) {
-        bad = send_sql(c, P_SAVEPOINT, u, "SAVEPOINT ms_unit");
+        if (j->units[u].err)
+            continue; /* failed in an earlier round */
+        if (c->pipe_sp)
+            bad = send_sql(c, P_SAVEPOINT, u, "SAVEPOINT ms_unit");
         for (int i = j->unit_start[u]; i < j->unit_start[u + 1] && !bad;
              i++)
             bad = send_stmt(c, i);
-        bad = bad || send_sql(c, P_RELEASE, u, "RELEASE SAVEPOINT ms_unit");
+        if (c->pipe_sp)
+            bad = bad ||
+                  send_sql(c, P_RELEASE, u, "RELEASE SAVEPOINT ms_unit");
     }
     bad = bad || send_sql(c, P_COMMIT, -1, "COMMIT");
     if (!bad) {
@@ -169,9 +187,9 @@ static void send_round(struct conn *c, int from, int resume)
 void ms__pg_pipe_start(struct conn *c)
 {
     struct job *j = c->job;
-    /* the most a round sends: BEGIN (or the two of a rollback), per unit
-     * SAVEPOINT and RELEASE, per statement a Parse and its execution,
-     * COMMIT, Sync */
+    /* the most a round sends: BEGIN (with the ROLLBACK before it, or the
+     * two of a rollback to a savepoint), per unit SAVEPOINT and RELEASE,
+     * per statement a Parse and its execution, COMMIT, Sync */
     int need = 2 + 2 * j->nunits + 2 * j->n + 2;
     if (need > c->pipe_cap) {
         struct pstep *p = realloc(c->pipe, (size_t)need * sizeof *p);
@@ -187,8 +205,9 @@ void ms__pg_pipe_start(struct conn *c)
         return;
     }
     c->pipe_on = 1;
+    c->pipe_sp = 0;
     c->commit_failed = 0;
-    send_round(c, 0, 0);
+    send_round(c, 0, R_FIRST);
 }
 
 static int error_code(const char *sqlstate)
@@ -266,8 +285,16 @@ static void round_done(struct conn *c)
             ms__pg_rollback(c);
         return;
     }
+    if (c->failed_unit >= 0 && !c->pipe_sp) {
+        /* the first failure of an optimistic round: the transaction is
+         * lost; again from the start, without that unit, each unit under
+         * its savepoint now */
+        c->pipe_sp = 1;
+        send_round(c, 0, R_RESTART);
+        return;
+    }
     if (c->failed_unit >= 0) {
-        send_round(c, c->failed_unit + 1, 1);
+        send_round(c, c->failed_unit + 1, R_RESUME);
         return;
     }
     if (!PQexitPipelineMode(c->pg)) {
