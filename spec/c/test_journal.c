@@ -571,6 +571,37 @@ static void test_pipeline_failures(void)
     CHECK(strcmp(g.v0, "10,12,14,16") == 0);
 }
 
+/* Every unit fails (each in its own round), or only the last: the group
+ * itself succeeds, the failing units report their errors, and what the
+ * others wrote (run again under savepoints after the first failure) is
+ * there once. */
+static void test_pipeline_edges(void)
+{
+    sql(pg, "CREATE TABLE pe (k integer PRIMARY KEY)");
+    const char *bad[3] = {"SELECT 1 / 0", "SELECT 1 / 0", "SELECT 1 / 0"};
+    const int unit_n[3] = {1, 1, 1};
+    struct grouped g = {0};
+    g.n = 3;
+    CHECK(ms_pg_group(pg, 3, unit_n, bad, NULL, NULL, on_grouped, &g) == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == 0);
+    for (int u = 0; u < 3; u++)
+        CHECK(g.uerr[u] == MS_PG_EQUERY &&
+              strcmp(g.ustate[u], "22012") == 0);
+    const char *last[3] = {"INSERT INTO pe VALUES (1)",
+                           "INSERT INTO pe VALUES (2)",
+                           "INSERT INTO pe VALUES (1)"};
+    memset(&g, 0, sizeof g);
+    g.n = 3;
+    CHECK(ms_pg_group(pg, 3, unit_n, last, NULL, NULL, on_grouped, &g)
+          == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == 0 && g.uerr[0] == 0 && g.uerr[1] == 0);
+    CHECK(g.uerr[2] == MS_PG_EQUERY && strcmp(g.ustate[2], "23505") == 0);
+    CHECK(strcmp(sql(pg, "SELECT string_agg(k::text, ',' ORDER BY k) "
+                         "FROM pe"), "1,2") == 0);
+}
+
 /* A group whose COMMIT fails (a deferred key) fails as a whole: every
  * unit reports it, nothing is kept, and the connection serves the next
  * job (the pipeline is left, the transaction rolled back). */
@@ -821,6 +852,7 @@ int main(void)
     test_group_commit();
     test_parallel_groups();
     test_pipeline_failures();
+    test_pipeline_edges();
     test_pipeline_commit_fails();
     test_prepared_reconnect();
     test_group_bound();
