@@ -1,8 +1,8 @@
 /*
  * journal.c -- the SQL of persistent entities; see journal.h.
  *
- * Every write is one unit of a group transaction (ms_pg_group: its own
- * SAVEPOINT) and, but for a snapshot, one statement: its first CTE locks
+ * Every write is one unit of a group transaction (ms_pg_group: undone
+ * alone when it fails) and, but for a snapshot, one statement: its first CTE locks
  * the shard's lease row and divides by the number of rows it found, so a
  * missing or stale lease raises division_by_zero (22012) and the unit is
  * rolled back: MS_ESTALE. A state update or delete at the wrong revision,

@@ -25,11 +25,11 @@
  * Group commit: writes queued in one loop turn (ms_journal_* calls
  * before control returns to the loop) go to the server as ONE
  * transaction (ms_pg_group), and while the pool's connections are busy
- * with earlier groups, writes gather for the next one; each write runs
- * under its own SAVEPOINT, so
- * one that fails (stale, conflict) is rolled back alone and the others
- * commit. Each callback runs after the COMMIT of its own transaction. The
- * writes of one entity keep their order when the caller waits for each
+ * with earlier groups, writes gather for the next one; one write that
+ * fails (stale, conflict) is rolled back alone and the others commit
+ * (ms_pg_group: one round trip, savepoints only after a failure). Each
+ * callback runs after the COMMIT of its own transaction. The writes of
+ * one entity keep their order when the caller waits for each
  * write's callback before it queues the next (the host does): writes
  * queued at once may be shared out among groups that run in parallel.
  *

@@ -6,7 +6,8 @@
  * (PQconnectPoll), IDLE or BUSY (running a job's steps). A job's steps
  * are its statements, with BEGIN before and COMMIT after for a
  * transaction; each step is one PQsendQueryParams whose results are read
- * until PQgetResult gives NULL. One timer per connection serves as the
+ * until PQgetResult gives NULL. A group (ms_pg_group) runs in pipeline
+ * mode instead: pg_pipe.c. One timer per connection serves as the
  * retry (backoff) and the connect timeout; one timer per pool sweeps the
  * jobs' deadlines while there are jobs.
  */
@@ -21,95 +22,9 @@
 #include "../core/errors.h"
 #include "../core/log.h"
 
+#include "pg_int.h"
+
 #define TICK_MS 50 /* how often deadlines are checked while jobs exist */
-
-struct stmt {
-    char *sql;
-    int nparams;
-    char **params; /* NULL entries are SQL NULL */
-    int unit;      /* a group's unit (its SAVEPOINT is the unit's first
-                      statement), else -1 */
-    int simple;    /* no parameters, maybe several commands: sent with
-                      the simple protocol (PQsendQuery) */
-};
-
-/* The outcome of one unit of a group (ms_pg_group). */
-struct unit_out {
-    int err;
-    int index;     /* the unit's statement that failed, -1: none */
-    char sqlstate[6];
-    char message[MS_PG_MESSAGE_MAX];
-};
-
-struct job {
-    struct job *next;
-    int tx;        /* BEGIN .. COMMIT around the statements */
-    int n;         /* statements */
-    struct stmt *st;
-    ms_pg_done_cb cb;
-    void *data;
-    uint64_t deadline_ms; /* uv_now() scale */
-    int nunits;           /* a group: its units, else 0 */
-    int *unit_start;      /* [nunits + 1] first statement of each unit */
-    struct unit_out *units;
-};
-
-enum { C_DOWN, C_CONNECTING, C_IDLE, C_BUSY };
-
-struct conn {
-    struct ms_pg *pool;
-    int state;
-    PGconn *pg;
-    uv_poll_t *poll; /* malloc'd; freed in its close callback */
-    int poll_fd;
-    int poll_events;
-    uv_timer_t timer; /* retry delay, or connect timeout */
-    int backoff_ms;   /* delay before the next attempt after a failure */
-    unsigned long long failures; /* attempts failed in a row */
-    struct job *job;
-    int step;        /* tx: 0 BEGIN, 1..n statements, n+1 COMMIT */
-    int rolling_back;
-    int unit_rb;     /* a group's unit failed: 1 roll it back next, 2
-                        its ROLLBACK TO SAVEPOINT is running */
-    int unit;        /* that unit */
-    PGresult *last;  /* the last statement's result */
-    int err;         /* first error of the job, 0 if none */
-    int err_index;
-    char sqlstate[6];
-    char message[MS_PG_MESSAGE_MAX];
-};
-
-struct ms_pg {
-    uv_loop_t *loop;
-    char *conninfo;
-    char *masked;
-    char options[160];
-    struct ms_pg_config cfg;
-    struct conn *conns;
-    struct job *head, *tail;
-    int queued;
-    int jobs; /* queued + running */
-    uv_timer_t tick;
-    uv_timer_t kick; /* runs pump on the next loop turn after a submit */
-    int polls;       /* socket watches not yet freed */
-    unsigned long long attempts; /* connection attempts started */
-    int in_cb;
-    int closing;
-    char last_error[MS_PG_MESSAGE_MAX]; /* of the last failed attempt */
-    int pending_closes;
-    ms_pg_close_cb close_cb;
-    void *close_data;
-};
-
-struct ms_pg_result {
-    int err;
-    int index;
-    const char *sqlstate;
-    const char *message;
-    PGresult *res; /* NULL on error */
-    int nunits;    /* a group that ran to its end: its units' outcomes */
-    const struct unit_out *units;
-};
 
 static void conn_start(struct conn *c);
 static void pump(struct ms_pg *pg);
@@ -259,6 +174,8 @@ static void conn_drop(struct conn *c, int retry, int delay_ms)
         PQfinish(c->pg);
         c->pg = NULL;
     }
+    ms__pg_prepared_reset(c);
+    c->pipe_on = 0;
     uv_timer_stop(&c->timer);
     c->state = C_DOWN;
     if (retry && !c->pool->closing)
@@ -377,13 +294,10 @@ static void send_step(struct conn *c)
 {
     struct job *j = c->job;
     const char *sql;
-    int np = 0, simple = 0;
+    int np = 0;
     const char *const *params = NULL;
     if (c->rolling_back) {
         sql = "ROLLBACK";
-    } else if (c->unit_rb) {
-        c->unit_rb = 2;
-        sql = "ROLLBACK TO SAVEPOINT ms_unit";
     } else if (j->tx && c->step == 0) {
         sql = "BEGIN";
     } else if (j->tx && c->step == j->n + 1) {
@@ -393,11 +307,8 @@ static void send_step(struct conn *c)
         sql = s->sql;
         np = s->nparams;
         params = (const char *const *)s->params;
-        simple = s->simple;
     }
-    if (simple ? !PQsendQuery(c->pg, sql)
-               : !PQsendQueryParams(c->pg, sql, np, NULL, params, NULL, NULL,
-                                    0)) {
+    if (!PQsendQueryParams(c->pg, sql, np, NULL, params, NULL, NULL, 0)) {
         conn_lost(c, PQerrorMessage(c->pg));
         return;
     }
@@ -425,7 +336,7 @@ static void finish(struct conn *c)
         r.nunits = j->nunits;
         r.units = j->units;
     }
-    c->unit_rb = 0;
+    c->pipe_on = 0;
     c->job = NULL;
     c->state = C_IDLE;
     job_done(pg, j, &r);
@@ -439,17 +350,6 @@ static void step_done(struct conn *c)
     struct job *j = c->job;
     if (c->rolling_back) {
         finish(c);
-        return;
-    }
-    if (!c->err && c->unit_rb == 1) {
-        send_step(c); /* ROLLBACK TO SAVEPOINT: that unit alone */
-        return;
-    }
-    if (!c->err && c->unit_rb == 2) {
-        /* the unit is undone: on with the next one (or COMMIT) */
-        c->unit_rb = 0;
-        c->step = 1 + j->unit_start[c->unit + 1];
-        send_step(c);
         return;
     }
     if (c->err) {
@@ -484,21 +384,6 @@ static void take_result(struct conn *c, PGresult *res)
             c->last = res;
             return;
         }
-    } else if (!c->err && !c->rolling_back && user && !c->unit_rb &&
-               j->nunits) {
-        /* a unit of a group failed: it alone is rolled back */
-        const struct stmt *s = &j->st[c->step - 1];
-        struct unit_out *u = &j->units[s->unit];
-        const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        copy_text(u->sqlstate, sizeof u->sqlstate, ss);
-        copy_text(u->message, sizeof u->message, PQresultErrorMessage(res));
-        u->err = ss && strcmp(ss, "57014") == 0 ? MS_ETIMEDOUT
-                                                : MS_PG_EQUERY;
-        int first = j->unit_start[s->unit];
-        int at = c->step - 1;
-        u->index = at == first ? -1 : at - first - 1;
-        c->unit = s->unit;
-        c->unit_rb = 1;
     } else if (!c->err && !c->rolling_back) {
         const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
         copy_text(c->sqlstate, sizeof c->sqlstate, ss);
@@ -525,6 +410,10 @@ static void on_readable(struct conn *c)
     if (c->state == C_IDLE) {
         if (PQstatus(c->pg) == CONNECTION_BAD)
             conn_lost(c, PQerrorMessage(c->pg));
+        return;
+    }
+    if (c->pipe_on) {
+        ms__pg_pipe_read(c);
         return;
     }
     while (c->state == C_BUSY && !PQisBusy(c->pg)) {
@@ -600,12 +489,15 @@ static void pump(struct ms_pg *pg)
         c->state = C_BUSY;
         c->step = 0;
         c->rolling_back = 0;
-        c->unit_rb = 0;
+        c->pipe_on = 0;
         c->err = 0;
         c->err_index = -1;
         c->sqlstate[0] = '\0';
         c->message[0] = '\0';
-        send_step(c);
+        if (j->nunits)
+            ms__pg_pipe_start(c);
+        else
+            send_step(c);
     }
 }
 
@@ -660,6 +552,23 @@ static void on_tick(uv_timer_t *t)
     if (pg->jobs == 0)
         uv_timer_stop(&pg->tick);
     pump(pg);
+}
+
+/* -- for pg_pipe.c ----------------------------------------------------- */
+
+void ms__pg_conn_lost(struct conn *c, const char *why) { conn_lost(c, why); }
+int ms__pg_watch(struct conn *c, int events) { return watch(c, events); }
+void ms__pg_finish(struct conn *c) { finish(c); }
+void ms__pg_copy_text(char *dst, size_t cap, const char *src)
+{
+    copy_text(dst, cap, src);
+}
+
+void ms__pg_rollback(struct conn *c)
+{
+    c->pipe_on = 0;
+    c->rolling_back = 1;
+    send_step(c);
 }
 
 /* -- public -------------------------------------------------------------- */
@@ -848,8 +757,6 @@ static int make_job(struct ms_pg *pg, int tx, int n, const char *const *sql,
     }
     for (int i = 0; i < n; i++) {
         j->st[i].unit = unit_of ? unit_of[i] : -1;
-        /* a group's savepoint steps (see ms_pg_group) */
-        j->st[i].simple = unit_of && i == j->unit_start[unit_of[i]];
         int np = nparams ? nparams[i] : 0;
         if (stmt_set(&j->st[i], sql[i], np, np ? params[i] : NULL) != 0) {
             job_free(j);
@@ -886,42 +793,23 @@ int ms_pg_group(struct ms_pg *pg, int nunits, const int *unit_n,
 {
     if (!sql || !unit_n || nunits < 1 || nunits > MS_PG_MAX_GROUP_STATEMENTS)
         return MS_EINVAL;
-    int total = 0;
+    int total = 0, stmts = 0;
     for (int u = 0; u < nunits; u++) {
         if (unit_n[u] < 1 || unit_n[u] > MS_PG_MAX_STATEMENTS)
             return MS_EINVAL;
-        total += unit_n[u] + 1;
+        total += unit_n[u] + 1; /* its SAVEPOINT counted */
+        stmts += unit_n[u];
         if (total > MS_PG_MAX_GROUP_STATEMENTS)
             return MS_EINVAL;
     }
-    const char **gs = malloc((size_t)total * sizeof *gs);
-    int *gn = malloc((size_t)total * sizeof *gn);
-    const char *const **gp = malloc((size_t)total * sizeof *gp);
-    int *gu = malloc((size_t)total * sizeof *gu);
-    int rc = MS_ENOMEM;
-    if (gs && gn && gp && gu) {
-        int k = 0, i = 0;
-        for (int u = 0; u < nunits; u++) {
-            /* one round trip releases the last unit's savepoint (kept
-             * after a ROLLBACK TO) and sets this one's; COMMIT releases
-             * the last */
-            gs[k] = u ? "RELEASE SAVEPOINT ms_unit; SAVEPOINT ms_unit"
-                      : "SAVEPOINT ms_unit";
-            gn[k] = 0;
-            gp[k] = NULL;
+    int *gu = malloc((size_t)stmts * sizeof *gu);
+    if (!gu)
+        return MS_ENOMEM;
+    for (int u = 0, k = 0; u < nunits; u++)
+        for (int m = 0; m < unit_n[u]; m++)
             gu[k++] = u;
-            for (int m = 0; m < unit_n[u]; m++, i++) {
-                gs[k] = sql[i];
-                gn[k] = nparams ? nparams[i] : 0;
-                gp[k] = params ? params[i] : NULL;
-                gu[k++] = u;
-            }
-        }
-        rc = make_job(pg, 1, total, gs, gn, gp, gu, nunits, cb, data);
-    }
-    free(gs);
-    free(gn);
-    free(gp);
+    int rc = make_job(pg, 1, stmts, sql, nparams, params, gu, nunits, cb,
+                      data);
     free(gu);
     return rc;
 }
@@ -932,6 +820,8 @@ static void maybe_free(struct ms_pg *pg)
         return;
     ms_pg_close_cb cb = pg->close_cb;
     void *data = pg->close_data;
+    for (int i = 0; i < pg->cfg.connections; i++)
+        free(pg->conns[i].pipe);
     free(pg->conns);
     free(pg->conninfo);
     free(pg->masked);

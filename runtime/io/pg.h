@@ -8,6 +8,7 @@
  * statement (ms_pg_query) or a transaction (ms_pg_transaction): BEGIN,
  * its statements, COMMIT, sent one after the other on the same
  * connection; the first failing statement makes the pool send ROLLBACK.
+ * A group (ms_pg_group) is sent whole, as one pipeline (pg_pipe.c).
  *
  * Timeouts: every connection is opened with the server settings
  * statement_timeout (the server cancels a statement that runs longer:
@@ -47,6 +48,8 @@
 #define MS_PG_MAX_STATEMENTS 64     /* statements of one transaction */
 #define MS_PG_MAX_GROUP_STATEMENTS 4096 /* statements of one group, its
                                            SAVEPOINT steps counted */
+#define MS_PG_MAX_PREPARED 32     /* statements prepared per connection;
+                                     more run unnamed */
 #define MS_PG_MESSAGE_MAX 512       /* bytes of an error message kept */
 #define MS_PG_STATEMENT_MAX (1 << 20) /* bytes of one statement's text and
                                          parameters together (MS_E2BIG) */
@@ -114,15 +117,17 @@ int ms_pg_transaction(struct ms_pg *pg, int n, const char *const *sql,
 
 /* Queues a group transaction (group commit): BEGIN, then `nunits`
  * units one after the other, unit u being unit_n[u] statements (taken in
- * order from sql, nparams, params, as for ms_pg_transaction) run after
- *   [RELEASE SAVEPOINT ms_unit;] SAVEPOINT ms_unit
- * (one round trip: the RELEASE, of the previous unit's savepoint, from
- * the second unit on), then COMMIT. A statement that fails rolls its unit back to the
- * savepoint (the unit's later statements are skipped) and the group goes
- * on: the other units commit. `cb` runs once, after COMMIT: with
- * ms_pg_result_error 0, each unit's outcome is ms_pg_result_unit_error
- * (0: committed) and _unit_index (its statement that failed, -1 for
- * none or for the SAVEPOINT itself), _unit_sqlstate, _unit_message;
+ * order from sql, nparams, params, as for ms_pg_transaction), then
+ * COMMIT, all sent at once in libpq's pipeline mode (one round trip; the
+ * statements are prepared once per connection, at most
+ * MS_PG_MAX_PREPARED texts). A statement that fails undoes its unit
+ * alone (the unit's later statements are skipped): the group goes on
+ * with the other units, each under its own SAVEPOINT from then on, one
+ * more round trip per failing unit, and they commit (see pg_pipe.c).
+ * `cb` runs once, after COMMIT: with ms_pg_result_error 0, each
+ * unit's outcome is ms_pg_result_unit_error (0: committed) and
+ * _unit_index (its statement that failed, -1 for none or for its
+ * SAVEPOINT or RELEASE), _unit_sqlstate, _unit_message;
  * with an error (BEGIN or COMMIT failed, the connection was lost, the
  * deadline passed), no unit committed -- or, for a connection lost
  * during COMMIT, it is unknown -- and every unit reports that error.

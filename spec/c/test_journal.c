@@ -467,10 +467,12 @@ static void test_bump_waits(void)
 
 /* ms_pg_group: a unit that fails is rolled back alone (its first
  * statement's row too), the other units commit. */
+#define GMAX 8
 struct grouped {
     int done, err, n;
-    int uerr[3], uindex[3];
-    char ustate[3][6];
+    int uerr[GMAX], uindex[GMAX];
+    char ustate[GMAX][6];
+    char v0[64]; /* the first value of the last statement's result */
 };
 
 static void on_grouped(const struct ms_pg_result *r, void *data)
@@ -484,6 +486,8 @@ static void on_grouped(const struct ms_pg_result *r, void *data)
         snprintf(g->ustate[u], sizeof g->ustate[u], "%s",
                  ms_pg_result_unit_sqlstate(r, u));
     }
+    const char *v = ms_pg_result_value(r, 0, 0);
+    snprintf(g->v0, sizeof g->v0, "%s", v ? v : "(null)");
 }
 
 static void test_pg_group(void)
@@ -514,6 +518,234 @@ static void test_pg_group(void)
           == MS_EINVAL);
     CHECK(ms_pg_group(pg, 0, unit_n, st, np, NULL, on_grouped, &g)
           == MS_EINVAL);
+}
+
+/* A group runs as one pipeline: a unit that fails in the middle makes
+ * the server skip the rest up to the Sync (the later units' statements,
+ * their first Parse, COMMIT); the next round rolls back to that unit's
+ * savepoint and sends what follows. Several failures, at a unit's first
+ * statement, its second, and right after a unit whose Parse was skipped:
+ * each fails alone, the others commit. */
+static void test_pipeline_failures(void)
+{
+    sql(pg, "CREATE TABLE pf (k integer PRIMARY KEY)");
+    const char *st[9] = {
+        "INSERT INTO pf VALUES (10)",                          /* u0 */
+        "SELECT 1 / 0",                                        /* u1 */
+        "INSERT INTO pf VALUES (12)",                          /* u2 */
+        "INSERT INTO pf VALUES (13)", "INSERT INTO pf VALUES (10)", /* u3 */
+        "INSERT INTO pf VALUES (14)",                          /* u4 */
+        "SELECT nope FROM pf",                                 /* u5 */
+        "INSERT INTO pf VALUES (16)",                          /* u6 */
+        "SELECT string_agg(k::text, ',' ORDER BY k) FROM pf",  /* u7 */
+    };
+    const int unit_n[GMAX] = {1, 1, 1, 2, 1, 1, 1, 1};
+    struct grouped g = {0};
+    g.n = GMAX;
+    CHECK(ms_pg_group(pg, GMAX, unit_n, st, NULL, NULL, on_grouped, &g)
+          == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == 0);
+    CHECK(g.uerr[0] == 0 && g.uerr[2] == 0 && g.uerr[4] == 0);
+    CHECK(g.uerr[6] == 0 && g.uerr[7] == 0);
+    CHECK(g.uerr[1] == MS_PG_EQUERY && g.uindex[1] == 0);
+    CHECK(strcmp(g.ustate[1], "22012") == 0);
+    CHECK(g.uerr[3] == MS_PG_EQUERY && g.uindex[3] == 1);
+    CHECK(strcmp(g.ustate[3], "23505") == 0);
+    CHECK(g.uerr[5] == MS_PG_EQUERY && g.uindex[5] == 0);
+    CHECK(strcmp(g.ustate[5], "42703") == 0);
+    /* what the transaction saw before its COMMIT: u3's first row undone */
+    CHECK(strcmp(g.v0, "10,12,14,16") == 0);
+    CHECK(strcmp(sql(pg, "SELECT string_agg(k::text, ',' ORDER BY k) "
+                         "FROM pf"), "10,12,14,16") == 0);
+    /* the same texts again (now prepared, or re-prepared where a Parse
+     * was skipped): the same outcomes on an empty table */
+    sql(pg, "TRUNCATE pf");
+    memset(&g, 0, sizeof g);
+    g.n = GMAX;
+    CHECK(ms_pg_group(pg, GMAX, unit_n, st, NULL, NULL, on_grouped, &g)
+          == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == 0 && g.uerr[2] == 0 && g.uerr[6] == 0);
+    CHECK(g.uerr[1] == MS_PG_EQUERY && g.uerr[3] == MS_PG_EQUERY);
+    CHECK(strcmp(g.v0, "10,12,14,16") == 0);
+}
+
+/* Every unit fails (each in its own round), or only the last: the group
+ * itself succeeds, the failing units report their errors, and what the
+ * others wrote (run again under savepoints after the first failure) is
+ * there once. */
+static void test_pipeline_edges(void)
+{
+    sql(pg, "CREATE TABLE pe (k integer PRIMARY KEY)");
+    const char *bad[3] = {"SELECT 1 / 0", "SELECT 1 / 0", "SELECT 1 / 0"};
+    const int unit_n[3] = {1, 1, 1};
+    struct grouped g = {0};
+    g.n = 3;
+    CHECK(ms_pg_group(pg, 3, unit_n, bad, NULL, NULL, on_grouped, &g) == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == 0);
+    for (int u = 0; u < 3; u++)
+        CHECK(g.uerr[u] == MS_PG_EQUERY &&
+              strcmp(g.ustate[u], "22012") == 0);
+    const char *last[3] = {"INSERT INTO pe VALUES (1)",
+                           "INSERT INTO pe VALUES (2)",
+                           "INSERT INTO pe VALUES (1)"};
+    memset(&g, 0, sizeof g);
+    g.n = 3;
+    CHECK(ms_pg_group(pg, 3, unit_n, last, NULL, NULL, on_grouped, &g)
+          == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == 0 && g.uerr[0] == 0 && g.uerr[1] == 0);
+    CHECK(g.uerr[2] == MS_PG_EQUERY && strcmp(g.ustate[2], "23505") == 0);
+    CHECK(strcmp(sql(pg, "SELECT string_agg(k::text, ',' ORDER BY k) "
+                         "FROM pe"), "1,2") == 0);
+}
+
+/* A group whose COMMIT fails (a deferred key) fails as a whole: every
+ * unit reports it, nothing is kept, and the connection serves the next
+ * job (the pipeline is left, the transaction rolled back). */
+static void test_pipeline_commit_fails(void)
+{
+    sql(pg, "CREATE TABLE pd (k integer, CONSTRAINT pd_k UNIQUE (k) "
+            "DEFERRABLE INITIALLY DEFERRED)");
+    const char *st[2] = {"INSERT INTO pd VALUES (1)",
+                         "INSERT INTO pd VALUES (1)"};
+    const int unit_n[2] = {1, 1};
+    struct grouped g = {0};
+    g.n = 2;
+    CHECK(ms_pg_group(pg, 2, unit_n, st, NULL, NULL, on_grouped, &g) == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == MS_PG_EQUERY);
+    CHECK(g.uerr[0] == MS_PG_EQUERY && g.uerr[1] == MS_PG_EQUERY);
+    CHECK(strcmp(g.ustate[0], "23505") == 0);
+    for (int i = 0; i < 4; i++) /* both connections, twice */
+        CHECK(strcmp(sql(pg, "SELECT count(*) FROM pd"), "0") == 0);
+}
+
+/* The statements of a group are prepared on its connection (once per
+ * text); a connection that is lost forgets them, and the next group on
+ * its successor prepares them again. */
+static void test_prepared_reconnect(void)
+{
+    struct ms_pg *one = pool(1);
+    const char *st[2] = {
+        "SELECT 1",
+        "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE "
+        "'ms_p%' AND from_sql = false",
+    };
+    const int unit_n[2] = {1, 1};
+    struct grouped g = {0};
+    g.n = 2;
+    for (int round = 0; round < 2; round++) {
+        memset(&g, 0, sizeof g);
+        g.n = 2;
+        CHECK(ms_pg_group(one, 2, unit_n, st, NULL, NULL, on_grouped, &g)
+              == 0);
+        CHECK(wait_for(&g.done, 10000));
+        CHECK(g.err == 0 && g.uerr[0] == 0 && g.uerr[1] == 0);
+        /* the two statements (not BEGIN, SAVEPOINT...), once */
+        CHECK(strcmp(g.v0, "2") == 0);
+        if (strcmp(g.v0, "2") != 0)
+            fprintf(stderr, "prepared statements: %s\n", g.v0);
+    }
+    /* the server ends the pool's session */
+    struct got pid = {0};
+    CHECK(ms_pg_query(one, "SELECT pg_backend_pid()", 0, NULL, on_sql,
+                      &pid) == 0);
+    CHECK(wait_for(&pid.done, 10000) && pid.err == 0);
+    char kill[128];
+    snprintf(kill, sizeof kill, "SELECT pg_terminate_backend(%.20s)",
+             pid.v0);
+    CHECK(strcmp(sql(pg, kill), "t") == 0);
+    int ok = 0;
+    for (int tries = 0; tries < 20 && !ok; tries++) {
+        memset(&g, 0, sizeof g);
+        g.n = 2;
+        CHECK(ms_pg_group(one, 2, unit_n, st, NULL, NULL, on_grouped, &g)
+              == 0);
+        CHECK(wait_for(&g.done, 10000));
+        if (g.err == MS_PG_ECONN) {
+            idle_for(100); /* the lost session was found: reconnecting */
+            continue;
+        }
+        ok = 1;
+        CHECK(g.err == 0 && g.uerr[0] == 0 && g.uerr[1] == 0);
+        CHECK(strcmp(g.v0, "2") == 0);
+    }
+    CHECK(ok);
+    CHECK(ms_pg_attempts(one) >= 2); /* it did reconnect */
+    /* the session loses its prepared statements (DEALLOCATE by hand):
+     * the group that finds out fails, the next prepares them again */
+    struct got gone = {0};
+    CHECK(ms_pg_query(one, "DEALLOCATE ALL", 0, NULL, on_sql, &gone) == 0);
+    CHECK(wait_for(&gone.done, 10000) && gone.err == 0);
+    memset(&g, 0, sizeof g);
+    g.n = 2;
+    CHECK(ms_pg_group(one, 2, unit_n, st, NULL, NULL, on_grouped, &g) == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == 0 && g.uerr[0] == MS_PG_EQUERY);
+    CHECK(strcmp(g.ustate[0], "26000") == 0);
+    for (int round = 0; round < 2; round++) {
+        memset(&g, 0, sizeof g);
+        g.n = 2;
+        CHECK(ms_pg_group(one, 2, unit_n, st, NULL, NULL, on_grouped, &g)
+              == 0);
+        CHECK(wait_for(&g.done, 10000));
+        CHECK(g.err == 0 && g.uerr[0] == 0 && g.uerr[1] == 0);
+        CHECK(strcmp(g.v0, "2") == 0);
+    }
+    close_pool(one);
+}
+
+/* A journal sends at most MS_JOURNAL_MAX_GROUP writes in one group: more
+ * queued at once make more groups, every write committed. */
+static void test_group_bound(void)
+{
+    struct ms_journal *all = jn;
+    jn = ms_journal_new(loop, pg, "c1", "n1", 1);
+    CHECK(jn != NULL);
+    struct ms_journal_stats before, after;
+    ms_journal_stats(jn, &before);
+    enum { N = MS_JOURNAL_MAX_GROUP + 10 };
+    static struct wrote w[N];
+    static char ids[N][12];
+    memset(w, 0, sizeof w);
+    const char *ev[] = {"{}"};
+    size_t len = 2;
+    for (int i = 0; i < N; i++) {
+        snprintf(ids[i], sizeof ids[i], "b%d", i);
+        struct ms_journal_entity e = {"acct", ids[i], strlen(ids[i]), 3, 5,
+                                      NULL, NULL, 0};
+        CHECK(ms_journal_append(jn, &e, 1, 1, ev, &len, NULL, 0, 0,
+                                on_wrote, &w[i]) == 0);
+    }
+    for (int i = 0; i < N; i++) {
+        CHECK(wait_for(&w[i].done, 10000));
+        CHECK(w[i].err == 0);
+    }
+    ms_journal_stats(jn, &after);
+    CHECK(after.commits == before.commits + 2);
+    CHECK(after.writes == before.writes + N);
+    int closed = 0;
+    ms_journal_close(jn, on_closed, &closed);
+    CHECK(wait_for(&closed, 5000));
+    jn = all;
+    /* a group above the pool's bound is refused */
+    static int big_n[MS_PG_MAX_GROUP_STATEMENTS];
+    static const char *big_sql[MS_PG_MAX_GROUP_STATEMENTS];
+    for (int i = 0; i < MS_PG_MAX_GROUP_STATEMENTS; i++) {
+        big_n[i] = 1;
+        big_sql[i] = "SELECT 1";
+    }
+    struct grouped g = {0};
+    /* each unit counts its SAVEPOINT: half the bound fits, one more not */
+    CHECK(ms_pg_group(pg, MS_PG_MAX_GROUP_STATEMENTS / 2 + 1, big_n,
+                      big_sql, NULL, NULL, on_grouped, &g) == MS_EINVAL);
+    CHECK(ms_pg_group(pg, MS_PG_MAX_GROUP_STATEMENTS / 2, big_n, big_sql,
+                      NULL, NULL, on_grouped, &g) == 0);
+    CHECK(wait_for(&g.done, 10000));
+    CHECK(g.err == 0);
 }
 
 /* Writes queued in one loop turn commit in one transaction; a stale
@@ -620,6 +852,11 @@ int main(void)
     test_pg_group();
     test_group_commit();
     test_parallel_groups();
+    test_pipeline_failures();
+    test_pipeline_edges();
+    test_pipeline_commit_fails();
+    test_prepared_reconnect();
+    test_group_bound();
     struct ms_journal_stats st;
     ms_journal_stats(jn, &st);
     CHECK(st.commits > 0 && st.events > 0 && st.snapshots == 2);
