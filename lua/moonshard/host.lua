@@ -471,20 +471,24 @@ local function decode_stored(text, what)
     return v
 end
 
--- Recovers entity h from the database; false when the load failed (the
--- message then fails with the load's error).
-local function recover(h, b, P, co)
-    local corr, code, message = p_load(h)
+-- The answer of a load or lookup core.p_* started (corr, or nil, code,
+-- message): the raw reply, or nil after persist_failed(h, what, err).
+local function loaded(h, co, what, corr, code, message)
     local raw, err
     if corr then
         raw, err = await_raw(co)
     else
         err = errtable(code, message)
     end
-    if not raw then
-        persist_failed(h, "recovery", err)
-        return false
-    end
+    if not raw then persist_failed(h, what, err) end
+    return raw
+end
+
+-- Recovers entity h from the database; false when the load failed (the
+-- message then fails with the load's error).
+local function recover(h, b, P, co)
+    local raw = loaded(h, co, "recovery", p_load(h))
+    if not raw then return false end
     local _, e, last, rev, has_snap, n = find(raw, "^(%d+) (%d+) (%d) (%d+)\n")
     if not e then error("recovery: malformed journal reply") end
     local pos, text = e + 1
@@ -635,17 +639,8 @@ local function run_persistent(h, b, P, kind, payload, co)
         end
         -- committed under this id already: not applied again, an ask
         -- gets the reply stored with it
-        local corr, code, message = p_find(h, op)
-        local raw, err
-        if corr then
-            raw, err = await_raw(co)
-        else
-            err = errtable(code, message)
-        end
-        if not raw then
-            persist_failed(h, "the operation lookup", err)
-            return
-        end
+        local raw = loaded(h, co, "the operation lookup", p_find(h, op))
+        if not raw then return end
         if raw ~= "0" then
             if sub(raw, 1, 1) == "2" then
                 local ok, rerr = reply_c(h, sub(raw, 2))

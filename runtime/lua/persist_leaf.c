@@ -184,7 +184,9 @@ static int l_save(lua_State *L)
     return started(b, L, rc, corr);
 }
 
-static int l_record(lua_State *L)
+/* core.p_record (find 0) and core.p_find (find 1): argument 2 is the
+ * operation id (and, for p_record, 3 its reply). */
+static int op_request(lua_State *L, int find)
 {
     struct ms_bridge *b = bridge_of(L);
     int type;
@@ -199,29 +201,21 @@ static int l_record(lua_State *L)
     int rc = open_wait(b, h, &corr);
     if (rc < 0)
         return push_err(L, rc);
-    rc = b->persist.record(b->persist.data, type, shard, id, idlen, &op,
-                           corr);
+    rc = find ? b->persist.find(b->persist.data, type, shard, id, idlen,
+                                op.id, corr)
+              : b->persist.record(b->persist.data, type, shard, id, idlen,
+                                  &op, corr);
     return started(b, L, rc, corr);
+}
+
+static int l_record(lua_State *L)
+{
+    return op_request(L, 0);
 }
 
 static int l_find(lua_State *L)
 {
-    struct ms_bridge *b = bridge_of(L);
-    int type;
-    const char *id;
-    size_t idlen;
-    uint32_t shard;
-    uint32_t h = current(b, L, &type, &id, &idlen, &shard);
-    struct ms_bridge_op op;
-    if (!op_arg(L, 2, &op))
-        return luaL_error(L, "an operation id is required");
-    int64_t corr = 0;
-    int rc = open_wait(b, h, &corr);
-    if (rc < 0)
-        return push_err(L, rc);
-    rc = b->persist.find(b->persist.data, type, shard, id, idlen, op.id,
-                         corr);
-    return started(b, L, rc, corr);
+    return op_request(L, 1);
 }
 
 /* The code of an error name (MS_EHANDLER for one not in the table). */

@@ -192,14 +192,29 @@ static int no_lease(struct ms_node_persist *p, struct req *r)
     return 0;
 }
 
-/* The operation of a write, in the journal's terms. */
-static void with_op(struct ms_journal_entity *e, const struct ms_bridge_op *op)
+/* What every write does first: the entity under the lease held now
+ * (with the operation `op`, may be NULL) in *e, its request in *r.
+ * Returns 1 (go on: write, then free *r if that fails), 0 (no usable
+ * lease: answered stale_owner already) or a negative code. */
+static int begin_write(void *data, int type, uint32_t shard, const char *id,
+                       size_t idlen, const struct ms_bridge_op *op,
+                       int64_t corr, struct ms_journal_entity *e,
+                       struct req **r)
 {
+    struct ms_node_persist *p = data;
+    if (type < 0 || type >= p->cfg->ntypes)
+        return MS_EINVAL;
+    entity_of(p, type, shard, id, idlen, e);
     if (op) {
         e->op_id = op->id;
         e->op_reply = op->reply;
         e->op_reply_len = op->reply_len;
     }
+    if (!(*r = req_new(p, corr)))
+        return MS_ENOMEM;
+    if (e->epoch == 0)
+        return no_lease(p, *r);
+    return 1;
 }
 
 static int h_append(void *data, int type, uint32_t shard, const char *id,
@@ -210,19 +225,13 @@ static int h_append(void *data, int type, uint32_t shard, const char *id,
                     int64_t corr)
 {
     struct ms_node_persist *p = data;
-    if (type < 0 || type >= p->cfg->ntypes)
-        return MS_EINVAL;
     struct ms_journal_entity e;
-    entity_of(p, type, shard, id, idlen, &e);
-    with_op(&e, op);
-    struct req *r = req_new(p, corr);
-    if (!r)
-        return MS_ENOMEM;
-    if (e.epoch == 0)
-        return no_lease(p, r);
-    int rc = ms_journal_append(p->j, &e, first_seq, n, events, lens,
-                               snapshot, snapshot_len, delete_covered,
-                               on_written, r);
+    struct req *r;
+    int rc = begin_write(data, type, shard, id, idlen, op, corr, &e, &r);
+    if (rc <= 0)
+        return rc;
+    rc = ms_journal_append(p->j, &e, first_seq, n, events, lens, snapshot,
+                           snapshot_len, delete_covered, on_written, r);
     if (rc < 0)
         free(r);
     return rc;
@@ -233,20 +242,14 @@ static int h_save(void *data, int type, uint32_t shard, const char *id,
                   size_t len, const struct ms_bridge_op *op, int64_t corr)
 {
     struct ms_node_persist *p = data;
-    if (type < 0 || type >= p->cfg->ntypes)
-        return MS_EINVAL;
     struct ms_journal_entity e;
-    entity_of(p, type, shard, id, idlen, &e);
-    with_op(&e, op);
-    struct req *r = req_new(p, corr);
-    if (!r)
-        return MS_ENOMEM;
-    if (e.epoch == 0)
-        return no_lease(p, r);
-    int rc = state ? ms_journal_save_state(p->j, &e, expected, state, len,
-                                           on_written, r)
-                   : ms_journal_delete_state(p->j, &e, expected, on_written,
-                                             r);
+    struct req *r;
+    int rc = begin_write(data, type, shard, id, idlen, op, corr, &e, &r);
+    if (rc <= 0)
+        return rc;
+    rc = state ? ms_journal_save_state(p->j, &e, expected, state, len,
+                                       on_written, r)
+               : ms_journal_delete_state(p->j, &e, expected, on_written, r);
     if (rc < 0)
         free(r);
     return rc;
@@ -257,17 +260,12 @@ static int h_record(void *data, int type, uint32_t shard, const char *id,
                     int64_t corr)
 {
     struct ms_node_persist *p = data;
-    if (type < 0 || type >= p->cfg->ntypes)
-        return MS_EINVAL;
     struct ms_journal_entity e;
-    entity_of(p, type, shard, id, idlen, &e);
-    with_op(&e, op);
-    struct req *r = req_new(p, corr);
-    if (!r)
-        return MS_ENOMEM;
-    if (e.epoch == 0)
-        return no_lease(p, r);
-    int rc = ms_journal_record_op(p->j, &e, on_written, r);
+    struct req *r;
+    int rc = begin_write(data, type, shard, id, idlen, op, corr, &e, &r);
+    if (rc <= 0)
+        return rc;
+    rc = ms_journal_record_op(p->j, &e, on_written, r);
     if (rc < 0)
         free(r);
     return rc;

@@ -47,8 +47,9 @@ describe("a paused owner", function()
         local stop = helpers.tmpdir() .. "/stop"
         local out = c.dir .. "/load.json"
         local loader = helpers.spawn({
-            "luajit", helpers.home .. "/spec/helpers/ledger_load.lua",
+            "luajit", helpers.home .. "/spec/helpers/loader.lua",
             tostring(n1.port), "w", table.concat(on_n1, ","), stop, out,
+            "ledger",
         }, { stderr = c.dir .. "/load.err" })
         helpers.sleep(1.0)
         n1:signal(helpers.SIGSTOP)

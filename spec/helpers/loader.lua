@@ -1,6 +1,12 @@
 -- A load generator for the handoff specs, run as its own process:
 --
---   luajit spec/helpers/loader.lua PORT SENDER IDS STOPFILE OUTFILE
+--   luajit spec/helpers/loader.lua PORT SENDER IDS STOPFILE OUTFILE [MODE]
+--
+-- MODE "ledger" (the PostgreSQL specs) asks Ledger entities instead:
+-- {"type":"add","sender":SENDER,"n":k,"k":k} with ?timeout=30; a 200
+-- acknowledges k (its event committed) and the output gains "acked":
+-- {id:[k...]}; any other answer asks the same k again (an ambiguous
+-- failure may have committed: the journal may then hold k twice).
 --
 -- One keep-alive HTTP connection to 127.0.0.1:PORT. In rounds, it tells
 -- every id of IDS (comma-separated) {"type":"n","sender":SENDER,"n":k}
@@ -31,6 +37,7 @@ local C = ffi.C
 
 local port, sender, idlist, stopfile, outfile = tonumber(arg[1]), arg[2],
     arg[3], arg[4], arg[5]
+local ledger = arg[6] == "ledger"
 local ids = {}
 for id in idlist:gmatch("[^,]+") do ids[#ids + 1] = id end
 
@@ -70,8 +77,8 @@ local function read_response(fd)
     end
 end
 
-local next_n, last = {}, {}
-for _, id in ipairs(ids) do next_n[id] = 1; last[id] = 0 end
+local next_n, last, acked = {}, {}, {}
+for _, id in ipairs(ids) do next_n[id] = 1; last[id] = 0; acked[id] = {} end
 local errors, accepted, rounds = {}, 0, 0
 local fd = connect()
 
@@ -83,9 +90,14 @@ while C.access(stopfile, 0) ~= 0 do
     else
         local reqs = {}
         for i, id in ipairs(ids) do
-            local body = cjson.encode({ type = "n", sender = sender,
-                                        n = next_n[id] })
-            reqs[i] = "POST /v1/entities/Seq/" .. id .. "/tell HTTP/1.1\r\n"
+            local k = next_n[id]
+            local body = ledger and cjson.encode({ type = "add", k = k,
+                                                   sender = sender, n = k })
+                or cjson.encode({ type = "n", sender = sender, n = k })
+            reqs[i] = (ledger and "POST /v1/entities/Ledger/" .. id
+                          .. "/ask?timeout=30"
+                          or "POST /v1/entities/Seq/" .. id .. "/tell")
+                .. " HTTP/1.1\r\n"
                 .. "Host: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 .. "Content-Length: " .. #body .. "\r\n\r\n" .. body
         end
@@ -109,7 +121,9 @@ while C.access(stopfile, 0) ~= 0 do
                 pending = ""
                 break
             end
-            if status == 202 then
+            if status == (ledger and 200 or 202) then
+                local list = acked[id]
+                list[#list + 1] = next_n[id]
                 last[id] = next_n[id]
                 next_n[id] = next_n[id] + 1
                 accepted = accepted + 1
@@ -129,6 +143,7 @@ if fd then C.close(fd) end
 
 local f = assert(io.open(outfile .. ".tmp", "w"))
 f:write(cjson.encode({ sender = sender, last = last, errors = errors,
-                       accepted = accepted, rounds = rounds }))
+                       accepted = accepted, rounds = rounds,
+                       acked = ledger and acked or nil }))
 f:close()
 os.rename(outfile .. ".tmp", outfile)
