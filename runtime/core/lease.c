@@ -616,7 +616,10 @@ int ms_lease_on_answer(struct ms_lease *l, const struct ms_lease_answer *a,
             if (a->epoch == 0 || a->epoch < s->max_epoch) {
                 l->st.epoch_regressions++;
                 acquire_failed(l, type, s, now_ms, 0);
-            } else if (left <= 0) {
+            } else if (left <= 0 ||
+                       now_ms >= s->req_sent_ms + (uint64_t)left) {
+                /* granted, but run out by the time the answer is read:
+                 * not held (what waits is not delivered on it) */
                 acquire_failed(l, type, s, now_ms, 0);
             } else {
                 l->st.acquired++;
@@ -636,7 +639,11 @@ int ms_lease_on_answer(struct ms_lease *l, const struct ms_lease_answer *a,
         }
         break;
     case MS_LEASE_RENEWING:
-        if (a->kind == MS_LEASE_ANS_RENEWED && left > 0 &&
+        if (now_ms >= s->expiry_ms) {
+            /* read after the lease ran out here (no tick in between):
+             * too late, whatever it says; the entities stop at once */
+            lose(l, type, shard, s, MS_LEASE_EXPIRED, now_ms);
+        } else if (a->kind == MS_LEASE_ANS_RENEWED && left > 0 &&
             (!a->epoch || a->epoch == s->epoch)) {
             l->st.renewed++;
             s->expiry_ms = s->req_sent_ms + (uint64_t)left;

@@ -248,8 +248,10 @@ void ms_lease_member_unreachable(struct ms_lease *l, uint64_t now_ms);
 void ms_lease_members_reachable(struct ms_lease *l, uint64_t now_ms);
 
 /* The database answered. Answers to requests the shard no longer waits
- * for are ignored (stale_answers). Returns 0, MS_EINVAL (bad kind, type
- * or shard) or MS_ENOMEM. */
+ * for are ignored (stale_answers). One read at or after the lease's end
+ * on the local clock (its send time plus what the database granted) is
+ * too late: a renewal then stops the entities (EXPIRED), an acquire is
+ * retried. Returns 0, MS_EINVAL (bad kind, type or shard) or MS_ENOMEM. */
 int ms_lease_on_answer(struct ms_lease *l, const struct ms_lease_answer *a,
                        uint64_t now_ms);
 

@@ -273,6 +273,56 @@ static void test_late_renewal(void)
     ms_lease_free(l);
 }
 
+/* An answer that comes after the lease ran out locally (no tick between
+ * the expiry and the answer) is too late: a renewal stops the entities
+ * (the issue: "late past the expiry stops the shard's entities at once")
+ * and an acquire is tried again, so what waits in the barrier is not
+ * delivered on a lease that is already gone. */
+static void test_answer_after_expiry(void)
+{
+    struct ms_lease *l = mk(0, 0, 0);
+    acquire(l, 0, 2); /* sent at 0: expires at 10,000 */
+    ms_lease_tick(l, 3000);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_RENEW);
+    /* the database answered at once, but the answer is read at 10,500 */
+    answer(l, MS_LEASE_ANS_RENEWED, acts[0].req, 2, 10000, 3000, 10500);
+    drain(l);
+    CHECK(find(MS_LEASE_STOP_ENTITIES) >= 0);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_EXPIRED);
+    CHECK(ms_lease_held(l) == 0);
+    CHECK(ms_lease_stats(l)->renewed == 0);
+    CHECK(ms_lease_stats(l)->expired == 1);
+    CHECK(ms_lease_admit(l, 0, 3, &tags[0], 10501) == 0);
+    ms_lease_free(l);
+
+    /* an acquire granted for 4 s, its answer read 4.5 s after the send:
+     * not held; the waiting message stays in the barrier, in order */
+    l = mk(0, 0, 0);
+    CHECK(ms_lease_shard_assigned(l, 0, 3, 0) == 0);
+    drain(l);
+    uint64_t req = acts[0].req;
+    CHECK(ms_lease_admit(l, 0, 3, &tags[1], 10) == 0);
+    answer(l, MS_LEASE_ANS_ACQUIRED, req, 1, 4000, 0, 4500);
+    drain(l);
+    CHECK(find(MS_LEASE_DELIVER) < 0);
+    CHECK(find(MS_LEASE_OPEN_SHARD) < 0);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_ACQUIRING);
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 4500) == 0);
+    CHECK(ms_lease_waiting(l, 0, 3) == 1);
+    ms_lease_tick(l, 4500 + MS_LEASE_BACKOFF_MIN_MS);
+    drain(l);
+    int i = find(MS_LEASE_ACQUIRE);
+    CHECK(i >= 0);
+    if (i >= 0)
+        answer(l, MS_LEASE_ANS_ACQUIRED, acts[i].req, 1, 10000, 4600, 4610);
+    drain(l);
+    CHECK(nacts == 2 && acts[0].kind == MS_LEASE_DELIVER &&
+          acts[0].msg == &tags[1] && acts[1].kind == MS_LEASE_OPEN_SHARD);
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 4611) == 1);
+    ms_lease_free(l);
+}
+
 /* An answer to a request the shard no longer waits for changes nothing. */
 static void test_stale_answer(void)
 {
@@ -657,6 +707,7 @@ int main(void)
     test_renewals_on_time();
     test_renewal_fails();
     test_late_renewal();
+    test_answer_after_expiry();
     test_stale_answer();
     test_epoch_never_down();
     test_unreachable();
