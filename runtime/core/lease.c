@@ -422,8 +422,11 @@ static void do_handoff(struct ms_lease *l, int type, uint32_t shard,
     s->window_spent = 0;
     if (usable(s)) {
         l->nheld--;
+        /* a renewal out stays out (its answer still extends the lease:
+         * it is renewed until released, see tick_shard) */
+        if (s->state != MS_LEASE_RENEWING)
+            s->req = 0;
         s->state = MS_LEASE_STOPPING;
-        s->req = 0;
         emit(l, MS_LEASE_STOP_ENTITIES, type, shard, s, NULL, 0);
     } else if (l->partitioned || s->state == MS_LEASE_FENCED) {
         to_none(s); /* not released: it runs out */
@@ -658,6 +661,23 @@ int ms_lease_on_answer(struct ms_lease *l, const struct ms_lease_answer *a,
             lose(l, type, shard, s, MS_LEASE_LOST, now_ms);
         }
         break;
+    case MS_LEASE_STOPPING:
+        /* a renewal while the entities finish: it extends the lease; a
+         * refused or failed one lets it run out (their writes are then
+         * refused) */
+        if (a->kind == MS_LEASE_ANS_RENEWED && left > 0 &&
+            now_ms < s->expiry_ms && (!a->epoch || a->epoch == s->epoch)) {
+            l->st.renewed++;
+            s->expiry_ms = s->req_sent_ms + (uint64_t)left;
+            s->renew_at_ms = s->req_sent_ms +
+                             l->types[type].s.renew_interval_ms;
+        } else if (a->kind == MS_LEASE_ANS_DB_ERROR) {
+            s->renew_at_ms = now_ms + l->types[type].s.renew_interval_ms;
+        } else {
+            s->renew_at_ms = s->expiry_ms; /* not ours: never again */
+        }
+        s->req = 0;
+        break;
     case MS_LEASE_RELEASING:
         if (a->kind == MS_LEASE_ANS_RELEASED)
             l->st.released++;
@@ -698,6 +718,23 @@ static void tick_shard(struct ms_lease *l, int type, uint32_t shard,
             }
         } else if (now >= s->renew_at_ms) {
             s->state = MS_LEASE_RENEWING;
+            s->req = ++l->next_req;
+            s->req_sent_ms = now;
+            emit(l, MS_LEASE_RENEW, type, shard, s, NULL, 0);
+        }
+        break;
+    case MS_LEASE_STOPPING:
+        /* a handoff's entities finish what they accepted: the lease is
+         * theirs until released, renewed as when held (a long drain must
+         * not run it out); nothing is renewed while a member is
+         * unreachable, nor once it ran out */
+        if (l->partitioned || now >= s->expiry_ms)
+            break;
+        if (s->req ? now - s->req_sent_ms >=
+                         l->types[type].s.renew_interval_ms
+                   : now >= s->renew_at_ms) {
+            if (s->req)
+                l->st.retries++;
             s->req = ++l->next_req;
             s->req_sent_ms = now;
             emit(l, MS_LEASE_RENEW, type, shard, s, NULL, 0);

@@ -25,8 +25,9 @@
  *   any held --member_unreachable--> FENCED (STOP_ENTITIES; no renew, no
  *       release: the lease runs out in the database) --expiry--> EXPIRED
  *       (a renewal that was out counts as granted for this expiry)
- *   --handoff (barrier empty)--> STOPPING (STOP_ENTITIES) --entities
- *       stopped--> RELEASING (RELEASE) --answer--> NONE
+ *   --handoff (barrier empty)--> STOPPING (STOP_ENTITIES; renewed as
+ *       when held, so entities finishing a long queue keep a usable
+ *       lease) --entities stopped--> RELEASING (RELEASE) --answer--> NONE
  *
  * Time. Expiry is measured against the database clock: an answer carries
  * the database's expires_at and now; the lease has (expires_at - db_now)

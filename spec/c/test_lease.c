@@ -456,6 +456,87 @@ static void test_unreachable(void)
     ms_lease_free(l);
 }
 
+/* While a handoff's entities finish what they accepted (STOPPING), the
+ * lease is still theirs: it is renewed as usual, so a long drain does
+ * not run it out and fail accepted messages with stale_owner. A renewal
+ * out when the handoff starts still counts; a refused one lets the lease
+ * run out; the release makes any renewal's answer stale; while a member
+ * is unreachable nothing is renewed. */
+static void test_stopping_renews(void)
+{
+    struct ms_lease *l = mk(0, 0, 0);
+    acquire(l, 0, 5); /* sent at 0: expires at 10,000 */
+    CHECK(ms_lease_handoff(l, 0, 3, 100) == 0);
+    drain(l);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_STOPPING);
+    uint64_t t = 3000;
+    for (int round = 0; round < 5; round++, t += 3000) {
+        ms_lease_tick(l, t);
+        drain(l);
+        CHECK(nacts == 1 && acts[0].kind == MS_LEASE_RENEW &&
+              acts[0].epoch == 5);
+        if (nacts != 1)
+            break;
+        answer(l, MS_LEASE_ANS_RENEWED, acts[0].req, 5, 10000, t, t + 10);
+        CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_STOPPING);
+    }
+    /* 15 s on, past the first lease's 10 s: still usable, still stopping */
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 15500) == 5);
+    CHECK(ms_lease_gate(l, 0, 3) == MS_ENOOWNER);
+    CHECK(ms_lease_held(l) == 0);
+    CHECK(ms_lease_stats(l)->renewed == 5);
+    /* a renewal out when the entities stop: its answer is stale */
+    ms_lease_tick(l, 18000);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_RENEW);
+    uint64_t req = acts[0].req;
+    CHECK(ms_lease_entities_stopped(l, 0, 3, 18100) == 0);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_RELEASE);
+    answer(l, MS_LEASE_ANS_RENEWED, req, 5, 10000, 18000, 18110);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_RELEASING);
+    ms_lease_free(l);
+
+    /* a renewal out when the handoff starts still extends the lease */
+    l = mk(0, 0, 0);
+    acquire(l, 0, 5);
+    ms_lease_tick(l, 3000);
+    drain(l);
+    req = acts[0].req;
+    CHECK(ms_lease_handoff(l, 0, 3, 3005) == 0);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_STOP_ENTITIES);
+    answer(l, MS_LEASE_ANS_RENEWED, req, 5, 10000, 3000, 3010);
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 12000) == 5);
+    /* refused: the lease runs out at its expiry (13,000) */
+    ms_lease_tick(l, 6000);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_RENEW);
+    answer(l, MS_LEASE_ANS_REFUSED, acts[0].req, 0, 0, 6000, 6010);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_STOPPING);
+    for (uint64_t u = 6100; u <= 13000; u += 100) {
+        ms_lease_tick(l, u);
+        CHECK(drain(l) == 0);
+    }
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 12999) == 5);
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 13000) == 0);
+    ms_lease_free(l);
+
+    /* a member unreachable: a stopping shard is not renewed */
+    l = mk(0, 0, 0);
+    acquire(l, 0, 5);
+    CHECK(ms_lease_handoff(l, 0, 3, 100) == 0);
+    ms_lease_member_unreachable(l, 200);
+    drain(l);
+    for (uint64_t u = 300; u <= 12000; u += 100) {
+        ms_lease_tick(l, u);
+        drain(l);
+        CHECK(count(MS_LEASE_RENEW) == 0);
+    }
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 10000) == 0);
+    ms_lease_free(l);
+}
+
 /* A handoff stops the entities, and releases only after they stopped; it
  * waits for the barrier to drain first. */
 static void test_handoff(void)
@@ -469,7 +550,7 @@ static void test_handoff(void)
     CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_STOPPING);
     CHECK(ms_lease_held(l) == 0);
     CHECK(ms_lease_admit(l, 0, 3, &tags[0], 110) == MS_ENOOWNER);
-    ms_lease_tick(l, 5000); /* no renewal, no release yet */
+    ms_lease_tick(l, 2900); /* nothing due yet; no release */
     CHECK(drain(l) == 0);
     CHECK(ms_lease_entities_stopped(l, 0, 3, 5000) == 0);
     drain(l);
@@ -712,6 +793,7 @@ int main(void)
     test_epoch_never_down();
     test_unreachable();
     test_handoff();
+    test_stopping_renews();
     test_barrier();
     test_bad_input();
     test_gate_and_epoch();
