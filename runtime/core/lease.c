@@ -488,6 +488,25 @@ int ms_lease_shard_assigned(struct ms_lease *l, int type, uint32_t shard,
         start_window(l, type, s, now_ms);
         return 0;
     }
+    if (s->state == MS_LEASE_STOPPING) {
+        /* the move was rolled back while the entities stopped (their
+         * stop is called off): the lease is in use here again, not left
+         * STOPPING (never released, never open again) */
+        if (l->partitioned) {
+            l->st.fenced++;
+            s->state = MS_LEASE_FENCED;
+            s->req = 0;
+            start_window(l, type, s, now_ms);
+            emit(l, MS_LEASE_STOP_ENTITIES, type, shard, s, NULL, 0);
+        } else if (now_ms >= s->expiry_ms) {
+            lose(l, type, shard, s, MS_LEASE_EXPIRED, now_ms);
+        } else {
+            s->state = s->req ? MS_LEASE_RENEWING : MS_LEASE_HELD;
+            l->nheld++;
+            flush_open(l, type, shard, s, now_ms);
+        }
+        return 0;
+    }
     if (s->state != MS_LEASE_NONE) {
         if (s->handoff && s->state != MS_LEASE_STOPPING) {
             s->handoff = 0; /* it stays here after all */

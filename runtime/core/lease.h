@@ -222,7 +222,9 @@ uint64_t ms_lease_cancel_all(struct ms_lease *l);
 
 /* This node is the shard's new owner: acquire its lease (before it takes
  * the shard's messages). From NONE, or RELEASING (acquired again once
- * the release is answered). */
+ * the release is answered), or STOPPING (a move rolled back while the
+ * entities stopped: HELD and open again, or EXPIRED if it ran out, or
+ * FENCED while a member is unreachable). */
 int ms_lease_shard_assigned(struct ms_lease *l, int type, uint32_t shard,
                             uint64_t now_ms);
 

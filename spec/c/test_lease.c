@@ -537,6 +537,42 @@ static void test_stopping_renews(void)
     ms_lease_free(l);
 }
 
+/* A move rolled back while its entities stop: assigned here again in
+ * STOPPING, the lease is in use again (open, renewed), or, run out by
+ * then, expired and acquired again; it never stays STOPPING. */
+static void test_rollback_while_stopping(void)
+{
+    struct ms_lease *l = mk(0, 0, 0);
+    acquire(l, 0, 5); /* expires at 10,000 */
+    CHECK(ms_lease_handoff(l, 0, 3, 100) == 0);
+    drain(l);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_STOPPING);
+    CHECK(ms_lease_shard_assigned(l, 0, 3, 200) == 0);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_OPEN_SHARD);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_HELD);
+    CHECK(ms_lease_held(l) == 1);
+    CHECK(ms_lease_gate(l, 0, 3) == MS_LEASE_OPEN);
+    ms_lease_tick(l, 3000);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_RENEW);
+    ms_lease_free(l);
+
+    l = mk(0, 0, 0);
+    acquire(l, 0, 5);
+    CHECK(ms_lease_handoff(l, 0, 3, 100) == 0);
+    drain(l);
+    CHECK(ms_lease_shard_assigned(l, 0, 3, 10000) == 0);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_STOP_ENTITIES);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_EXPIRED);
+    CHECK(ms_lease_held(l) == 0);
+    ms_lease_tick(l, 10000 + MS_LEASE_BACKOFF_MIN_MS);
+    drain(l);
+    CHECK(find(MS_LEASE_ACQUIRE) >= 0);
+    ms_lease_free(l);
+}
+
 /* A handoff stops the entities, and releases only after they stopped; it
  * waits for the barrier to drain first. */
 static void test_handoff(void)
@@ -794,6 +830,7 @@ int main(void)
     test_unreachable();
     test_handoff();
     test_stopping_renews();
+    test_rollback_while_stopping();
     test_barrier();
     test_bad_input();
     test_gate_and_epoch();
