@@ -4,8 +4,8 @@
 -- entities finish that queue before the lease is released (DESIGN G2: a
 -- handoff loses nothing), and the lease stays theirs meanwhile: it is
 -- renewed while they stop, so a drain longer than the lease does not run
--- it out and fail the rest with stale_owner. Every tell is applied once,
--- in order, the journal is one unbroken history.
+-- it out and fail the rest with stale_owner. Every tell is applied once and
+-- the journal holds them all.
 
 local helpers = require "helpers.node"
 local pg = require "helpers.pg"
