@@ -84,6 +84,10 @@ local node_name = "?"
 local default_ask_timeout = 5
 local MAX_ASK_S = 86400                -- one day
 local MAX_AFTER_S = 365 * 86400        -- one year
+-- The largest snapshot written: one statement carries at most 1 MiB
+-- (MS_PG_STATEMENT_MAX, runtime/io/pg.h), its SQL and other parameters
+-- (type name, id, numbers) included; 64 KiB is left for those.
+local MAX_SNAPSHOT_BYTES = 1048576 - 65536
 local current                          -- the coroutine running a handler now
 
 local decoder = cjson.new()
@@ -542,6 +546,16 @@ local function run_command(h, b, P, msg, ctx, co)
     local every, snap = P.every, nil
     if every > 0 and floor(last / every) > floor(seq0 / every) then
         snap = encode(st)
+        if #snap > MAX_SNAPSHOT_BYTES then
+            -- the events still commit (failing them would fail every
+            -- command crossing this boundary, for good); the snapshot is
+            -- tried again at the next one
+            log_c(h, "warn", "the snapshot at sequence " .. last .. " ("
+                  .. #snap .. " bytes) is above the " .. MAX_SNAPSHOT_BYTES
+                  .. " bytes one may take: skipped, the events are "
+                  .. "written without it")
+            snap = nil
+        end
     end
     if not written(h, co, "the event write",
                    p_append(h, seq0 + 1, enc, snap, P.delete)) then
