@@ -1064,6 +1064,69 @@ static void lease_rollback_during_stop(void)
     CHECK(count_stmt(2, MS_LEASE_RELEASE) == 0);
 }
 
+/* Node 2 gets shard 0's plan entry again, from the coordinator (node
+ * 1), with the generation it knows: the same plan sent again. */
+static void plan_again_to_2(void)
+{
+    uint64_t gen = 0;
+    uint64_t owner = ms_region_owner(nodes[1].r, 0, 0, &gen);
+    struct ms_plan_entry e = {0, owner, gen};
+    struct ms_plan_msg m;
+    memset(&m, 0, sizeof m);
+    m.kind = MS_PLAN_MSG_PLAN;
+    m.term = ms_coord_term(ms_region_coord(nodes[0].r));
+    snprintf(m.type, sizeof m.type, "T");
+    m.shard_count = nodes[1].tc.shard_count;
+    m.entries = &e;
+    m.nentries = 1;
+    char *text = NULL;
+    size_t len = 0;
+    CHECK(ms_plan_msg_encode(&m, &text, &len) == 0);
+    struct ms_frame f;
+    memset(&f, 0, sizeof f);
+    f.kind = MS_FRAME_CONTROL;
+    f.payload = text;
+    f.payload_len = len;
+    if (text)
+        ms_region_on_frame(nodes[1].r, 1, &f, now);
+    free(text);
+}
+
+/* A plan entry that is not newer than a move (the same plan sent again
+ * while the old owner stops the shard) changes nothing of the lease: it
+ * stays STOPPING, is released once the entities stopped, and is not
+ * acquired again after the release. */
+static void lease_plan_again_during_stop(void)
+{
+    boot_held(3, 2);
+    start_move(1);
+    CHECK(ms_lease_state(ms_region_lease(nodes[1].r), 0, 0) ==
+          MS_LEASE_STOPPING);
+    plan_again_to_2();
+    CHECK(ms_lease_state(ms_region_lease(nodes[1].r), 0, 0) ==
+          MS_LEASE_STOPPING);
+    run_all(); /* the entities stopped: the release goes out */
+    CHECK(last_stmt(2, MS_LEASE_RELEASE) >= 0);
+
+    /* sent again while the release is out */
+    boot_held(3, 2);
+    start_move(1);
+    run_all();
+    int i = last_stmt(2, MS_LEASE_RELEASE);
+    CHECK(i >= 0);
+    CHECK(ms_lease_state(ms_region_lease(nodes[1].r), 0, 0) ==
+          MS_LEASE_RELEASING);
+    plan_again_to_2();
+    int acquires = count_stmt(2, MS_LEASE_ACQUIRE);
+    if (i >= 0)
+        db_answer(2, i, MS_LEASE_ANS_RELEASED, 0, 0);
+    advance(500);
+    CHECK(count_stmt(2, MS_LEASE_ACQUIRE) == acquires);
+    CHECK(ms_lease_state(ms_region_lease(nodes[1].r), 0, 0) ==
+          MS_LEASE_NONE);
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 1);
+}
+
 /* A member unreachable: the shard's entities stop, nothing is renewed
  * (and a handoff releases nothing): the lease runs out. All reachable
  * again: acquired again. */
@@ -1189,6 +1252,7 @@ int main(void)
     lease_lost_renewal();
     lease_handoff_release();
     lease_rollback_during_stop();
+    lease_plan_again_during_stop();
     lease_unreachable();
     lease_window_beyond_tell_deadline();
     lease_settings_must_match();
