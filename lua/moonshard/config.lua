@@ -544,7 +544,10 @@ end
 -- mirror runtime/core/lease.h (ms_lease_settings_check checks them again).
 local LEASE_DURATION_MIN, LEASE_DURATION_MAX = 1, 3600   -- seconds
 local LEASE_RENEW_MIN, LEASE_RENEW_RATIO = 0.1, 3
-local MAX_SNAPSHOT_EVERY = 1000000
+-- recovery reads at most 10,000 events after the snapshot
+-- (MS_JOURNAL_MAX_RECOVERY, runtime/io/journal.h): a snapshot at least
+-- every 10,000 events keeps every entity recoverable
+local MAX_SNAPSHOT_EVERY = 10000
 
 local function check_persistence(raw, path, e)
     local p = raw.persistence

@@ -16,7 +16,7 @@ local errors = require "moonshard.error"
 local type, tostring, setmetatable, select = type, tostring, setmetatable, select
 local pcall, require = pcall, require
 local concat = table.concat
-local find = string.find
+local find, format = string.find, string.format
 local floor, huge = math.floor, math.huge
 local band = require("bit").band
 local yield, running = coroutine.yield, coroutine.running
@@ -90,6 +90,13 @@ local node_name = "?"
 local default_ask_timeout = 5
 local MAX_ASK_S = 86400                -- one day
 local MAX_AFTER_S = 365 * 86400        -- one year
+-- The largest snapshot, durable state or events of one command written:
+-- one statement carries at most 1 MiB (MS_PG_STATEMENT_MAX,
+-- runtime/io/pg.h), its SQL and other parameters (type name, id,
+-- numbers) included; 64 KiB is left for those.
+local MAX_SNAPSHOT_BYTES = 1048576 - 65536
+local MAX_WRITE_TEXT = "%s %d bytes, above the " .. MAX_SNAPSHOT_BYTES
+    .. " bytes one statement may take: nothing was written"
 local current                          -- the coroutine running a handler now
 
 local decoder = cjson.new()
@@ -561,12 +568,18 @@ local function run_command(h, b, P, msg, ctx, co, op)
     end
     local n = #evs
     if n == 0 then return op == nil or record_op(h, co, op) end
-    local enc = {}
+    local enc, size = {}, 0
     for i = 1, n do
         if type(evs[i]) ~= "table" then
             error("event " .. i .. " is a " .. type(evs[i]) .. ", not a table")
         end
         enc[i] = encode(evs[i])
+        size = size + #enc[i]
+    end
+    if size > MAX_SNAPSHOT_BYTES then
+        persist_failed(h, "the event write", errtable("too_large",
+            format(MAX_WRITE_TEXT, "the events of this command take", size)))
+        return false
     end
     local m = pmeta[h]
     pmeta[h] = nil -- until the commit: any failure recovers or stops
@@ -580,6 +593,16 @@ local function run_command(h, b, P, msg, ctx, co, op)
     local every, snap = P.every, nil
     if every > 0 and floor(last / every) > floor(seq0 / every) then
         snap = encode(st)
+        if #snap > MAX_SNAPSHOT_BYTES then
+            -- the events still commit (failing them would fail every
+            -- command crossing this boundary, for good); the snapshot is
+            -- tried again at the next one
+            log_c(h, "warn", "the snapshot at sequence " .. last .. " ("
+                  .. #snap .. " bytes) is above the " .. MAX_SNAPSHOT_BYTES
+                  .. " bytes one may take: skipped, the events are "
+                  .. "written without it")
+            snap = nil
+        end
     end
     if not written(h, co, "the event write",
                    p_append(h, seq0 + 1, enc, snap, P.delete, op,
@@ -613,6 +636,11 @@ local function run_receive(h, b, msg, ctx, co, op)
     local text = encode(states[h])
     if text == m.last then return op == nil or record_op(h, co, op) end
     pmeta[h] = nil
+    if #text > MAX_SNAPSHOT_BYTES then
+        persist_failed(h, "the state save", errtable("too_large",
+            format(MAX_WRITE_TEXT, "the state takes", #text)))
+        return false
+    end
     if not written(h, co, "the state save",
                    p_save(h, m.rev, text, op, reply)) then
         return false

@@ -422,8 +422,11 @@ static void do_handoff(struct ms_lease *l, int type, uint32_t shard,
     s->window_spent = 0;
     if (usable(s)) {
         l->nheld--;
+        /* a renewal out stays out (its answer still extends the lease:
+         * it is renewed until released, see tick_shard) */
+        if (s->state != MS_LEASE_RENEWING)
+            s->req = 0;
         s->state = MS_LEASE_STOPPING;
-        s->req = 0;
         emit(l, MS_LEASE_STOP_ENTITIES, type, shard, s, NULL, 0);
     } else if (l->partitioned || s->state == MS_LEASE_FENCED) {
         to_none(s); /* not released: it runs out */
@@ -483,6 +486,25 @@ int ms_lease_shard_assigned(struct ms_lease *l, int type, uint32_t shard,
     if (s->state == MS_LEASE_RELEASING) {
         s->reassign = 1; /* its messages wait meanwhile */
         start_window(l, type, s, now_ms);
+        return 0;
+    }
+    if (s->state == MS_LEASE_STOPPING) {
+        /* the move was rolled back while the entities stopped (their
+         * stop is called off): the lease is in use here again, not left
+         * STOPPING (never released, never open again) */
+        if (l->partitioned) {
+            l->st.fenced++;
+            s->state = MS_LEASE_FENCED;
+            s->req = 0;
+            start_window(l, type, s, now_ms);
+            emit(l, MS_LEASE_STOP_ENTITIES, type, shard, s, NULL, 0);
+        } else if (now_ms >= s->expiry_ms) {
+            lose(l, type, shard, s, MS_LEASE_EXPIRED, now_ms);
+        } else {
+            s->state = s->req ? MS_LEASE_RENEWING : MS_LEASE_HELD;
+            l->nheld++;
+            flush_open(l, type, shard, s, now_ms);
+        }
         return 0;
     }
     if (s->state != MS_LEASE_NONE) {
@@ -616,7 +638,10 @@ int ms_lease_on_answer(struct ms_lease *l, const struct ms_lease_answer *a,
             if (a->epoch == 0 || a->epoch < s->max_epoch) {
                 l->st.epoch_regressions++;
                 acquire_failed(l, type, s, now_ms, 0);
-            } else if (left <= 0) {
+            } else if (left <= 0 ||
+                       now_ms >= s->req_sent_ms + (uint64_t)left) {
+                /* granted, but run out by the time the answer is read:
+                 * not held (what waits is not delivered on it) */
                 acquire_failed(l, type, s, now_ms, 0);
             } else {
                 l->st.acquired++;
@@ -636,7 +661,11 @@ int ms_lease_on_answer(struct ms_lease *l, const struct ms_lease_answer *a,
         }
         break;
     case MS_LEASE_RENEWING:
-        if (a->kind == MS_LEASE_ANS_RENEWED && left > 0 &&
+        if (now_ms >= s->expiry_ms) {
+            /* read after the lease ran out here (no tick in between):
+             * too late, whatever it says; the entities stop at once */
+            lose(l, type, shard, s, MS_LEASE_EXPIRED, now_ms);
+        } else if (a->kind == MS_LEASE_ANS_RENEWED && left > 0 &&
             (!a->epoch || a->epoch == s->epoch)) {
             l->st.renewed++;
             s->expiry_ms = s->req_sent_ms + (uint64_t)left;
@@ -650,6 +679,23 @@ int ms_lease_on_answer(struct ms_lease *l, const struct ms_lease_answer *a,
                 l->st.epoch_regressions++;
             lose(l, type, shard, s, MS_LEASE_LOST, now_ms);
         }
+        break;
+    case MS_LEASE_STOPPING:
+        /* a renewal while the entities finish: it extends the lease; a
+         * refused or failed one lets it run out (their writes are then
+         * refused) */
+        if (a->kind == MS_LEASE_ANS_RENEWED && left > 0 &&
+            now_ms < s->expiry_ms && (!a->epoch || a->epoch == s->epoch)) {
+            l->st.renewed++;
+            s->expiry_ms = s->req_sent_ms + (uint64_t)left;
+            s->renew_at_ms = s->req_sent_ms +
+                             l->types[type].s.renew_interval_ms;
+        } else if (a->kind == MS_LEASE_ANS_DB_ERROR) {
+            s->renew_at_ms = now_ms + l->types[type].s.renew_interval_ms;
+        } else {
+            s->renew_at_ms = s->expiry_ms; /* not ours: never again */
+        }
+        s->req = 0;
         break;
     case MS_LEASE_RELEASING:
         if (a->kind == MS_LEASE_ANS_RELEASED)
@@ -691,6 +737,23 @@ static void tick_shard(struct ms_lease *l, int type, uint32_t shard,
             }
         } else if (now >= s->renew_at_ms) {
             s->state = MS_LEASE_RENEWING;
+            s->req = ++l->next_req;
+            s->req_sent_ms = now;
+            emit(l, MS_LEASE_RENEW, type, shard, s, NULL, 0);
+        }
+        break;
+    case MS_LEASE_STOPPING:
+        /* a handoff's entities finish what they accepted: the lease is
+         * theirs until released, renewed as when held (a long drain must
+         * not run it out); nothing is renewed while a member is
+         * unreachable, nor once it ran out */
+        if (l->partitioned || now >= s->expiry_ms)
+            break;
+        if (s->req ? now - s->req_sent_ms >=
+                         l->types[type].s.renew_interval_ms
+                   : now >= s->renew_at_ms) {
+            if (s->req)
+                l->st.retries++;
             s->req = ++l->next_req;
             s->req_sent_ms = now;
             emit(l, MS_LEASE_RENEW, type, shard, s, NULL, 0);

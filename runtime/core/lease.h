@@ -25,8 +25,9 @@
  *   any held --member_unreachable--> FENCED (STOP_ENTITIES; no renew, no
  *       release: the lease runs out in the database) --expiry--> EXPIRED
  *       (a renewal that was out counts as granted for this expiry)
- *   --handoff (barrier empty)--> STOPPING (STOP_ENTITIES) --entities
- *       stopped--> RELEASING (RELEASE) --answer--> NONE
+ *   --handoff (barrier empty)--> STOPPING (STOP_ENTITIES; renewed as
+ *       when held, so entities finishing a long queue keep a usable
+ *       lease) --entities stopped--> RELEASING (RELEASE) --answer--> NONE
  *
  * Time. Expiry is measured against the database clock: an answer carries
  * the database's expires_at and now; the lease has (expires_at - db_now)
@@ -221,7 +222,9 @@ uint64_t ms_lease_cancel_all(struct ms_lease *l);
 
 /* This node is the shard's new owner: acquire its lease (before it takes
  * the shard's messages). From NONE, or RELEASING (acquired again once
- * the release is answered). */
+ * the release is answered), or STOPPING (a move rolled back while the
+ * entities stopped: HELD and open again, or EXPIRED if it ran out, or
+ * FENCED while a member is unreachable). */
 int ms_lease_shard_assigned(struct ms_lease *l, int type, uint32_t shard,
                             uint64_t now_ms);
 
@@ -248,8 +251,10 @@ void ms_lease_member_unreachable(struct ms_lease *l, uint64_t now_ms);
 void ms_lease_members_reachable(struct ms_lease *l, uint64_t now_ms);
 
 /* The database answered. Answers to requests the shard no longer waits
- * for are ignored (stale_answers). Returns 0, MS_EINVAL (bad kind, type
- * or shard) or MS_ENOMEM. */
+ * for are ignored (stale_answers). One read at or after the lease's end
+ * on the local clock (its send time plus what the database granted) is
+ * too late: a renewal then stops the entities (EXPIRED), an acquire is
+ * retried. Returns 0, MS_EINVAL (bad kind, type or shard) or MS_ENOMEM. */
 int ms_lease_on_answer(struct ms_lease *l, const struct ms_lease_answer *a,
                        uint64_t now_ms);
 

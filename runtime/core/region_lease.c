@@ -179,6 +179,13 @@ static void extend_deadlines(struct ms_region *r, int type, uint32_t shard)
 void ms__region_lease_plan(struct ms_region *r, int type, uint32_t shard)
 {
     if (ms_plan_owner(r->types[type].plan, shard, NULL) == r->self) {
+        const struct rshard *s = r->types[type].shards
+                                     ? &r->types[type].shards[shard] : NULL;
+        if (s && s->stopping)
+            return; /* an entry not newer than the move (a full plan sent
+                     * again): its stop and release go on, nothing is
+                     * acquired again (a rollback ended the stop first,
+                     * in end_handoff) */
         if (ms_lease_shard_assigned(r->lease, type, shard, r->now) == 0)
             extend_deadlines(r, type, shard);
     } else

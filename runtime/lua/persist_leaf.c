@@ -18,6 +18,10 @@
  *   core.p_fail(h, code, message)           ends the current ask with
  *                                           that error (a failed commit)
  *
+ * An id, event, snapshot or state that PostgreSQL `text` cannot hold
+ * (not UTF-8, or a NUL) is refused here, before any query: nil,
+ * "invalid" and a message naming it (bad_text_at).
+ *
  * The reply of a load (framing read by moonshard.host):
  *   "<last_seq> <revision> <has_snapshot> <nevents>\n", then the
  *   snapshot when has_snapshot, the state when revision > 0, and each
@@ -25,6 +29,7 @@
  */
 #include "bridge_int.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -43,6 +48,67 @@ static int push_err(lua_State *L, int err)
     lua_pushnil(L);
     lua_pushstring(L, ms_errname(err));
     lua_pushstring(L, ms_strerror(err));
+    return 3;
+}
+
+/* The offset of the first byte of s[0..len) that PostgreSQL `text` (a
+ * UTF-8 database) refuses: a NUL, or one that does not begin a complete,
+ * shortest-form UTF-8 character of U+0001..U+10FFFF other than a
+ * surrogate. -1 when there is none. */
+static long bad_text_at(const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = u[i];
+        size_t n;
+        unsigned lo = 0x80, hi = 0xBF; /* the second byte's range */
+        if (c >= 0x01 && c <= 0x7F) {
+            i++;
+            continue;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            n = 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            n = 3;
+            if (c == 0xE0)
+                lo = 0xA0; /* overlong */
+            else if (c == 0xED)
+                hi = 0x9F; /* surrogates */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 4;
+            if (c == 0xF0)
+                lo = 0x90; /* overlong */
+            else if (c == 0xF4)
+                hi = 0x8F; /* above U+10FFFF */
+        } else {
+            return (long)i; /* NUL, a continuation byte, C0, C1, F5.. */
+        }
+        if (len - i < n || u[i + 1] < lo || u[i + 1] > hi)
+            return (long)i;
+        for (size_t k = 2; k < n; k++)
+            if (u[i + k] < 0x80 || u[i + k] > 0xBF)
+                return (long)i;
+        i += n;
+    }
+    return -1;
+}
+
+/* When s[0..len) (`what`: "the id", "event 3", ...) cannot be stored as
+ * text: pushes nil, "invalid" and why (the leaf's failure, as a refused
+ * request) and returns 3; else 0. */
+static int refuse_text(lua_State *L, const char *what, const char *s,
+                       size_t len)
+{
+    long at = bad_text_at(s, len);
+    if (at < 0)
+        return 0;
+    char buf[200];
+    snprintf(buf, sizeof buf, "%s is not valid UTF-8 (byte %ld is 0x%02x):"
+             " PostgreSQL text holds UTF-8 without NUL only; nothing was"
+             " written", what, at, ((const unsigned char *)s)[at]);
+    lua_pushnil(L);
+    lua_pushstring(L, ms_errname(MS_EINVAL));
+    lua_pushstring(L, buf);
     return 3;
 }
 
@@ -95,6 +161,8 @@ static int l_load(lua_State *L)
     size_t idlen;
     uint32_t shard;
     uint32_t h = current(b, L, &type, &id, &idlen, &shard);
+    if (refuse_text(L, "the id", id, idlen))
+        return 3;
     int64_t corr = 0;
     int rc = open_wait(b, h, &corr);
     if (rc < 0)
@@ -147,8 +215,21 @@ static int l_append(lua_State *L)
             return luaL_error(L, "event %d is not encoded", i + 1);
         lua_pop(L, 1); /* still referenced by the table */
     }
+    if (refuse_text(L, "the id", id, idlen))
+        return 3;
+    for (int i = 0; i < n; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "event %d", i + 1);
+        if (refuse_text(L, what, ev[i], lens[i]))
+            return 3;
+    }
+    if (snap && refuse_text(L, "the snapshot", snap, snaplen))
+        return 3;
     struct ms_bridge_op op;
     int has_op = op_arg(L, 6, &op);
+    if (has_op && op.reply &&
+        refuse_text(L, "the reply", op.reply, op.reply_len))
+        return 3;
     int64_t corr = 0;
     int rc = open_wait(b, h, &corr);
     if (rc < 0)
@@ -172,8 +253,14 @@ static int l_save(lua_State *L)
     const char *state = luaL_optlstring(L, 3, NULL, &len);
     if (!(expected >= 0 && expected < 9e15))
         return luaL_error(L, "bad revision");
+    if (refuse_text(L, "the id", id, idlen) ||
+        (state && refuse_text(L, "the state", state, len)))
+        return 3;
     struct ms_bridge_op op;
     int has_op = op_arg(L, 4, &op);
+    if (has_op && op.reply &&
+        refuse_text(L, "the reply", op.reply, op.reply_len))
+        return 3;
     int64_t corr = 0;
     int rc = open_wait(b, h, &corr);
     if (rc < 0)
@@ -197,6 +284,9 @@ static int op_request(lua_State *L, int find)
     struct ms_bridge_op op;
     if (!op_arg(L, 2, &op))
         return luaL_error(L, "an operation id is required");
+    if (refuse_text(L, "the id", id, idlen) ||
+        (op.reply && refuse_text(L, "the reply", op.reply, op.reply_len)))
+        return 3;
     int64_t corr = 0;
     int rc = open_wait(b, h, &corr);
     if (rc < 0)

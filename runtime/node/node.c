@@ -501,15 +501,18 @@ void ms_node_close(struct ms_node *n)
         ms_cluster_close(n->cluster);
         n->cluster = NULL;
     }
+    /* passivate everything: cancelled asks resume their waiters, idle
+     * entities get a stop; run rounds until nothing is left to do. The
+     * gateway closes after: an HTTP ask still waiting (a persistent
+     * write in flight, say) is answered "the node is stopping" rather
+     * than left with its connection closed */
+    ms_dispatch_shutdown(n->d);
+    while (ms_dispatch_has_work(n->d))
+        ms_bridge_run(n->b, ROUND_BUDGET);
     if (n->http) {
         ms_http_close(n->http);
         n->http = NULL;
     }
-    /* passivate everything: cancelled asks resume their waiters, idle
-     * entities get a stop; run rounds until nothing is left to do */
-    ms_dispatch_shutdown(n->d);
-    while (ms_dispatch_has_work(n->d))
-        ms_bridge_run(n->b, ROUND_BUDGET);
     struct ms_stats st;
     ms_dispatch_stats(n->d, &st);
     if (st.shutdown_drops || st.active_entities)

@@ -609,6 +609,11 @@ return {
                 { "shard_count = 32,", [[shard_count = 32, persistence = "state",
             snapshot_every = 10, --@]] } },
               [[entities.Order.snapshot_every: applies only to persistence = "events" (got 10)]] },
+            { "snapshots rarer than recovery can read",
+              { { [[cluster = "demo",]], [[cluster = "demo", database = "host=127.0.0.1",]] },
+                { "shard_count = 32,", [[shard_count = 32, persistence = "events",
+            snapshot_every = 10001, --@]] } },
+              "entities.Order.snapshot_every: must be an integer in 1..10000 (got 10001)" },
             { "a partitioner that is not a function",
               { { "shard_count = 32,", [[shard_count = 32, partitioner = "fnv", --@]] } },
               "entities.Order.partitioner: must be a function(id, shard_count) "

@@ -273,6 +273,56 @@ static void test_late_renewal(void)
     ms_lease_free(l);
 }
 
+/* An answer that comes after the lease ran out locally (no tick between
+ * the expiry and the answer) is too late: a renewal stops the entities
+ * (the issue: "late past the expiry stops the shard's entities at once")
+ * and an acquire is tried again, so what waits in the barrier is not
+ * delivered on a lease that is already gone. */
+static void test_answer_after_expiry(void)
+{
+    struct ms_lease *l = mk(0, 0, 0);
+    acquire(l, 0, 2); /* sent at 0: expires at 10,000 */
+    ms_lease_tick(l, 3000);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_RENEW);
+    /* the database answered at once, but the answer is read at 10,500 */
+    answer(l, MS_LEASE_ANS_RENEWED, acts[0].req, 2, 10000, 3000, 10500);
+    drain(l);
+    CHECK(find(MS_LEASE_STOP_ENTITIES) >= 0);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_EXPIRED);
+    CHECK(ms_lease_held(l) == 0);
+    CHECK(ms_lease_stats(l)->renewed == 0);
+    CHECK(ms_lease_stats(l)->expired == 1);
+    CHECK(ms_lease_admit(l, 0, 3, &tags[0], 10501) == 0);
+    ms_lease_free(l);
+
+    /* an acquire granted for 4 s, its answer read 4.5 s after the send:
+     * not held; the waiting message stays in the barrier, in order */
+    l = mk(0, 0, 0);
+    CHECK(ms_lease_shard_assigned(l, 0, 3, 0) == 0);
+    drain(l);
+    uint64_t req = acts[0].req;
+    CHECK(ms_lease_admit(l, 0, 3, &tags[1], 10) == 0);
+    answer(l, MS_LEASE_ANS_ACQUIRED, req, 1, 4000, 0, 4500);
+    drain(l);
+    CHECK(find(MS_LEASE_DELIVER) < 0);
+    CHECK(find(MS_LEASE_OPEN_SHARD) < 0);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_ACQUIRING);
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 4500) == 0);
+    CHECK(ms_lease_waiting(l, 0, 3) == 1);
+    ms_lease_tick(l, 4500 + MS_LEASE_BACKOFF_MIN_MS);
+    drain(l);
+    int i = find(MS_LEASE_ACQUIRE);
+    CHECK(i >= 0);
+    if (i >= 0)
+        answer(l, MS_LEASE_ANS_ACQUIRED, acts[i].req, 1, 10000, 4600, 4610);
+    drain(l);
+    CHECK(nacts == 2 && acts[0].kind == MS_LEASE_DELIVER &&
+          acts[0].msg == &tags[1] && acts[1].kind == MS_LEASE_OPEN_SHARD);
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 4611) == 1);
+    ms_lease_free(l);
+}
+
 /* An answer to a request the shard no longer waits for changes nothing. */
 static void test_stale_answer(void)
 {
@@ -406,6 +456,123 @@ static void test_unreachable(void)
     ms_lease_free(l);
 }
 
+/* While a handoff's entities finish what they accepted (STOPPING), the
+ * lease is still theirs: it is renewed as usual, so a long drain does
+ * not run it out and fail accepted messages with stale_owner. A renewal
+ * out when the handoff starts still counts; a refused one lets the lease
+ * run out; the release makes any renewal's answer stale; while a member
+ * is unreachable nothing is renewed. */
+static void test_stopping_renews(void)
+{
+    struct ms_lease *l = mk(0, 0, 0);
+    acquire(l, 0, 5); /* sent at 0: expires at 10,000 */
+    CHECK(ms_lease_handoff(l, 0, 3, 100) == 0);
+    drain(l);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_STOPPING);
+    uint64_t t = 3000;
+    for (int round = 0; round < 5; round++, t += 3000) {
+        ms_lease_tick(l, t);
+        drain(l);
+        CHECK(nacts == 1 && acts[0].kind == MS_LEASE_RENEW &&
+              acts[0].epoch == 5);
+        if (nacts != 1)
+            break;
+        answer(l, MS_LEASE_ANS_RENEWED, acts[0].req, 5, 10000, t, t + 10);
+        CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_STOPPING);
+    }
+    /* 15 s on, past the first lease's 10 s: still usable, still stopping */
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 15500) == 5);
+    CHECK(ms_lease_gate(l, 0, 3) == MS_ENOOWNER);
+    CHECK(ms_lease_held(l) == 0);
+    CHECK(ms_lease_stats(l)->renewed == 5);
+    /* a renewal out when the entities stop: its answer is stale */
+    ms_lease_tick(l, 18000);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_RENEW);
+    uint64_t req = acts[0].req;
+    CHECK(ms_lease_entities_stopped(l, 0, 3, 18100) == 0);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_RELEASE);
+    answer(l, MS_LEASE_ANS_RENEWED, req, 5, 10000, 18000, 18110);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_RELEASING);
+    ms_lease_free(l);
+
+    /* a renewal out when the handoff starts still extends the lease */
+    l = mk(0, 0, 0);
+    acquire(l, 0, 5);
+    ms_lease_tick(l, 3000);
+    drain(l);
+    req = acts[0].req;
+    CHECK(ms_lease_handoff(l, 0, 3, 3005) == 0);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_STOP_ENTITIES);
+    answer(l, MS_LEASE_ANS_RENEWED, req, 5, 10000, 3000, 3010);
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 12000) == 5);
+    /* refused: the lease runs out at its expiry (13,000) */
+    ms_lease_tick(l, 6000);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_RENEW);
+    answer(l, MS_LEASE_ANS_REFUSED, acts[0].req, 0, 0, 6000, 6010);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_STOPPING);
+    for (uint64_t u = 6100; u <= 13000; u += 100) {
+        ms_lease_tick(l, u);
+        CHECK(drain(l) == 0);
+    }
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 12999) == 5);
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 13000) == 0);
+    ms_lease_free(l);
+
+    /* a member unreachable: a stopping shard is not renewed */
+    l = mk(0, 0, 0);
+    acquire(l, 0, 5);
+    CHECK(ms_lease_handoff(l, 0, 3, 100) == 0);
+    ms_lease_member_unreachable(l, 200);
+    drain(l);
+    for (uint64_t u = 300; u <= 12000; u += 100) {
+        ms_lease_tick(l, u);
+        drain(l);
+        CHECK(count(MS_LEASE_RENEW) == 0);
+    }
+    CHECK(ms_lease_usable_epoch(l, 0, 3, 10000) == 0);
+    ms_lease_free(l);
+}
+
+/* A move rolled back while its entities stop: assigned here again in
+ * STOPPING, the lease is in use again (open, renewed), or, run out by
+ * then, expired and acquired again; it never stays STOPPING. */
+static void test_rollback_while_stopping(void)
+{
+    struct ms_lease *l = mk(0, 0, 0);
+    acquire(l, 0, 5); /* expires at 10,000 */
+    CHECK(ms_lease_handoff(l, 0, 3, 100) == 0);
+    drain(l);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_STOPPING);
+    CHECK(ms_lease_shard_assigned(l, 0, 3, 200) == 0);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_OPEN_SHARD);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_HELD);
+    CHECK(ms_lease_held(l) == 1);
+    CHECK(ms_lease_gate(l, 0, 3) == MS_LEASE_OPEN);
+    ms_lease_tick(l, 3000);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_RENEW);
+    ms_lease_free(l);
+
+    l = mk(0, 0, 0);
+    acquire(l, 0, 5);
+    CHECK(ms_lease_handoff(l, 0, 3, 100) == 0);
+    drain(l);
+    CHECK(ms_lease_shard_assigned(l, 0, 3, 10000) == 0);
+    drain(l);
+    CHECK(nacts == 1 && acts[0].kind == MS_LEASE_STOP_ENTITIES);
+    CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_EXPIRED);
+    CHECK(ms_lease_held(l) == 0);
+    ms_lease_tick(l, 10000 + MS_LEASE_BACKOFF_MIN_MS);
+    drain(l);
+    CHECK(find(MS_LEASE_ACQUIRE) >= 0);
+    ms_lease_free(l);
+}
+
 /* A handoff stops the entities, and releases only after they stopped; it
  * waits for the barrier to drain first. */
 static void test_handoff(void)
@@ -419,7 +586,7 @@ static void test_handoff(void)
     CHECK(ms_lease_state(l, 0, 3) == MS_LEASE_STOPPING);
     CHECK(ms_lease_held(l) == 0);
     CHECK(ms_lease_admit(l, 0, 3, &tags[0], 110) == MS_ENOOWNER);
-    ms_lease_tick(l, 5000); /* no renewal, no release yet */
+    ms_lease_tick(l, 2900); /* nothing due yet; no release */
     CHECK(drain(l) == 0);
     CHECK(ms_lease_entities_stopped(l, 0, 3, 5000) == 0);
     drain(l);
@@ -657,10 +824,13 @@ int main(void)
     test_renewals_on_time();
     test_renewal_fails();
     test_late_renewal();
+    test_answer_after_expiry();
     test_stale_answer();
     test_epoch_never_down();
     test_unreachable();
     test_handoff();
+    test_stopping_renews();
+    test_rollback_while_stopping();
     test_barrier();
     test_bad_input();
     test_gate_and_epoch();

@@ -924,9 +924,15 @@ static void lease_window_rejects(void)
     CHECK(ask_n(2, "e", "{\"n\":5}", 60000) > 0);
     run_all();
     CHECK(cb_calls == 1 && cb_err == MS_ELEASE);
-    /* held at last */
+    /* held at last: the next acquire sent is granted (one answered
+     * after its 1 s lease would have run out here is too late) */
     advance(2000);
+    int before = count_stmt(1, MS_LEASE_ACQUIRE);
+    for (int t = 0; t < 8000 && count_stmt(1, MS_LEASE_ACQUIRE) == before;
+         t += 100)
+        advance(100);
     int i = last_stmt(1, MS_LEASE_ACQUIRE);
+    CHECK(count_stmt(1, MS_LEASE_ACQUIRE) > before);
     db_answer(1, i, MS_LEASE_ANS_ACQUIRED, 2, 1000);
     CHECK(tell_n(1, "f", "{\"n\":6}") == 0);
     run_all();
@@ -1005,6 +1011,120 @@ static void lease_handoff_release(void)
     advance(300);
     CHECK(ms_region_stats(nodes[1].r)->shards_handed_off == 1);
     CHECK(ms_region_owner(nodes[0].r, 0, 0, NULL) == 1);
+}
+
+/* A move of a persistent shard rolled back at its deadline while the old
+ * owner's entities still stop: the old owner's lease is its own again
+ * (renewed meanwhile), so what waited reaches it, in order. */
+static void lease_rollback_during_stop(void)
+{
+    boot_held(3, 2);
+    start_move(1);
+    CHECK(ms_region_stopping(nodes[1].r) == 1);
+    CHECK(ms_lease_state(ms_region_lease(nodes[1].r), 0, 0) ==
+          MS_LEASE_STOPPING);
+    CHECK(tell_n(3, "y", "{\"n\":2}") == 0);
+    /* node 2's dispatcher does not run (no STOPPED); the database answers
+     * its renewals */
+    uint64_t end = now + HANDOFF_MS + 1;
+    int seen = nodes[1].nst;
+    while (now < end) {
+        now = now + 100 < end ? now + 100 : end;
+        tick_all();
+        for (; seen < nodes[1].nst; seen++) {
+            struct ms_lease_action *st = &nodes[1].st[seen];
+            if (st->kind != MS_LEASE_RENEW)
+                continue;
+            struct ms_lease_answer a;
+            memset(&a, 0, sizeof a);
+            a.kind = MS_LEASE_ANS_RENEWED;
+            a.type = st->type;
+            a.shard = st->shard;
+            a.req = st->req;
+            a.epoch = 1;
+            a.db_now_ms = DBT + (int64_t)now;
+            a.expires_at_ms = a.db_now_ms + 1000;
+            CHECK(ms_region_lease_answer(nodes[1].r, &a, now) == 0);
+        }
+    }
+    struct ms_coord_move_stats ms;
+    ms_coord_move_stats(ms_region_coord(nodes[0].r), &ms);
+    CHECK(ms.aborted == 1 && ms.in_progress == 0);
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 2);
+    CHECK(ms_region_stopping(nodes[1].r) == 0);
+    run_all();
+    CHECK(ms_lease_state(ms_region_lease(nodes[1].r), 0, 0) ==
+          MS_LEASE_HELD);
+    CHECK(ms_region_lease_epoch_at(nodes[1].r, 0, 0, now) == 1);
+    CHECK(nodes[1].ngot == 2 && got(2, 1, "{\"n\":2}"));
+    CHECK(tell_n(3, "z", "{\"n\":3}") == 0);
+    run_all();
+    CHECK(nodes[1].ngot == 3 && got(2, 2, "{\"n\":3}"));
+    CHECK(nodes[0].ngot == 0);
+    CHECK(count_stmt(2, MS_LEASE_RELEASE) == 0);
+}
+
+/* Node 2 gets shard 0's plan entry again, from the coordinator (node
+ * 1), with the generation it knows: the same plan sent again. */
+static void plan_again_to_2(void)
+{
+    uint64_t gen = 0;
+    uint64_t owner = ms_region_owner(nodes[1].r, 0, 0, &gen);
+    struct ms_plan_entry e = {0, owner, gen};
+    struct ms_plan_msg m;
+    memset(&m, 0, sizeof m);
+    m.kind = MS_PLAN_MSG_PLAN;
+    m.term = ms_coord_term(ms_region_coord(nodes[0].r));
+    snprintf(m.type, sizeof m.type, "T");
+    m.shard_count = nodes[1].tc.shard_count;
+    m.entries = &e;
+    m.nentries = 1;
+    char *text = NULL;
+    size_t len = 0;
+    CHECK(ms_plan_msg_encode(&m, &text, &len) == 0);
+    struct ms_frame f;
+    memset(&f, 0, sizeof f);
+    f.kind = MS_FRAME_CONTROL;
+    f.payload = text;
+    f.payload_len = len;
+    if (text)
+        ms_region_on_frame(nodes[1].r, 1, &f, now);
+    free(text);
+}
+
+/* A plan entry that is not newer than a move (the same plan sent again
+ * while the old owner stops the shard) changes nothing of the lease: it
+ * stays STOPPING, is released once the entities stopped, and is not
+ * acquired again after the release. */
+static void lease_plan_again_during_stop(void)
+{
+    boot_held(3, 2);
+    start_move(1);
+    CHECK(ms_lease_state(ms_region_lease(nodes[1].r), 0, 0) ==
+          MS_LEASE_STOPPING);
+    plan_again_to_2();
+    CHECK(ms_lease_state(ms_region_lease(nodes[1].r), 0, 0) ==
+          MS_LEASE_STOPPING);
+    run_all(); /* the entities stopped: the release goes out */
+    CHECK(last_stmt(2, MS_LEASE_RELEASE) >= 0);
+
+    /* sent again while the release is out */
+    boot_held(3, 2);
+    start_move(1);
+    run_all();
+    int i = last_stmt(2, MS_LEASE_RELEASE);
+    CHECK(i >= 0);
+    CHECK(ms_lease_state(ms_region_lease(nodes[1].r), 0, 0) ==
+          MS_LEASE_RELEASING);
+    plan_again_to_2();
+    int acquires = count_stmt(2, MS_LEASE_ACQUIRE);
+    if (i >= 0)
+        db_answer(2, i, MS_LEASE_ANS_RELEASED, 0, 0);
+    advance(500);
+    CHECK(count_stmt(2, MS_LEASE_ACQUIRE) == acquires);
+    CHECK(ms_lease_state(ms_region_lease(nodes[1].r), 0, 0) ==
+          MS_LEASE_NONE);
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 1);
 }
 
 /* A member unreachable: the shard's entities stop, nothing is renewed
@@ -1131,6 +1251,8 @@ int main(void)
     lease_window_rejects();
     lease_lost_renewal();
     lease_handoff_release();
+    lease_rollback_during_stop();
+    lease_plan_again_during_stop();
     lease_unreachable();
     lease_window_beyond_tell_deadline();
     lease_settings_must_match();
