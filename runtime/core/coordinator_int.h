@@ -178,10 +178,12 @@ int ms__coord_sweep_owner(struct ms_coord *c, int ti, uint64_t only,
 /* Fills c->hosts with the members that can host type ti; their number. */
 size_t ms__coord_hosts_of(struct ms_coord *c, int ti);
 
-/* Chooses the owner of unassigned shard s of type ti; 0 with *code and a
- * reason in err when there is none. */
+/* Chooses the owner of unassigned shard s of type ti, away from member
+ * `away` (0: none) while another can host it; 0 with *code and a reason
+ * in err when there is none. */
 uint64_t ms__coord_place(struct ms_coord *c, int ti, uint32_t s,
-                         const char **code, char *err, size_t errlen);
+                         uint64_t away, const char **code, char *err,
+                         size_t errlen);
 
 /* The events of coordinator_plan.c: a view, a view_done, an alloc. */
 int ms__coord_on_view(struct ms_coord *c, struct member *mb,

@@ -327,7 +327,8 @@ int ms__coord_on_stopped(struct ms_coord *c, uint64_t from, int ti,
         ms__coord_set_owner(c, ti, s, 0, c->types[ti].gen[s]);
         char err[256] = "";
         const char *code = "strategy";
-        uint64_t to = ms__coord_place(c, ti, s, &code, err, sizeof err);
+        uint64_t to = ms__coord_place(c, ti, s, from, &code, err,
+                                      sizeof err);
         const struct member *fm = ms__coord_find_member(c, from);
         if (to == from && fm && fm->leaving)
             to = 0;

@@ -394,20 +394,30 @@ size_t ms__coord_hosts_of(struct ms_coord *c, int ti)
 }
 
 /* Chooses the owner of unassigned shard s of type ti with the allocate
- * callback. Returns it, or 0 with *code ("no_host", "strategy") and a
- * reason in err. */
+ * callback; `away` (0: none) is the member the shard moves away from,
+ * left out of the view while another member can host it. Returns it, or
+ * 0 with *code ("no_host", "strategy") and a reason in err. */
 uint64_t ms__coord_place(struct ms_coord *c, int ti, uint32_t s,
-                         const char **code, char *err, size_t errlen)
+                         uint64_t away, const char **code, char *err,
+                         size_t errlen)
 {
     struct ctype *t = &c->types[ti];
     size_t nh = ms__coord_hosts_of(c, ti);
-    /* a leaving member takes no new shard while another can */
+    /* a leaving member takes no new shard while another can, nor does
+     * the old owner of a move (a move by hand or a rebalance that lands
+     * where it began moves nothing) */
     size_t staying = 0;
     for (size_t i = 0; i < nh; i++)
         if (!c->hosts[i].leaving)
             c->hosts[staying++] = c->hosts[i];
     if (staying)
         nh = staying;
+    size_t others = 0;
+    for (size_t i = 0; i < nh; i++)
+        if (c->hosts[i].uid != away)
+            c->hosts[others++] = c->hosts[i];
+    if (others) /* else nothing moved: the list is as it was */
+        nh = others;
     if (nh == 0) {
         *code = "no_host";
         snprintf(err, errlen, "no member can host entity type '%s'",
@@ -473,7 +483,7 @@ int ms__coord_on_alloc(struct ms_coord *c, uint64_t from,
                             (unsigned long long)c->term);
     char err[256] = "";
     const char *code = "strategy";
-    uint64_t uid = ms__coord_place(c, ti, s, &code, err, sizeof err);
+    uint64_t uid = ms__coord_place(c, ti, s, 0, &code, err, sizeof err);
     if (!uid)
         return refuse_alloc(c, from, tn, s, code, "%s", err);
     uint64_t g = ++c->generation;

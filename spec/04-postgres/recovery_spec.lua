@@ -119,7 +119,7 @@ describe("a persistent entity", function()
         check_state(n2, IDS, 6)
         fill(n2, IDS, 7, 8)
 
-        -- a move by hand of a shard of n1 (the strategy places it)
+        -- a move by hand of a shard of n1
         local before = n1:stats().moves.finished
         local sh = assert(shards_on(n1, "n1")[1], "n1 owns no shard")
         local status, _, raw = n1:http("POST", format("/v1/move/Ledger/%d",
@@ -128,6 +128,11 @@ describe("a persistent entity", function()
         helpers.wait_until(function()
             return n1:stats().moves.finished > before or nil
         end, 20, "the move to finish")
+        -- away from n1 (to n2, the only other member), even though n1
+        -- would be the least loaded without it
+        for _, e in ipairs(n1:allocations("Ledger").shards) do
+            if e.shard == sh then assert.equal("n2", e.owner) end
+        end
         check_state(n1, IDS, 8)
         fill(n1, IDS, 9, 9)
 

@@ -109,6 +109,23 @@ static void test_move(void)
     ms_coord_free(c);
 }
 
+/* A move goes away from its owner: moved again, a shard on N3 (which,
+ * without it, is the least loaded) lands on another member. Before, the
+ * strategy saw N3 as the best place and the move by hand moved nothing. */
+static void test_move_away(void)
+{
+    struct ms_coord *c = moving_cluster(NULL);
+    CHECK(ms_coord_move(c, 0, 3, 10) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_owner(c, 0, 3, NULL) == N3);
+    CHECK(ms_coord_move(c, 0, 3, 20) == 0);
+    pump(c, N1, NULL, NULL);
+    uint64_t to = ms_coord_owner(c, 0, 3, NULL);
+    CHECK(to == N1 || to == N2);
+    CHECK(regions_agree(c, "Counter"));
+    ms_coord_free(c);
+}
+
 /* No STOPPED before the deadline: rolled back, the old owner keeps the
  * shard at a new generation (which ends the regions' buffering), and a
  * STOPPED after that is ignored. A region that never fences does the
@@ -382,6 +399,7 @@ static void test_move_takeover(void)
 int main(void)
 {
     test_move();
+    test_move_away();
     test_move_deadline();
     test_leaving_moves();
     test_rebalance_rounds();
