@@ -399,7 +399,7 @@ local NODE_FIELDS = { name = true, listen = true, http = true, roles = true }
 local ENTITY_FIELDS = {
     module = true, shard_count = true, idle_timeout = true, on_error = true,
     max_pending = true, slow_handler_ms = true, allocation = true,
-    rebalance = true, partitioner = true, persistence = true,
+    rebalance = true, partitioner = true, persistence = true, remember = true,
     lease_duration = true, lease_renew_interval = true, lease_window = true,
     snapshot_every = true, delete_events_on_snapshot = true,
 }
@@ -612,6 +612,62 @@ local function check_persistence(raw, path, e)
     end
 end
 
+-- Remember-entities of a type (issue 12): which store records the ids
+-- that run, and what a store failure does. Validated here; the node does
+-- not act on it yet (it says so at start).
+local REMEMBER_FIELDS = {
+    store = true, dir = true, fsync = true, keep_on_idle = true,
+    on_failure = true,
+}
+local REMEMBER_STORES = { memory = true, file = true, postgres = true }
+local FSYNC_POLICIES = { always = true, on_compaction = true, never = true }
+
+local function check_remember(raw, path, e)
+    local r = raw.remember
+    if r == nil then
+        e.remember = false
+        return
+    end
+    local p = child(path, "remember")
+    check_table(r, p)
+    check_known(r, p, REMEMBER_FIELDS)
+    if not REMEMBER_STORES[r.store] then
+        fail(child(p, "store"), "must be \"memory\", \"file\" or "
+             .. "\"postgres\"", r.store)
+    end
+    local out = { store = r.store }
+    if r.store == "file" then
+        out.dir = string_field(r, "dir", p, { required = true,
+                                              max_len = 511 })
+        local f = r.fsync
+        if f == nil then f = "always" end
+        if not FSYNC_POLICIES[f] then
+            fail(child(p, "fsync"), "must be \"always\", "
+                 .. "\"on_compaction\" or \"never\"", f)
+        end
+        out.fsync = f
+    else
+        for _, k in ipairs({ "dir", "fsync" }) do
+            if r[k] ~= nil then
+                fail(child(p, k), "applies only to store = \"file\"", r[k])
+            end
+        end
+    end
+    if r.keep_on_idle ~= nil and type(r.keep_on_idle) ~= "boolean" then
+        fail(child(p, "keep_on_idle"), "must be true or false",
+             r.keep_on_idle)
+    end
+    out.keep_on_idle = r.keep_on_idle == true
+    local of = r.on_failure
+    if of == nil then of = "fail_open" end
+    if of ~= "fail_open" and of ~= "fail_closed" then
+        fail(child(p, "on_failure"), "must be \"fail_open\" or "
+             .. "\"fail_closed\"", of)
+    end
+    out.on_failure = of
+    e.remember = out
+end
+
 local function check_entity(name, raw, path)
     check_table(raw, path)
     check_known(raw, path, ENTITY_FIELDS)
@@ -655,6 +711,7 @@ local function check_entity(name, raw, path)
     check_strategies(raw, path, e)
     check_partitioner(raw, path, e)
     check_persistence(raw, path, e)
+    check_remember(raw, path, e)
     return e
 end
 
@@ -887,12 +944,19 @@ local function check(t)
     cfg.rebalance_interval_ms = seconds_field(t, "rebalance_interval", root,
                                               0.1, 3600, 10)
     check_watchdog(t, root, cfg)
-    -- a persistent type needs the database, named once at the top
+    -- a persistent type needs the database, named once at the top, and
+    -- so does the postgres store of remember-entities
     for _, e in ipairs(cfg.entity_list) do
         if e.persistence and not cfg.database then
             fail({ "entities", e.name, "persistence" }, "needs a database:"
                  .. " set the top-level 'database' to a PostgreSQL "
                  .. "connection string", e.persistence)
+        end
+        if e.remember and e.remember.store == "postgres"
+            and not cfg.database then
+            fail({ "entities", e.name, "remember", "store" }, "needs a "
+                 .. "database: set the top-level 'database' to a "
+                 .. "PostgreSQL connection string", "postgres")
         end
     end
     -- how long a command's operation id (and its reply) is kept, so a

@@ -27,7 +27,19 @@ struct ms_type_config {
                                          wait for the lease */
     uint32_t snapshot_every;          /* events between snapshots; 0: never */
     int delete_events_on_snapshot;    /* delete the events a snapshot covers */
+    /* remember-entities (issue 12; validated, not yet acted on) */
+    int remember;                     /* MS_REMEMBER_* */
+    char remember_dir[512];           /* store "file": its directory */
+    int remember_fsync;               /* MS_FSYNC_* (store "file") */
+    int remember_keep_on_idle;        /* idle passivation keeps the id */
+    int remember_fail_closed;         /* on_failure = "fail_closed" */
 };
+
+enum {
+    MS_REMEMBER_NONE = 0, MS_REMEMBER_MEMORY, MS_REMEMBER_FILE,
+    MS_REMEMBER_POSTGRES
+};
+enum { MS_FSYNC_ALWAYS = 0, MS_FSYNC_ON_COMPACTION, MS_FSYNC_NEVER };
 
 enum { MS_PERSIST_NONE = 0, MS_PERSIST_EVENTS = 1, MS_PERSIST_STATE = 2 };
 

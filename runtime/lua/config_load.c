@@ -182,6 +182,26 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
         lua_getfield(L, -1, "delete_events_on_snapshot");
         t->delete_events_on_snapshot = lua_toboolean(L, -1);
         lua_pop(L, 1);
+        lua_getfield(L, -1, "remember");
+        if (lua_istable(L, -1)) {
+            char v[32];
+            copy_field(L, -1, "store", v, sizeof v);
+            t->remember = strcmp(v, "file") == 0     ? MS_REMEMBER_FILE
+                          : strcmp(v, "postgres") == 0 ? MS_REMEMBER_POSTGRES
+                                                       : MS_REMEMBER_MEMORY;
+            copy_field(L, -1, "dir", t->remember_dir, sizeof t->remember_dir);
+            copy_field(L, -1, "fsync", v, sizeof v);
+            t->remember_fsync = strcmp(v, "never") == 0 ? MS_FSYNC_NEVER
+                                : strcmp(v, "on_compaction") == 0
+                                    ? MS_FSYNC_ON_COMPACTION
+                                    : MS_FSYNC_ALWAYS;
+            lua_getfield(L, -1, "keep_on_idle");
+            t->remember_keep_on_idle = lua_toboolean(L, -1);
+            lua_pop(L, 1);
+            copy_field(L, -1, "on_failure", v, sizeof v);
+            t->remember_fail_closed = strcmp(v, "fail_closed") == 0;
+        }
+        lua_pop(L, 1);
         lua_getfield(L, -1, "partitioner");
         if (lua_isfunction(L, -1) && b->part_ref[i] == LUA_NOREF) {
             t->custom_partition = 1;

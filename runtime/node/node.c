@@ -369,6 +369,16 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     }
     for (int i = 0; i < n->cfg.ntypes; i++) {
         struct ms_type_config *t = &n->cfg.types[i];
+        if (t->remember) {
+            /* checked by the config, not acted on yet: say so rather
+             * than let a user believe the ids are kept */
+            char f[128];
+            ms_log_field_s(f, sizeof f, 0, "type", t->name);
+            ms_log(MS_LOG_WARN, f, "remember-entities are not built in "
+                   "this version yet: the type's running entities are "
+                   "neither recorded nor started again (its `remember` "
+                   "settings are checked and otherwise ignored)");
+        }
         types[i].name = t->name;
         types[i].shard_count = t->shard_count;
         types[i].idle_timeout_ms = t->idle_timeout_ms;

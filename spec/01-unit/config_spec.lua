@@ -123,6 +123,16 @@ describe("moonshard.config", function()
                 write_temp(other))).entities.Order.partition_id)
         end)
 
+        it("takes remember settings with their defaults", function()
+            local src = replace(BASE, "shard_count = 32,", [[shard_count = 32,
+                                remember = { store = "file", dir = "/var/lib/r" },]])
+            local c = assert(config.load(write_temp(src)))
+            assert.same({ store = "file", dir = "/var/lib/r", fsync = "always",
+                          keep_on_idle = false, on_failure = "fail_open" },
+                        c.entities.Order.remember)
+            assert.is_false(c.entities.Counter.remember)
+        end)
+
         it("takes persistence settings with their defaults", function()
             local src = replace(replace(BASE, [[cluster = "demo",]],
                                         [[cluster = "demo", database = "host=127.0.0.1",]]),
@@ -175,7 +185,7 @@ describe("moonshard.config", function()
                 idle_timeout = 120, idle_timeout_ms = 120000,
                 on_error = "stop", max_pending = 10000, slow_handler_ms = 100,
                 allocation_id = ll, rebalance_id = ll, partition_id = "fnv1a",
-                persistence = false,
+                persistence = false, remember = false,
             }, fields)
             assert.equal("Order", order.name)
             assert.equal(2500, order.idle_timeout_ms)
@@ -614,6 +624,34 @@ return {
                 { "shard_count = 32,", [[shard_count = 32, persistence = "events",
             snapshot_every = 10001, --@]] } },
               "entities.Order.snapshot_every: must be an integer in 1..10000 (got 10001)" },
+            { "an unknown remember store",
+              { { "shard_count = 32,", [[shard_count = 32, remember = { store = "disk" }, --@]] } },
+              [[entities.Order.remember.store: must be "memory", "file" or "postgres" (got "disk")]] },
+            { "a file store without its dir",
+              { { "shard_count = 32,", [[shard_count = 32, remember = { store = "file" }, --@]] } },
+              "entities.Order.remember.dir: required (got nil)" },
+            { "an fsync policy on another store",
+              { { "shard_count = 32,", [[shard_count = 32,
+            remember = { store = "memory", fsync = "never" }, --@]] } },
+              [[entities.Order.remember.fsync: applies only to store = "file" (got "never")]] },
+            { "an unknown fsync policy",
+              { { "shard_count = 32,", [[shard_count = 32,
+            remember = { store = "file", dir = "/tmp/r", fsync = "sometimes" }, --@]] } },
+              [[entities.Order.remember.fsync: must be "always", "on_compaction" or "never" ]]
+                  .. [[(got "sometimes")]] },
+            { "an unknown on_failure",
+              { { "shard_count = 32,", [[shard_count = 32,
+            remember = { store = "memory", on_failure = "retry" }, --@]] } },
+              [[entities.Order.remember.on_failure: must be "fail_open" or "fail_closed" (got "retry")]] },
+            { "the postgres store without a database",
+              { { "shard_count = 32,", [[shard_count = 32,
+            remember = { store = "postgres" }, --@]] } },
+              [[entities.Order.remember.store: needs a database: set the top-level ]]
+                  .. [['database' to a PostgreSQL connection string (got "postgres")]] },
+            { "an unknown remember field",
+              { { "shard_count = 32,", [[shard_count = 32,
+            remember = { store = "memory", keep_on_idel = true }, --@]] } },
+              [[entities.Order.remember.keep_on_idel: unknown field, did you mean "keep_on_idle"? (got true)]] },
             { "a partitioner that is not a function",
               { { "shard_count = 32,", [[shard_count = 32, partitioner = "fnv", --@]] } },
               "entities.Order.partitioner: must be a function(id, shard_count) "
