@@ -174,11 +174,31 @@ static int pad(const char *s, int width)
 
 static int events_usage(void)
 {
-    fprintf(stderr, "usage: moonshard db events CONFIG.lua TYPE ID "
+    fprintf(stderr, "usage: moonshard db events [CONFIG.lua] TYPE ID "
             "[--limit N] [--]   (N: 1..%d, default %d: the latest N "
-            "events)\n",
+            "events; without CONFIG.lua, $MOONSHARD_CONFIG)\n",
             DB_EVENTS_LIMIT_MAX, DB_EVENTS_LIMIT_DEFAULT);
     return 2;
+}
+
+/* The config a command given none uses: $MOONSHARD_CONFIG, or NULL after
+ * a line on stderr (the caller adds its usage). */
+static const char *env_config(const char *cmd)
+{
+    const char *c = getenv("MOONSHARD_CONFIG");
+    if (c && c[0])
+        return c;
+    fprintf(stderr, "moonshard %s: no CONFIG.lua given (it names the "
+            "cluster and its database) and MOONSHARD_CONFIG is not set\n",
+            cmd);
+    return NULL;
+}
+
+/* 1 when `a` names a config script: it ends in ".lua" */
+static int is_config(const char *a)
+{
+    size_t n = strlen(a);
+    return n > 4 && strcmp(a + n - 4, ".lua") == 0;
 }
 
 int ms_db_events(int argc, char **argv)
@@ -212,11 +232,15 @@ int ms_db_events(int argc, char **argv)
             return events_usage();
         }
     }
-    if (npos != 3)
+    if (npos != 2 && npos != 3)
         return events_usage();
-    const char *cmd = "db events", *type = pos[1], *id = pos[2];
+    const char *cmd = "db events";
+    const char *config = npos == 3 ? pos[0] : env_config(cmd);
+    if (!config)
+        return events_usage();
+    const char *type = pos[npos - 2], *id = pos[npos - 1];
     struct target t;
-    if (open_target(cmd, pos[0], &t))
+    if (open_target(cmd, config, &t))
         return 1;
     int rc = 1;
     char lim[24];
@@ -285,20 +309,36 @@ out:
     return rc;
 }
 
+static int leases_usage(void)
+{
+    fprintf(stderr, "usage: moonshard db leases [CONFIG.lua] [TYPE]   "
+            "(also: moonshard leases [CONFIG.lua] [TYPE]; without "
+            "CONFIG.lua, $MOONSHARD_CONFIG)\n");
+    return 2;
+}
+
 int ms_db_leases(int argc, char **argv)
 {
-    if (argc < 1 || argc > 2 || argv[0][0] == '-' ||
-        (argc == 2 && argv[1][0] == '-')) {
-        fprintf(stderr, "usage: moonshard db leases CONFIG.lua [TYPE]   "
-                "(also: moonshard leases CONFIG.lua [TYPE])\n");
-        return 2;
-    }
+    if (argc > 2 || (argc >= 1 && argv[0][0] == '-') ||
+        (argc == 2 && argv[1][0] == '-'))
+        return leases_usage();
     const char *cmd = "leases";
+    /* CONFIG.lua first when given (it ends in .lua), then TYPE */
+    int has_config = argc >= 1 && is_config(argv[0]);
+    if (argc == 2 && !has_config) {
+        fprintf(stderr, "moonshard leases: %s is not a CONFIG.lua\n",
+                argv[0]);
+        return leases_usage();
+    }
+    const char *config = has_config ? argv[0] : env_config(cmd);
+    if (!config)
+        return leases_usage();
+    const char *type = argc > has_config ? argv[has_config] : NULL;
     struct target t;
-    if (open_target(cmd, argv[0], &t))
+    if (open_target(cmd, config, &t))
         return 1;
     int rc = 1;
-    const char *p[2] = { t.cluster, argc == 2 ? argv[1] : NULL };
+    const char *p[2] = { t.cluster, type };
     PGresult *r = NULL;
     if (prepare(cmd, &t, "moonshard_leases"))
         goto out;
@@ -313,9 +353,9 @@ int ms_db_leases(int argc, char **argv)
     int n = PQntuples(r);
     if (n == 0) {
         printf("no leases in cluster %s%s", t.cluster,
-               argc == 2 ? " for type " : "");
-        if (argc == 2)
-            put_safe(stdout, argv[1]);
+               type ? " for type " : "");
+        if (type)
+            put_safe(stdout, type);
         printf("\n");
     } else {
         printf("%-16s %-6s %-16s %-7s %-24s %s\n", "type", "shard", "owner",

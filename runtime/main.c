@@ -45,10 +45,11 @@ static void usage(FILE *f)
         "  shard --config F --type T ID...  with the type's own partitioner\n"
         "  db migrate CONFIG.lua          create or upgrade the schema in the\n"
         "                                 config's PostgreSQL `database`\n"
-        "  db events CONFIG.lua TYPE ID [--limit N]\n"
+        "  db events [CONFIG.lua] TYPE ID [--limit N]\n"
         "                                 print an entity's journal (latest N)\n"
-        "  db leases CONFIG.lua [TYPE]    list the cluster's leases (also:\n"
-        "                                 moonshard leases CONFIG.lua [TYPE])\n"
+        "  db leases [CONFIG.lua] [TYPE]  list the cluster's leases (also:\n"
+        "                                 moonshard leases [CONFIG.lua] [TYPE];\n"
+        "                                 no CONFIG.lua: $MOONSHARD_CONFIG)\n"
         "  version\n");
 }
 

@@ -1,6 +1,7 @@
--- spec/04-postgres/cli_db_spec.lua: `moonshard db events CONFIG TYPE ID`
--- prints an entity's journal and `moonshard leases CONFIG` (= `moonshard
--- db leases`) the leases of the config's cluster (issue 11, point 9).
+-- spec/04-postgres/cli_db_spec.lua: `moonshard db events [CONFIG] TYPE
+-- ID` prints an entity's journal and `moonshard leases [CONFIG]` (=
+-- `moonshard db leases`) the leases of the config's cluster (issue 11,
+-- point 9); without CONFIG, $MOONSHARD_CONFIG names it.
 -- Rows are inserted by hand into a migrated throwaway database; the
 -- errors (no database, unreachable, wrong password, no schema) are one
 -- line on stderr, exit 1, and never show the password.
@@ -159,6 +160,30 @@ SELECT 1;
         code, out = run("leases", cfg, "Nope")
         assert.are.equal(0, code)
         assert.are.equal("no leases in cluster cli for type Nope\n", out)
+    end)
+
+    it("takes the config from MOONSHARD_CONFIG when none is given",
+       function()
+        local function env_run(...)
+            return helpers.run({ "env", "MOONSHARD_CONFIG=" .. cfg, BIN, ... },
+                               60)
+        end
+        local code, out, err = env_run("db", "events", "Account", "a1")
+        local c2, out2 = run("db", "events", cfg, "Account", "a1")
+        assert.are.equal(0, code, err)
+        assert.are.equal(0, c2)
+        assert.are.equal(out2, out)
+        code, out, err = env_run("leases")
+        assert.are.equal(0, code, err)
+        assert.are.equal(5, #lines(out), out)
+        code, out = env_run("leases", "Cart")
+        assert.are.equal(0, code)
+        assert.are.equal(3, #lines(out))
+        -- without it: said, with the usage, exit 2
+        code, out, err = run("leases")
+        assert.are.equal(2, code)
+        assert.are.equal("", out)
+        assert.matches("MOONSHARD_CONFIG is not set", err, 1, true)
     end)
 
     it("refuses bad arguments with its usage, exit 2", function()
