@@ -65,6 +65,7 @@ struct idset {
     size_t cap;   /* a power of two, or 0 */
     size_t count; /* live ids */
     size_t used;  /* live ids and tombstones */
+    uint64_t id_bytes; /* bytes of the live ids */
 };
 
 static void set_free(struct idset *s)
@@ -137,6 +138,7 @@ static int set_add(struct idset *s, const char *id, size_t len)
         s->used++;
     s->slots[i] = (struct slot){ copy, (uint32_t)len, h };
     s->count++;
+    s->id_bytes += len;
     return 1;
 }
 
@@ -149,6 +151,7 @@ static int set_del(struct idset *s, const char *id, size_t len)
     free(s->slots[i].id);
     s->slots[i].id = TOMB;
     s->count--;
+    s->id_bytes -= len;
     return 1;
 }
 
@@ -599,7 +602,9 @@ static int compact(struct ms_remember_file *s, struct rlog *l)
 
 static int compact_due(const struct rlog *l)
 {
-    if (l->size > MS_REMEMBER_FILE_COMPACT_BYTES)
+    uint64_t compacted = MAGIC_LEN + l->set.id_bytes +
+                         (uint64_t)(REC_HEAD + REC_TAIL) * l->set.count;
+    if (l->size > MS_REMEMBER_FILE_COMPACT_BYTES && l->size > 2 * compacted)
         return 1;
     return l->records >= MS_REMEMBER_FILE_COMPACT_MIN &&
            l->records > (uint64_t)MS_REMEMBER_FILE_COMPACT_FACTOR *
@@ -619,6 +624,16 @@ int ms_remember_file_append(struct ms_remember_file *s, const char *type,
     struct rlog *l = log_get(s, type, shard, 1, &rc);
     if (!l)
         return rc;
+    if (l->records >= MS_REMEMBER_FILE_MAX_RECORDS) {
+        if (l->set.count < l->records && (rc = compact(s, l)) != 0) {
+            s->st.errors++;
+            log_line(MS_LOG_WARN, s, l, "remember log: compaction failed",
+                     rc, 0);
+            return rc;
+        }
+        if (l->records >= MS_REMEMBER_FILE_MAX_RECORDS)
+            return MS_E2BIG;
+    }
     if (op == MS_REMEMBER_START) {
         if (set_find(&l->set, id, idlen, (uint32_t)ms_fnv1a64(id, idlen)) >= 0)
             return 0;

@@ -44,7 +44,8 @@
  * Compaction rewrites a log as one start per live id, and runs by itself
  * after an append once the log holds at least MS_REMEMBER_FILE_COMPACT_MIN
  * records and more than MS_REMEMBER_FILE_COMPACT_FACTOR records per live
- * id, or once it is larger than MS_REMEMBER_FILE_COMPACT_BYTES. If a
+ * id, or once it is larger than MS_REMEMBER_FILE_COMPACT_BYTES and more
+ * than twice its compacted size. If a
  * compaction fails, the old log stays in place and the error is returned.
  *
  * Errors: a write or sync that fails closes the log (its set is dropped),
@@ -64,11 +65,21 @@
 
 #define MS_REMEMBER_FILE_MAX_OPEN 1024       /* max_open at most */
 #define MS_REMEMBER_FILE_MAX_LIVE 1000000    /* live ids of one shard */
-#define MS_REMEMBER_FILE_MAX_RECORDS 8000000 /* records replayed per log */
 #define MS_REMEMBER_FILE_COMPACT_MIN 1024    /* records before auto compaction */
 #define MS_REMEMBER_FILE_COMPACT_FACTOR 4    /* records per live id */
-#define MS_REMEMBER_FILE_COMPACT_BYTES (64u << 20) /* log size bound */
 #define MS_REMEMBER_FILE_MAX_DIR 3072        /* bytes of the directory path */
+/* The two bounds below may be lowered at build time (the C test does). */
+#ifndef MS_REMEMBER_FILE_MAX_RECORDS
+/* Records of one log: replay refuses a longer log (MS_E2BIG) and an
+ * append that would pass it is refused (MS_E2BIG) unless a compaction
+ * makes room first. */
+#define MS_REMEMBER_FILE_MAX_RECORDS 8000000
+#endif
+#ifndef MS_REMEMBER_FILE_COMPACT_BYTES
+/* A log larger than this, of which more than half is history (records
+ * that a compaction would drop), is compacted. */
+#define MS_REMEMBER_FILE_COMPACT_BYTES (64u << 20)
+#endif
 
 enum ms_remember_fsync {
     MS_REMEMBER_FSYNC_ALWAYS,
@@ -119,8 +130,11 @@ void ms_remember_file_free(struct ms_remember_file *s);
  * of [A-Za-z0-9_-] (a file name part), shard < 65536. Opens (and
  * replays) the log if it is not open. Returns 0 once the record is
  * written (and synced under "always"), or when it changes nothing;
- * MS_EINVAL for a bad argument, MS_E2BIG for an id too long or a shard
- * past MS_REMEMBER_FILE_MAX_LIVE ids, MS_ENOMEM, or a negative errno.
+ * MS_EINVAL for a bad argument, MS_E2BIG for an id too long, a shard
+ * past MS_REMEMBER_FILE_MAX_LIVE ids or a log at
+ * MS_REMEMBER_FILE_MAX_RECORDS that compaction cannot shorten, MS_ENOMEM,
+ * or a negative errno. After an error the record may or may not be in
+ * the file (a failed sync); the log is closed and read back on next use.
  * May compact the log afterwards (a failed compaction is counted and
  * logged, and does not fail the append, which is already written).
  */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -454,6 +455,122 @@ static void test_lru(void)
     ms_remember_file_free(s);
 }
 
+/* The byte bound compacts a large log that is mostly history, and never
+ * one that is large because its live set is (the test builds with a
+ * 256 KiB bound). */
+static void test_byte_bound(void)
+{
+    const char *dir = subdir("bytes");
+    struct ms_remember_file *s = open_store(dir, MS_REMEMBER_FSYNC_NEVER);
+    char id[501];
+    struct ms_remember_file_stats st;
+    for (int i = 0; i < 600; i++) { /* 600 x 507 bytes: past the bound */
+        memset(id, 'a' + i % 26, 500);
+        snprintf(id, sizeof id, "%04d", i);
+        id[4] = '-';
+        CHECK(ms_remember_file_append(s, "B", 0, MS_REMEMBER_START, id,
+                                      500) == 0);
+    }
+    ms_remember_file_stats(s, &st);
+    CHECK(size_of(dir, "B.0.rlog") > (off_t)MS_REMEMBER_FILE_COMPACT_BYTES);
+    CHECK(st.compactions == 0); /* all of it is live */
+    for (int i = 0; i < 400; i++) {
+        memset(id, 'a' + i % 26, 500);
+        snprintf(id, sizeof id, "%04d", i);
+        id[4] = '-';
+        CHECK(ms_remember_file_append(s, "B", 0, MS_REMEMBER_STOP, id,
+                                      500) == 0);
+    }
+    ms_remember_file_stats(s, &st);
+    CHECK(st.compactions >= 1); /* below COMPACT_MIN records: bytes did */
+    size_t n = 0;
+    CHECK(ms_remember_file_count(s, "B", 0, &n) == 0 && n == 200);
+    ms_remember_file_free(s);
+    s = open_store(dir, MS_REMEMBER_FSYNC_NEVER);
+    CHECK(ms_remember_file_count(s, "B", 0, &n) == 0 && n == 200);
+    ms_remember_file_free(s);
+}
+
+/* A log never holds more than MAX_RECORDS records (20,000 in the test
+ * build): an append at the bound compacts first, and is refused when
+ * compaction cannot make room. */
+static void test_record_bound(void)
+{
+    const char *dir = subdir("records");
+    struct ms_remember_file *s = open_store(dir, MS_REMEMBER_FSYNC_NEVER);
+    char id[16];
+    for (int i = 0; i < 6000; i++) {
+        snprintf(id, sizeof id, "r%d", i);
+        CHECK(add(s, "R", 0, MS_REMEMBER_START, id) == 0);
+    }
+    int fails = 0;
+    for (int i = 0; i < 20000; i++)
+        fails += add(s, "R", 0, i % 2 ? MS_REMEMBER_STOP : MS_REMEMBER_START,
+                     "churn") != 0;
+    CHECK(fails == 0);
+    struct ms_remember_file_stats st;
+    ms_remember_file_stats(s, &st);
+    CHECK(st.compactions >= 1);
+    CHECK(size_of(dir, "R.0.rlog") <=
+          8 + (off_t)MS_REMEMBER_FILE_MAX_RECORDS * (7 + 6));
+    size_t n = 0;
+    CHECK(ms_remember_file_count(s, "R", 0, &n) == 0 && n == 6000);
+    ms_remember_file_free(s);
+    s = open_store(dir, MS_REMEMBER_FSYNC_NEVER);
+    CHECK(ms_remember_file_count(s, "R", 0, &n) == 0 && n == 6000);
+
+    /* all live: nothing to compact away */
+    for (int i = 0; i < MS_REMEMBER_FILE_MAX_RECORDS; i++) {
+        snprintf(id, sizeof id, "f%d", i);
+        CHECK(add(s, "R", 1, MS_REMEMBER_START, id) == 0);
+    }
+    CHECK(add(s, "R", 1, MS_REMEMBER_START, "one-more") == MS_E2BIG);
+    ms_remember_file_free(s);
+    s = open_store(dir, MS_REMEMBER_FSYNC_NEVER);
+    CHECK(ms_remember_file_count(s, "R", 1, &n) == 0 &&
+          n == MS_REMEMBER_FILE_MAX_RECORDS);
+    ms_remember_file_free(s);
+}
+
+/* A write that fails half way (the file size limit stands in for a full
+ * disk; root ignores directory permissions) is an error, counted; the
+ * log is read back from the file, the torn record cut. A compaction that
+ * cannot write its temp file leaves the old log in place. */
+static void test_write_failure(void)
+{
+    const char *dir = subdir("efbig");
+    struct ms_remember_file *s = open_store(dir, MS_REMEMBER_FSYNC_ALWAYS);
+    CHECK(add(s, "W", 0, MS_REMEMBER_START, "a") == 0);
+    CHECK(add(s, "W", 0, MS_REMEMBER_START, "b") == 0);
+    CHECK(add(s, "W", 0, MS_REMEMBER_STOP, "b") == 0);
+    off_t size = size_of(dir, "W.0.rlog");
+    struct rlimit old, lim;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = (rlim_t)size + 4;
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    CHECK(add(s, "W", 0, MS_REMEMBER_START, "cccccc") == -EFBIG);
+    CHECK(size_of(dir, "W.0.rlog") == size + 4); /* a torn record */
+    lim.rlim_cur = 10; /* less than header and one record */
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    CHECK(ms_remember_file_compact(s, "W", 0) == -EFBIG);
+    CHECK(size_of(dir, "W.0.rlog.tmp") == -1);
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    signal(SIGXFSZ, SIG_DFL);
+    struct ms_remember_file_stats st;
+    ms_remember_file_stats(s, &st);
+    CHECK(st.errors == 2);
+    CHECK(st.cuts == 1); /* the compaction's open replayed and cut */
+    CHECK(size_of(dir, "W.0.rlog") == size);
+    CHECK(strcmp(set_of(s, "W", 0), "a") == 0);
+    CHECK(add(s, "W", 0, MS_REMEMBER_START, "d") == 0);
+    ms_remember_file_free(s);
+    s = open_store(dir, MS_REMEMBER_FSYNC_ALWAYS);
+    CHECK(strcmp(set_of(s, "W", 0), "a,d") == 0);
+    ms_remember_file_free(s);
+}
+
 /* ---- a writer killed in the middle of its appends ------------------- */
 
 /* The i-th operation of the writer: starts k<i>, and every 5th
@@ -580,6 +697,9 @@ int main(void)
     test_compaction();
     test_fsync_counts();
     test_lru();
+    test_byte_bound();
+    test_record_bound();
+    test_write_failure();
     test_kill_mid_write();
     rm_tree(root);
     CHECK_DONE();
