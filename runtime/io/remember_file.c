@@ -611,54 +611,83 @@ static int compact_due(const struct rlog *l)
                             l->set.count;
 }
 
-int ms_remember_file_append(struct ms_remember_file *s, const char *type,
-                            uint32_t shard, enum ms_remember_op op,
-                            const char *id, size_t idlen)
+int ms_remember_file_append_batch(struct ms_remember_file *s,
+                                  const char *type, uint32_t shard,
+                                  const struct ms_remember_rec *recs,
+                                  size_t n)
 {
-    if (!s || !name_ok(type, shard) || !id || idlen < 1 ||
-        (op != MS_REMEMBER_START && op != MS_REMEMBER_STOP))
+    if (!s || !name_ok(type, shard) || (n && !recs) ||
+        n > MS_REMEMBER_FILE_MAX_BATCH)
         return MS_EINVAL;
-    if (idlen > MS_MAX_ID)
-        return MS_E2BIG;
+    for (size_t i = 0; i < n; i++) {
+        if (!recs[i].id || recs[i].idlen < 1 ||
+            (recs[i].op != MS_REMEMBER_START &&
+             recs[i].op != MS_REMEMBER_STOP))
+            return MS_EINVAL;
+        if (recs[i].idlen > MS_MAX_ID)
+            return MS_E2BIG;
+    }
+    if (!n)
+        return 0;
     int rc;
     struct rlog *l = log_get(s, type, shard, 1, &rc);
     if (!l)
         return rc;
-    if (l->records >= MS_REMEMBER_FILE_MAX_RECORDS) {
+    if (l->records + n > MS_REMEMBER_FILE_MAX_RECORDS) {
         if (l->set.count < l->records && (rc = compact(s, l)) != 0) {
             s->st.errors++;
             log_line(MS_LOG_WARN, s, l, "remember log: compaction failed",
                      rc, 0);
             return rc;
         }
-        if (l->records >= MS_REMEMBER_FILE_MAX_RECORDS)
+        if (l->records + n > MS_REMEMBER_FILE_MAX_RECORDS)
             return MS_E2BIG;
     }
-    if (op == MS_REMEMBER_START) {
-        if (set_find(&l->set, id, idlen, (uint32_t)ms_fnv1a64(id, idlen)) >= 0)
-            return 0;
-        if (l->set.count >= MS_REMEMBER_FILE_MAX_LIVE)
-            return MS_E2BIG;
-        if (set_add(&l->set, id, idlen) < 0)
-            return MS_ENOMEM;
-    } else if (!set_del(&l->set, id, idlen)) {
-        return 0;
+    unsigned char one[REC_MAX];
+    unsigned char *buf = n == 1 ? one : malloc(n * REC_MAX);
+    if (!buf)
+        return MS_ENOMEM;
+    size_t len = 0, written = 0;
+    rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const struct ms_remember_rec *r = &recs[i];
+        if (r->op == MS_REMEMBER_START) {
+            uint32_t h = (uint32_t)ms_fnv1a64(r->id, r->idlen);
+            if (set_find(&l->set, r->id, r->idlen, h) >= 0)
+                continue;
+            if (l->set.count >= MS_REMEMBER_FILE_MAX_LIVE)
+                rc = MS_E2BIG;
+            else if (set_add(&l->set, r->id, r->idlen) < 0)
+                rc = MS_ENOMEM;
+            if (rc)
+                break;
+        } else if (!set_del(&l->set, r->id, r->idlen)) {
+            continue;
+        }
+        len += encode(buf + len, (int)r->op, r->id, r->idlen);
+        written++;
     }
-    /* the set holds the change: a failure below drops it with the log */
-    unsigned char rec[REC_MAX];
-    size_t n = encode(rec, op, id, idlen);
-    rc = write_all(l->fd, rec, n);
-    if (!rc && s->policy == MS_REMEMBER_FSYNC_ALWAYS)
-        rc = do_sync(s, l->fd, 0);
+    /* the set holds the changes: a failure drops them with the log, which
+     * is then read back from the file on next use */
     if (rc) {
-        s->st.errors++;
-        log_line(MS_LOG_WARN, s, l, "remember log: write failed", rc, 0);
-        log_close(l);
-        return rc;
+        log_close(l); /* nothing of the batch was written */
+    } else if (written) {
+        rc = write_all(l->fd, buf, len);
+        if (!rc && s->policy == MS_REMEMBER_FSYNC_ALWAYS)
+            rc = do_sync(s, l->fd, 0);
+        if (rc) {
+            s->st.errors++;
+            log_line(MS_LOG_WARN, s, l, "remember log: write failed", rc, 0);
+            log_close(l);
+        }
     }
-    s->st.appends++;
-    l->size += n;
-    l->records++;
+    if (buf != one)
+        free(buf);
+    if (rc || !written)
+        return rc;
+    s->st.appends += written;
+    l->size += len;
+    l->records += written;
     if (compact_due(l)) {
         int crc = compact(s, l);
         if (crc) {
@@ -668,6 +697,14 @@ int ms_remember_file_append(struct ms_remember_file *s, const char *type,
         }
     }
     return 0;
+}
+
+int ms_remember_file_append(struct ms_remember_file *s, const char *type,
+                            uint32_t shard, enum ms_remember_op op,
+                            const char *id, size_t idlen)
+{
+    struct ms_remember_rec r = { op, id, idlen };
+    return ms_remember_file_append_batch(s, type, shard, &r, 1);
 }
 
 int ms_remember_file_list(struct ms_remember_file *s, const char *type,

@@ -68,6 +68,7 @@
 #define MS_REMEMBER_FILE_COMPACT_MIN 1024    /* records before auto compaction */
 #define MS_REMEMBER_FILE_COMPACT_FACTOR 4    /* records per live id */
 #define MS_REMEMBER_FILE_MAX_DIR 3072        /* bytes of the directory path */
+#define MS_REMEMBER_FILE_MAX_BATCH 1024      /* records of one batch */
 /* The two bounds below may be lowered at build time (the C test does). */
 #ifndef MS_REMEMBER_FILE_MAX_RECORDS
 /* Records of one log: replay refuses a longer log (MS_E2BIG) and an
@@ -141,6 +142,28 @@ void ms_remember_file_free(struct ms_remember_file *s);
 int ms_remember_file_append(struct ms_remember_file *s, const char *type,
                             uint32_t shard, enum ms_remember_op op,
                             const char *id, size_t idlen);
+
+/* One record of a batch; `id` borrowed for the call. */
+struct ms_remember_rec {
+    enum ms_remember_op op;
+    const char *id;
+    size_t idlen;
+};
+
+/*
+ * Records n (0..MS_REMEMBER_FILE_MAX_BATCH) starts and stops of one
+ * shard's log in order, as ms_remember_file_append does one, with ONE
+ * write and, under "always", ONE sync for all of them: the way to batch
+ * what a write-behind queue drained. Every record is checked before
+ * anything happens (MS_EINVAL, MS_E2BIG for an id too long); the batch is
+ * written whole or not at all, except that a failed write or sync may
+ * leave a prefix of it in the file (read back on next use, a torn record
+ * cut). Returns 0 or an error as for append.
+ */
+int ms_remember_file_append_batch(struct ms_remember_file *s,
+                                  const char *type, uint32_t shard,
+                                  const struct ms_remember_rec *recs,
+                                  size_t n);
 
 /* Calls fn(data, id, idlen) once per live id of the shard's log (ids
  * borrowed for the call; order unspecified); fn returning non-zero stops

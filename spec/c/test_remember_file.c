@@ -571,6 +571,45 @@ static void test_write_failure(void)
     ms_remember_file_free(s);
 }
 
+/* A batch: records applied in order, one write and one sync for all;
+ * a bad record refuses the whole batch before anything is written. */
+static void test_batch(void)
+{
+    const char *dir = subdir("batch");
+    struct ms_remember_file *s = open_store(dir, MS_REMEMBER_FSYNC_ALWAYS);
+    CHECK(add(s, "T", 0, MS_REMEMBER_START, "w") == 0);
+    struct ms_remember_file_stats st0, st;
+    ms_remember_file_stats(s, &st0);
+    struct ms_remember_rec recs[] = {
+        { MS_REMEMBER_START, "x", 1 }, { MS_REMEMBER_START, "y", 1 },
+        { MS_REMEMBER_STOP, "x", 1 },  { MS_REMEMBER_START, "z", 1 },
+        { MS_REMEMBER_START, "y", 1 }, { MS_REMEMBER_STOP, "w", 1 },
+    };
+    CHECK(ms_remember_file_append_batch(s, "T", 0, recs, 6) == 0);
+    ms_remember_file_stats(s, &st);
+    CHECK(st.appends == st0.appends + 5); /* the second start of y: none */
+    CHECK(st.fsyncs == st0.fsyncs + 1);
+    CHECK(strcmp(set_of(s, "T", 0), "y,z") == 0);
+
+    struct ms_remember_rec bad[] = {
+        { MS_REMEMBER_START, "v", 1 }, { MS_REMEMBER_STOP, "y", 0 },
+    };
+    CHECK(ms_remember_file_append_batch(s, "T", 0, bad, 2) == MS_EINVAL);
+    bad[1].idlen = MS_MAX_ID + 1;
+    CHECK(ms_remember_file_append_batch(s, "T", 0, bad, 2) == MS_E2BIG);
+    CHECK(ms_remember_file_append_batch(s, "T", 0, bad,
+                                        MS_REMEMBER_FILE_MAX_BATCH + 1) ==
+          MS_EINVAL);
+    CHECK(ms_remember_file_append_batch(s, "T", 0, NULL, 0) == 0);
+    ms_remember_file_stats(s, &st);
+    CHECK(st.appends == st0.appends + 5);
+    CHECK(strcmp(set_of(s, "T", 0), "y,z") == 0);
+    ms_remember_file_free(s);
+    s = open_store(dir, MS_REMEMBER_FSYNC_ALWAYS);
+    CHECK(strcmp(set_of(s, "T", 0), "y,z") == 0);
+    ms_remember_file_free(s);
+}
+
 /* ---- a writer killed in the middle of its appends ------------------- */
 
 /* The i-th operation of the writer: starts k<i>, and every 5th
@@ -700,6 +739,7 @@ int main(void)
     test_byte_bound();
     test_record_bound();
     test_write_failure();
+    test_batch();
     test_kill_mid_write();
     rm_tree(root);
     CHECK_DONE();
