@@ -33,20 +33,22 @@
  * dropped and read back from the file when it is next used).
  *
  * fsync policy:
- *   "always"        each append that writes is fdatasync'ed before it
- *                   returns, and so is a compaction (file and directory);
- *                   a new log's directory entry is synced once;
+ *   "always"        each append (or batch) that writes is fdatasync'ed
+ *                   before it returns, and so is a compaction (file and
+ *                   directory); a new log's directory entry is synced
+ *                   once; a damaged tail cut at replay is synced;
  *   "on_compaction" appends are left to the page cache (a machine crash
  *                   may lose the latest ones; a process crash does not);
- *                   compactions are synced as above;
+ *                   compactions and cuts are synced as above;
  *   "never"         nothing is synced (tests, throwaway machines).
  *
  * Compaction rewrites a log as one start per live id, and runs by itself
  * after an append once the log holds at least MS_REMEMBER_FILE_COMPACT_MIN
  * records and more than MS_REMEMBER_FILE_COMPACT_FACTOR records per live
  * id, or once it is larger than MS_REMEMBER_FILE_COMPACT_BYTES and more
- * than twice its compacted size. If a
- * compaction fails, the old log stays in place and the error is returned.
+ * than twice its compacted size. If a compaction fails, the old log stays
+ * in place and the error is returned. A temp file left by a crash in the
+ * middle of a compaction is never read, and is overwritten by the next.
  *
  * Errors: a write or sync that fails closes the log (its set is dropped),
  * so the next call replays what the file holds; the caller decides what a
