@@ -715,6 +715,7 @@ static void test_kill_mid_write(const char *name,
      * last report is too */
     enum { CAP = 1 << 20 };
     static unsigned char want[CAP], want_next[CAP], got[CAP];
+    memset(got, 0, sizeof got);
     struct bitmap b = { got, CAP, 0, 0 };
     struct ms_remember_file *s = open_store(dir, MS_REMEMBER_FSYNC_ALWAYS);
     CHECK(ms_remember_file_list(s, "K", 1, mark, &b) == 0);
