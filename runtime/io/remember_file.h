@@ -67,7 +67,7 @@
 
 #define MS_REMEMBER_FILE_MAX_OPEN 1024       /* max_open at most */
 #define MS_REMEMBER_FILE_MAX_LIVE 1000000    /* live ids of one shard */
-#define MS_REMEMBER_FILE_COMPACT_MIN 1024    /* records before auto compaction */
+#define MS_REMEMBER_FILE_COMPACT_MIN 1024 /* records before auto-compacting */
 #define MS_REMEMBER_FILE_COMPACT_FACTOR 4    /* records per live id */
 #define MS_REMEMBER_FILE_MAX_DIR 3072        /* bytes of the directory path */
 #define MS_REMEMBER_FILE_MAX_BATCH 1024      /* records of one batch */
