@@ -33,6 +33,11 @@ struct ent {
     char id[];
 };
 
+struct aid {
+    size_t len;
+    char id[];
+};
+
 struct rshard {
     int type;
     uint32_t idx;
@@ -57,7 +62,7 @@ struct rshard {
     int in_ready;
     struct rshard *rnext;
     /* eager start */
-    char **act;
+    struct aid **act;            /* ids to activate, in order */
     uint32_t nact, acur;
     int in_ring;
     struct rshard *anext;
@@ -545,6 +550,20 @@ void ms_remember_free(struct ms_remember *r)
 
 /* ---- events ------------------------------------------------------------- */
 
+/* Appends `id` to the activations being built in act[*na]. */
+static int add_act(struct aid **act, uint32_t *na, const char *id,
+                   size_t len)
+{
+    struct aid *a = malloc(sizeof *a + len + 1);
+    if (a == NULL)
+        return MS_ENOMEM;
+    a->len = len;
+    memcpy(a->id, id, len);
+    a->id[len] = '\0';
+    act[(*na)++] = a;
+    return 0;
+}
+
 int ms_remember_shard_started(struct ms_remember *r, int type,
                               uint32_t shard, const char *const *ids,
                               const size_t *lens, uint32_t n,
@@ -559,35 +578,38 @@ int ms_remember_shard_started(struct ms_remember *r, int type,
         if (rc != 0)
             return rc;
     }
-    char **act = NULL;
-    if (n > 0 && (act = calloc(n, sizeof *act)) == NULL)
-        return MS_ENOMEM;
     drop_activations(r, s);
     forget(r, s);
     if (s->failed) {
         s->failed = 0;
         r->st.failed_shards--;
     }
+    /* records still queued from an earlier stay will be written after
+     * the list was read: they win over it */
+    uint32_t nq = 0;
+    for (struct ent *e = s->all; e != NULL; e = e->snext)
+        nq += e->queued && e->op == MS_REMEMBER_START;
+    struct aid **act = NULL;
+    if (n + nq > 0 && (act = calloc(n + nq, sizeof *act)) == NULL)
+        return MS_ENOMEM;
     s->started = 1;
     uint32_t na = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct ent *e = find(r, type, shard, ids[i], lens[i]);
         if (e == NULL && (e = create(r, s, ids[i], lens[i])) == NULL)
             goto nomem;
-        if (e->in_set)
-            continue; /* listed twice */
-        /* a record still queued from an earlier stay wins over the store
-         * as read: it will be written after */
-        int in = e->queued ? e->op == MS_REMEMBER_START : 1;
-        set_member(r, s, e, in);
-        if (!in) {
-            continue;
-        }
-        if ((act[na] = malloc(lens[i] + 1)) == NULL)
+        if (e->in_set || (e->queued && e->op == MS_REMEMBER_STOP))
+            continue; /* listed twice, or its stop is queued */
+        set_member(r, s, e, 1);
+        if (add_act(act, &na, ids[i], lens[i]) != 0)
             goto nomem;
-        memcpy(act[na], ids[i], lens[i]);
-        act[na++][lens[i]] = '\0';
     }
+    for (struct ent *e = s->all; e != NULL; e = e->snext)
+        if (e->queued && e->op == MS_REMEMBER_START && !e->in_set) {
+            set_member(r, s, e, 1);
+            if (add_act(act, &na, e->id, e->len) != 0)
+                goto nomem;
+        }
     s->act = act;
     s->nact = na;
     s->acur = 0;
@@ -624,6 +646,40 @@ int ms_remember_shard_stopped(struct ms_remember *r, int type,
     else
         forget(r, s);
     return 0;
+}
+
+int ms_remember_shard_released(struct ms_remember *r, int type,
+                               uint32_t shard, uint64_t now_ms)
+{
+    (void)now_ms;
+    struct rshard *s = get_shard(r, type, shard);
+    if (s == NULL)
+        return MS_EINVAL;
+    if (s->started)
+        return MS_EBUSY;
+    uint64_t n = s->nq;
+    purge_queue(r, s);
+    if (s->req != 0) {
+        if (!s->batch_replace) {
+            n += s->nbatch;
+            r->st.inflight -= s->nbatch;
+        }
+        free(s->batch);
+        s->batch = NULL;
+        s->nbatch = 0;
+        s->batch_replace = 0;
+        s->req = 0;
+    }
+    s->resync = 0;
+    if (s->waiting_retry) {
+        s->waiting_retry = 0;
+        r->nwait--;
+    }
+    s->retrying = 0;
+    s->backoff_ms = 0;
+    forget(r, s);
+    r->st.abandoned += n;
+    return n > INT32_MAX ? INT32_MAX : (int)n;
 }
 
 int ms_remember_started(struct ms_remember *r, int type, uint32_t shard,
@@ -776,8 +832,8 @@ void ms_remember_tick(struct ms_remember *r, uint64_t now_ms)
         a.kind = MS_REMEMBER_ACTIVATE_ID;
         a.type = s->type;
         a.shard = s->idx;
-        const char *id = s->act[s->acur];
-        if (emit(r, &a, id, strlen(id)) != 0) {
+        const struct aid *id = s->act[s->acur];
+        if (emit(r, &a, id->id, id->len) != 0) {
             push_ring(r, s); /* out of memory: next tick */
             break;
         }

@@ -65,8 +65,12 @@
  * keep it.
  *
  * Moving away. Records already queued for a shard that moves away are
- * still written (ms_remember_pending says how many: the caller should
- * let them drain before it releases the shard); the set is forgotten.
+ * still written, and retried on failure (ms_remember_pending says how
+ * many: the caller should let them drain before it releases the shard,
+ * since the new owner reads the store), until ms_remember_shard_released
+ * drops what is left. The set is forgotten, unless a resync is due: then
+ * it is kept (and still counted in ms_remember_type_count) until the
+ * resync is written or the shard is released.
  *
  * Threading: none; one owner calls everything.
  */
@@ -157,6 +161,7 @@ struct ms_remember_stats {
     uint64_t coalesced;       /* records that replaced a queued one */
     uint64_t cancelled;       /* records that cancelled a queued one */
     uint64_t drops;           /* records dropped: the queue was full */
+    uint64_t abandoned;       /* records dropped by shard_released */
     uint64_t resyncs;         /* replace WRITEs sent */
     uint64_t writes;          /* WRITEs answered ok */
     uint64_t written;         /* records in them */
@@ -198,6 +203,16 @@ int ms_remember_shard_started(struct ms_remember *r, int type,
  * MS_ENOOWNER if it had not started here. */
 int ms_remember_shard_stopped(struct ms_remember *r, int type,
                               uint32_t shard, uint64_t now_ms);
+
+/* The shard is not ours here any more for good (its lease released, the
+ * node gave up on it): what it still had to write is dropped and counted
+ * in `abandoned` (queued records, the records of a WRITE out, whose
+ * answer becomes stale, and a resync due), and a retry waiting is
+ * cancelled. Call it after ms_remember_shard_stopped, once
+ * ms_remember_pending is 0 or the caller stops waiting. Returns the
+ * records dropped, MS_EINVAL, or MS_EBUSY (the shard is started here). */
+int ms_remember_shard_released(struct ms_remember *r, int type,
+                               uint32_t shard, uint64_t now_ms);
 
 /* Entity `id` of (type, shard) was activated (by a message or an
  * ACTIVATE). Records a start if the id is not in the set. Returns 1 when
@@ -241,7 +256,8 @@ int ms_remember_shard_failed(const struct ms_remember *r, int type,
 /* Ids remembered in the shard's set (0 if not started here). */
 uint64_t ms_remember_shard_count(const struct ms_remember *r, int type,
                                  uint32_t shard);
-/* Ids remembered in the sets of the type's shards started here. */
+/* Ids remembered in the sets of the type's shards started here (and of
+ * shards moved away with a resync due). */
 uint64_t ms_remember_type_count(const struct ms_remember *r, int type);
 /* Records of the shard queued or in flight (and 1 for a resync due). */
 uint64_t ms_remember_pending(const struct ms_remember *r, int type,

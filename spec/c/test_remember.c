@@ -416,6 +416,74 @@ static void test_restart_with_queue(void)
     ms_remember_free(r);
 }
 
+/* a start still queued from an earlier stay, of an id the store did
+ * not list yet, is in the set again and activated; ids are bytes (a NUL
+ * inside one is kept) */
+static void test_restart_queued_start(void)
+{
+    struct ms_remember *r = mk(0, 0, 10);
+    empty_start(r, 0, 0);
+    start(r, 0, 0, "x"); /* in flight */
+    drain(r);
+    uint64_t req = acts[0].req;
+    start(r, 0, 0, "y"); /* queued */
+    CHECK(ms_remember_shard_stopped(r, 0, 0, 1) == 0);
+    const char *l[1] = {"a\0b"};
+    size_t ll[1] = {3};
+    CHECK(ms_remember_shard_started(r, 0, 0, l, ll, 1, 2) == 0);
+    CHECK(ms_remember_contains(r, 0, 0, "y", 1));
+    CHECK(ms_remember_contains(r, 0, 0, "a\0b", 3));
+    CHECK(!ms_remember_contains(r, 0, 0, "a", 1));
+    ms_remember_tick(r, 3);
+    struct ms_remember_action a;
+    int n = 0, seen_nul = 0, seen_y = 0;
+    while (ms_remember_next_action(r, &a)) {
+        n++;
+        seen_nul += a.id_len == 3 && memcmp(a.id, "a\0b", 3) == 0;
+        seen_y += a.id_len == 1 && a.id[0] == 'y';
+    }
+    CHECK(n == 2 && seen_nul == 1 && seen_y == 1);
+    ms_remember_on_written(r, 0, 0, req, 0, 4);
+    drain(r);
+    CHECK(nacts == 1 && has(0, "y", MS_REMEMBER_START));
+    ms_remember_free(r);
+}
+
+/* a shard released for good drops what it still had to write */
+static void test_released(void)
+{
+    struct ms_remember *r = mk(0, 0, 0);
+    empty_start(r, 0, 5);
+    start(r, 0, 5, "a");
+    drain(r);
+    uint64_t req = acts[0].req;
+    start(r, 0, 5, "b");
+    start(r, 0, 5, "c");
+    CHECK(ms_remember_shard_released(r, 0, 5, 0) == MS_EBUSY);
+    CHECK(ms_remember_shard_stopped(r, 0, 5, 0) == 0);
+    ms_remember_on_written(r, 0, 5, req, MS_EDBCONN, 0); /* retried */
+    CHECK(ms_remember_pending(r, 0, 5) == 3);
+    CHECK(ms_remember_shard_released(r, 0, 5, 1) == 3);
+    CHECK(ms_remember_pending(r, 0, 5) == 0);
+    CHECK(ms_remember_stats(r)->abandoned == 3);
+    CHECK(ms_remember_stats(r)->queued == 0);
+    CHECK(ms_remember_stats(r)->inflight == 0);
+    ms_remember_tick(r, 10000);
+    CHECK(drain(r) == 0);
+    /* with a WRITE out: its answer is stale */
+    empty_start(r, 0, 5);
+    start(r, 0, 5, "d");
+    drain(r);
+    req = acts[0].req;
+    ms_remember_shard_stopped(r, 0, 5, 2);
+    CHECK(ms_remember_shard_released(r, 0, 5, 2) == 1);
+    ms_remember_on_written(r, 0, 5, req, 0, 3);
+    CHECK(ms_remember_stats(r)->stale_answers == 1);
+    CHECK(ms_remember_stats(r)->writes == 0);
+    CHECK(ms_remember_type_count(r, 0) == 0);
+    ms_remember_free(r);
+}
+
 /* 256 shards of 400 ids each: every id is activated once, in its shard's
  * order, at most the budget per tick, shards taking turns */
 static void test_many(void)
@@ -476,6 +544,9 @@ int main(void)
     test_stop_reasons();
     test_eager();
     test_restart_with_queue();
+    test_restart_queued_start();
+    test_released();
     test_many();
+    CHECK(strcmp(ms_errname(MS_EREMEMBER), "remember_store_failed") == 0);
     CHECK_DONE();
 }
