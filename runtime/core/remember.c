@@ -723,7 +723,11 @@ int ms_remember_stopped(struct ms_remember *r, int type, uint32_t shard,
 static int requeue(struct ms_remember *r, struct rshard *s)
 {
     if (s->batch_replace) {
+        /* records queued since assumed the resync would land; the next
+         * resync carries the set as it is then: they are subsumed (a
+         * resync due always has an empty queue) */
         s->resync = 1;
+        purge_queue(r, s);
         return 0;
     }
     r->st.inflight -= s->nbatch;
@@ -732,8 +736,12 @@ static int requeue(struct ms_remember *r, struct rshard *s)
     for (uint32_t i = s->nbatch; i-- > 0;) {
         const struct ms_remember_record *rec = &s->batch[i];
         struct ent *e = find(r, s->type, s->idx, rec->id, rec->id_len);
-        if (e != NULL && e->queued)
+        if (e != NULL && e->queued) {
+            /* the newer record assumed this one would land: what the
+             * store has is unknown now, so it must not cancel out */
+            e->prior = PRIOR_UNKNOWN;
             continue;
+        }
         if (e == NULL && (e = create(r, s, rec->id, rec->id_len)) == NULL) {
             /* cannot keep the record: resync the shard instead */
             r->st.drops++;

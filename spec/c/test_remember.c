@@ -266,6 +266,54 @@ static void test_retry_fail_open(void)
     ms_remember_free(r);
 }
 
+/* a record queued behind a write that then failed must not cancel out
+ * against what that write would have made of the store */
+static void test_fail_then_cancel(void)
+{
+    struct ms_remember *r = mk(0, 0, 0);
+    empty_start(r, 0, 0);
+    start(r, 0, 0, "x"); /* start x in flight */
+    drain(r);
+    uint64_t req = acts[0].req;
+    stop(r, 0, 0, "x", MS_REMEMBER_EXPLICIT); /* queued: stop x */
+    ms_remember_on_written(r, 0, 0, req, MS_EDBCONN, 0);
+    start(r, 0, 0, "x"); /* the store has no x: a start must be written */
+    CHECK(ms_remember_stats(r)->queued == 1);
+    ms_remember_tick(r, MS_REMEMBER_BACKOFF_MIN_MS);
+    drain(r);
+    CHECK(nacts == 1 && acts[0].nrecords == 1 &&
+          has(0, "x", MS_REMEMBER_START));
+    ms_remember_free(r);
+}
+
+/* records queued while a resync was out, then changed after it failed:
+ * the store ends with the set */
+static void test_resync_fail_then_change(void)
+{
+    struct ms_remember *r = mk(2, 0, 0);
+    empty_start(r, 0, 0);
+    start(r, 0, 0, "a"); /* in flight */
+    drain(r);
+    uint64_t req = acts[0].req;
+    start(r, 0, 0, "b");
+    start(r, 0, 0, "c"); /* dropped: resync due */
+    ms_remember_on_written(r, 0, 0, req, 0, 0);
+    drain(r);
+    CHECK(nacts == 1 && acts[0].replace && acts[0].nrecords == 3);
+    req = acts[0].req;
+    start(r, 0, 0, "x"); /* queued behind the resync */
+    ms_remember_on_written(r, 0, 0, req, MS_EDBCONN, 0);
+    stop(r, 0, 0, "x", MS_REMEMBER_EXPLICIT);
+    ms_remember_tick(r, MS_REMEMBER_BACKOFF_MIN_MS);
+    drain(r);
+    CHECK(nacts == 1 && acts[0].replace && acts[0].nrecords == 3);
+    CHECK(!has(0, "x", MS_REMEMBER_START));
+    ms_remember_on_written(r, 0, 0, acts[0].req, 0, 200);
+    CHECK(drain(r) == 0); /* no start of x after it */
+    CHECK(ms_remember_pending(r, 0, 0) == 0);
+    ms_remember_free(r);
+}
+
 /* fail_closed: failed until cleared (not by a later success), or until
  * the shard moves away */
 static void test_fail_closed(void)
@@ -541,6 +589,8 @@ int main(void)
     test_full_queue();
     test_retry_fail_open();
     test_fail_closed();
+    test_fail_then_cancel();
+    test_resync_fail_then_change();
     test_stop_reasons();
     test_eager();
     test_restart_with_queue();
