@@ -138,10 +138,10 @@ enum ms_remember_action_kind {
     MS_REMEMBER_ACTIVATE_ID
 };
 
-/* One action. WRITE: `records` is the machine's, valid until the write
- * is answered, the shard's state is reset by ms_remember_free. ACTIVATE:
- * `id` is valid until the next ms_remember_next_action or
- * ms_remember_free. */
+/* One action. WRITE: `records` (and their ids) belong to the machine,
+ * valid until the write is answered, the shard is released
+ * (ms_remember_shard_released) or ms_remember_free. ACTIVATE: `id` is
+ * valid until the next ms_remember_next_action or ms_remember_free. */
 struct ms_remember_action {
     int kind;                 /* enum ms_remember_action_kind */
     int type;
