@@ -907,8 +907,10 @@ uint64_t ms_remember_pending(const struct ms_remember *r, int type,
     const struct rshard *s = get_shard(r, type, shard);
     if (s == NULL)
         return 0;
-    return (uint64_t)s->nq + (s->req != 0 ? s->nbatch : 0) +
-           (s->resync ? 1 : 0);
+    /* a resync out counts one even when the set is empty */
+    uint64_t out = s->req == 0 ? 0
+                   : s->batch_replace ? 1 : (uint64_t)s->nbatch;
+    return (uint64_t)s->nq + out + (s->resync ? 1 : 0);
 }
 
 int ms_remember_contains(const struct ms_remember *r, int type,

@@ -259,7 +259,8 @@ uint64_t ms_remember_shard_count(const struct ms_remember *r, int type,
 /* Ids remembered in the sets of the type's shards started here (and of
  * shards moved away with a resync due). */
 uint64_t ms_remember_type_count(const struct ms_remember *r, int type);
-/* Records of the shard queued or in flight (and 1 for a resync due). */
+/* Records of the shard queued or in a WRITE out, plus 1 for a resync
+ * due or out: 0 means the store has the shard's set. */
 uint64_t ms_remember_pending(const struct ms_remember *r, int type,
                              uint32_t shard);
 /* 1 if `id` is in the shard's set. */

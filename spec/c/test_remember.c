@@ -532,6 +532,107 @@ static void test_released(void)
     ms_remember_free(r);
 }
 
+/* Random starts, stops, failed and late answers, full queues, restarts
+ * (when nothing is pending, as the caller must) against a model store
+ * that applies each WRITE answered ok: once every write succeeded, the
+ * store holds exactly the machine's set, shard by shard. */
+static void test_model(unsigned seed)
+{
+    const unsigned seed0 = seed;
+    enum { NS = 2, NI = 8, STEPS = 5000 };
+    struct ms_remember_type t = {NS, 0, 0};
+    struct ms_remember_config c = {1, &t, 3, 2, 0};
+    struct ms_remember *r = NULL;
+    CHECK(ms_remember_new(&r, &c) == 0);
+    unsigned store[NS] = {0};
+    const char *names[NI] = {"0", "1", "2", "3", "4", "5", "6", "7"};
+    size_t lens[NI] = {1, 1, 1, 1, 1, 1, 1, 1};
+    struct ms_remember_action out[64];
+    int nout = 0, bad = 0;
+    uint64_t now = 0;
+    for (int s = 0; s < NS; s++)
+        empty_start(r, 0, (uint32_t)s);
+    for (int step = 0; step < STEPS + 400; step++) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned x = seed >> 8;
+        uint32_t sh = x % NS;
+        int quiet = step >= STEPS; /* the end: every write succeeds */
+        int kind = quiet ? 3 : (int)((x >> 4) % 8);
+        if (kind <= 1) {
+            start(r, 0, sh, names[(x >> 8) % NI]);
+        } else if (kind == 2) {
+            stop(r, 0, sh, names[(x >> 8) % NI], MS_REMEMBER_EXPLICIT);
+        } else if (kind <= 5 && nout > 0) {
+            /* answer the oldest WRITE out, ok or (not at the end) failed */
+            struct ms_remember_action *a = &out[0];
+            int fail = !quiet && kind == 5;
+            if (!fail) {
+                unsigned *st = &store[a->shard];
+                if (a->replace)
+                    *st = 0;
+                for (uint32_t k = 0; k < a->nrecords; k++) {
+                    unsigned bit = 1u << atoi(a->records[k].id);
+                    if (a->records[k].op == MS_REMEMBER_START)
+                        *st |= bit;
+                    else
+                        *st &= ~bit;
+                }
+            }
+            ms_remember_on_written(r, 0, a->shard, a->req,
+                                   fail ? MS_EDBCONN : 0, now);
+            memmove(out, out + 1, (size_t)--nout * sizeof *out);
+        } else if (kind == 6 && ms_remember_pending(r, 0, sh) == 0) {
+            /* the shard moves away and back: the list is the store */
+            const char *l[NI];
+            size_t ll[NI];
+            uint32_t n = 0;
+            for (int i = 0; i < NI; i++)
+                if (store[sh] & (1u << i)) {
+                    l[n] = names[i];
+                    ll[n++] = 1;
+                }
+            ms_remember_shard_stopped(r, 0, sh, now);
+            ms_remember_shard_started(r, 0, sh, l, ll, n, now);
+        } else {
+            now += MS_REMEMBER_BACKOFF_MAX_MS;
+            ms_remember_tick(r, now);
+        }
+        struct ms_remember_action a;
+        while (ms_remember_next_action(r, &a))
+            if (a.kind == MS_REMEMBER_WRITE) {
+                if (nout < 64)
+                    out[nout++] = a;
+                else
+                    bad++;
+            }
+        /* nothing pending: the store must hold the set */
+        for (uint32_t s = 0; s < NS; s++) {
+            if (ms_remember_pending(r, 0, s) != 0)
+                continue;
+            unsigned set = 0;
+            for (int i = 0; i < NI; i++)
+                if (ms_remember_contains(r, 0, s, names[i], lens[i]))
+                    set |= 1u << i;
+            bad += set != store[s];
+        }
+    }
+    CHECK(bad == 0 && nout == 0);
+    for (uint32_t s = 0; s < NS; s++) {
+        CHECK(ms_remember_pending(r, 0, s) == 0);
+        unsigned set = 0;
+        for (int i = 0; i < NI; i++)
+            if (ms_remember_contains(r, 0, s, names[i], lens[i]))
+                set |= 1u << i;
+        CHECK(set == store[s]);
+    }
+    const struct ms_remember_stats *st = ms_remember_stats(r);
+    CHECK(st->drops > 0 && st->resyncs > 0 && st->errors > 0);
+    CHECK(st->cancelled > 0 && st->coalesced > 0);
+    if (check_failures)
+        fprintf(stderr, "test_model: seed %u\n", seed0);
+    ms_remember_free(r);
+}
+
 /* 256 shards of 400 ids each: every id is activated once, in its shard's
  * order, at most the budget per tick, shards taking turns */
 static void test_many(void)
@@ -596,6 +697,8 @@ int main(void)
     test_restart_with_queue();
     test_restart_queued_start();
     test_released();
+    for (unsigned seed = 1; seed <= 40 && !check_failures; seed++)
+        test_model(seed);
     test_many();
     CHECK(strcmp(ms_errname(MS_EREMEMBER), "remember_store_failed") == 0);
     CHECK_DONE();
