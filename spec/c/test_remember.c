@@ -563,8 +563,10 @@ static void test_model(unsigned seed)
         } else if (kind == 2) {
             stop(r, 0, sh, names[(x >> 8) % NI], MS_REMEMBER_EXPLICIT);
         } else if (kind <= 5 && nout > 0) {
-            /* answer the oldest WRITE out, ok or (not at the end) failed */
-            struct ms_remember_action *a = &out[0];
+            /* answer a WRITE out (any shard's), ok or (not at the end)
+             * failed */
+            int k = (int)((x >> 12) % (unsigned)nout);
+            struct ms_remember_action *a = &out[k];
             int fail = !quiet && kind == 5;
             if (!fail) {
                 unsigned *st = &store[a->shard];
@@ -580,7 +582,10 @@ static void test_model(unsigned seed)
             }
             ms_remember_on_written(r, 0, a->shard, a->req,
                                    fail ? MS_EDBCONN : 0, now);
-            memmove(out, out + 1, (size_t)--nout * sizeof *out);
+            /* the same answer again is stale */
+            ms_remember_on_written(r, 0, a->shard, a->req, 0, now);
+            memmove(out + k, out + k + 1,
+                    (size_t)(--nout - k) * sizeof *out);
         } else if (kind == 6 && ms_remember_pending(r, 0, sh) == 0) {
             /* the shard moves away and back: the list is the store */
             const char *l[NI];
