@@ -52,6 +52,8 @@ M.codes = {
                                      -- is no longer current was refused
     revision_conflict = "revision_conflict", -- another writer extended
                                      -- the entity's history
+    remember_store_failed = "remember_store_failed", -- a fail_closed
+                                     -- shard's remember store failed
 }
 
 local mt = {}

@@ -55,7 +55,9 @@
     X(MS_ESTALE, -4123, "stale_owner",                                      \
       "this node no longer holds the shard's lease: the write was refused") \
     X(MS_ECONFLICT, -4124, "revision_conflict",                             \
-      "another writer extended the entity's history (concurrent history)")
+      "another writer extended the entity's history (concurrent history)") \
+    X(MS_EREMEMBER, -4125, "remember_store_failed",                         \
+      "the shard's remember-entities store failed (fail_closed)")
 
 enum ms_error {
 #define MS_ERROR_ENUM(c, v, name, text) c = v,

@@ -123,6 +123,7 @@ static int err_status(int err)
     case MS_ESTALE:
     case MS_EDBCONN:
     case MS_EDBFULL:
+    case MS_EREMEMBER:
         return 503;
     case MS_ECONFLICT:
         return 409;
