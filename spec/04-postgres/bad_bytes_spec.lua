@@ -18,7 +18,6 @@ describe("a persistent entity given bytes that are not UTF-8", function()
     setup(function()
         srv = pg.start()
         db = "bad_bytes"
-        query(srv, "moonshard_test", "CREATE DATABASE " .. db)
         local c = helpers.cluster_up({
             size = 1,
             entities = {
@@ -27,15 +26,10 @@ describe("a persistent entity given bytes that are not UTF-8", function()
                 Profile = { module = "profile", persistence = "state",
                             shard_count = 4 },
             },
-            settings = { database = (srv.conninfo:gsub("dbname=%S+",
-                                                       "dbname=" .. db)) },
+            settings = { database = pg.database(srv, db) },
         })
         n = c.nodes[1]
-        helpers.wait_until(function()
-            local d = n:stats().database
-            return d.schema_version == 1, "schema "
-                .. tostring(d.schema_version)
-        end, 30, "the schema migrated")
+        pg.wait_migrated(n)
     end)
     teardown(function()
         helpers.stop_all_checked()

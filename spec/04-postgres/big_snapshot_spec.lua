@@ -24,7 +24,6 @@ describe("an entity whose state outgrew a snapshot", function()
 
     local function node()
         db = "big_snapshot"
-        query(srv, "moonshard_test", "CREATE DATABASE " .. db)
         local c = helpers.cluster_up({
             size = 1,
             entities = {
@@ -34,15 +33,10 @@ describe("an entity whose state outgrew a snapshot", function()
                 Profile = { module = "profile", persistence = "state",
                             shard_count = 2 },
             },
-            settings = { database = (srv.conninfo:gsub("dbname=%S+",
-                                                       "dbname=" .. db)) },
+            settings = { database = pg.database(srv, db) },
         })
         n = c.nodes[1]
-        helpers.wait_until(function()
-            local d = n:stats().database
-            return d.schema_version == 1, "schema "
-                .. tostring(d.schema_version)
-        end, 30, "the schema migrated")
+        pg.wait_migrated(n)
     end
 
     it("keeps writing its events; recovery reads them all", function()

@@ -26,8 +26,7 @@ describe("a paused owner", function()
     end)
 
     it("cannot commit after its shards were taken over", function()
-        pg.query(srv, "moonshard_test", "CREATE DATABASE fence")
-        local ci = srv.conninfo:gsub("dbname=%S+", "dbname=fence")
+        local ci = pg.database(srv, "fence")
         local c = helpers.cluster_up({ size = 2,
             entities = { Ledger = LEDGER }, settings = { database = ci } }, 15)
         local n1, n2 = c:node("n1"), c:node("n2")

@@ -25,7 +25,6 @@ describe("a shard moved while an entity drains its queue", function()
 
     it("applies every accepted tell; the lease does not run out", function()
         local db = "drain"
-        pg.query(srv, "moonshard_test", "CREATE DATABASE " .. db)
         local c = helpers.cluster({
             size = 2,
             entities = {
@@ -33,8 +32,7 @@ describe("a shard moved while an entity drains its queue", function()
                           shard_count = 1, snapshot_every = 500,
                           lease_duration = 1, lease_renew_interval = 0.3 },
             },
-            settings = { database = (srv.conninfo:gsub("dbname=%S+",
-                                                       "dbname=" .. db)),
+            settings = { database = pg.database(srv, db),
                          handoff_timeout = 60 },
         })
         c:start({ "n1", "n2" })

@@ -16,7 +16,6 @@ describe("a journal near recovery's 10,000 events", function()
     setup(function()
         srv = pg.start()
         db = "journal_cap"
-        query(srv, "moonshard_test", "CREATE DATABASE " .. db)
         local c = helpers.cluster_up({
             size = 1,
             entities = {
@@ -27,15 +26,10 @@ describe("a journal near recovery's 10,000 events", function()
                           shard_count = 2, idle_timeout = 1,
                           snapshot_every = false },
             },
-            settings = { database = (srv.conninfo:gsub("dbname=%S+",
-                                                       "dbname=" .. db)) },
+            settings = { database = pg.database(srv, db) },
         })
         n = c.nodes[1]
-        helpers.wait_until(function()
-            local d = n:stats().database
-            return d.schema_version == 1, "schema "
-                .. tostring(d.schema_version)
-        end, 30, "the schema migrated")
+        pg.wait_migrated(n)
     end)
     teardown(function()
         helpers.stop_all_checked()

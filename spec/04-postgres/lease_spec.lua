@@ -29,10 +29,7 @@ local function seq_type(extra)
     return t
 end
 
-local function fresh_db(srv, name)
-    query(srv, "moonshard_test", "CREATE DATABASE " .. name)
-    return (srv.conninfo:gsub("dbname=%S+", "dbname=" .. name))
-end
+local fresh_db = pg.database
 
 -- rows of moonshard_leases as { [shard] = { owner, epoch, live } }
 local function rows(srv, db)

@@ -14,7 +14,6 @@ describe("an operation id", function()
 
     setup(function()
         srv = pg.start()
-        pg.query(srv, "moonshard_test", "CREATE DATABASE ops")
         n = helpers.start({
             entities = {
                 Ledger = { module = "ledger", persistence = "events",
@@ -24,8 +23,7 @@ describe("an operation id", function()
                 Asker = { module = "asker" },
                 Counter = { module = "counter" },
             },
-            settings = { database = srv.conninfo:gsub("dbname=%S+",
-                                                      "dbname=ops"),
+            settings = { database = pg.database(srv, "ops"),
                          operation_retention = 2 },
         })
     end)

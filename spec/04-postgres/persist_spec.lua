@@ -64,8 +64,7 @@ describe("persistent entities", function()
     local function database()
         dbs = dbs + 1
         local name = "persist_" .. dbs
-        query(srv, "moonshard_test", "CREATE DATABASE " .. name)
-        return name, (srv.conninfo:gsub("dbname=%S+", "dbname=" .. name))
+        return name, pg.database(srv, name)
     end
 
     -- one node with a database of its own, the schema migrated
@@ -76,10 +75,7 @@ describe("persistent entities", function()
             settings = { database = ci },
         })
         local n = c.nodes[1]
-        helpers.wait_until(function()
-            local d = n:stats().database
-            return d.schema_version == 1, "schema " .. tostring(d.schema_version)
-        end, 30, "the schema migrated")
+        pg.wait_migrated(n)
         return n, db
     end
 

@@ -27,8 +27,7 @@ describe("a persistent entity", function()
     local function fresh_db()
         db_n = db_n + 1
         local name = "recov" .. db_n
-        pg.query(srv, "moonshard_test", "CREATE DATABASE " .. name)
-        return name, (srv.conninfo:gsub("dbname=%S+", "dbname=" .. name))
+        return name, pg.database(srv, name)
     end
 
     -- {sequence, epoch} of each event of Ledger `id`, in order

@@ -18,20 +18,16 @@ describe("a node stopped with persistent writes in flight", function()
 
     it("answers each waiting ask and exits", function()
         local db = "shutdown"
-        pg.query(srv, "moonshard_test", "CREATE DATABASE " .. db)
         local c = helpers.cluster_up({
             size = 1,
             entities = {
                 Rogue = { module = "rogue", persistence = "events",
                           shard_count = 2 },
             },
-            settings = { database = (srv.conninfo:gsub("dbname=%S+",
-                                                       "dbname=" .. db)) },
+            settings = { database = pg.database(srv, db) },
         })
         local n = c.nodes[1]
-        helpers.wait_until(function()
-            return n:stats().database.schema_version == 1, "schema"
-        end, 30, "the schema migrated")
+        pg.wait_migrated(n)
         n:call("Rogue", "s1", { type = "add", n = 1 })
         srv:pause()
         -- s1 writes, the others recover: all wait for the database

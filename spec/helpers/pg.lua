@@ -133,4 +133,19 @@ function M.query(srv, db, sql)
     return rows
 end
 
+-- Creates database `name` on `srv` and returns its connection string.
+function M.database(srv, name)
+    M.query(srv, "moonshard_test", "CREATE DATABASE " .. name)
+    return (srv.conninfo:gsub("dbname=%S+", "dbname=" .. name))
+end
+
+-- Waits until node `n` reports its schema migrated (version 1).
+function M.wait_migrated(n, timeout)
+    local helpers = require "helpers.node"
+    return helpers.wait_until(function()
+        local d = n:stats().database
+        return d.schema_version == 1, "schema " .. tostring(d.schema_version)
+    end, timeout or 30, "the schema migrated")
+end
+
 return M
