@@ -90,11 +90,10 @@ local node_name = "?"
 local default_ask_timeout = 5
 local MAX_ASK_S = 86400                -- one day
 local MAX_AFTER_S = 365 * 86400        -- one year
--- The largest snapshot, durable state or events of one command written:
--- one statement carries at most 1 MiB (MS_PG_STATEMENT_MAX,
--- runtime/io/pg.h), its SQL and other parameters (type name, id,
--- numbers) included; 64 KiB is left for those.
-local MAX_SNAPSHOT_BYTES = 1048576 - 65536
+-- The largest snapshot, durable state or events of one command written
+-- (MS_PERSIST_TEXT_MAX, runtime/core/config.h: one statement's limit less
+-- room for its SQL and other parameters).
+local MAX_SNAPSHOT_BYTES = core.PERSIST_TEXT_MAX
 local MAX_WRITE_TEXT = "%s %d bytes, above the " .. MAX_SNAPSHOT_BYTES
     .. " bytes one statement may take: nothing was written"
 local current                          -- the coroutine running a handler now

@@ -43,6 +43,13 @@ enum { MS_FSYNC_ALWAYS = 0, MS_FSYNC_ON_COMPACTION, MS_FSYNC_NEVER };
 
 enum { MS_PERSIST_NONE = 0, MS_PERSIST_EVENTS = 1, MS_PERSIST_STATE = 2 };
 
+/* Bytes of one PostgreSQL statement's text and parameters together (the
+ * pool's MS_PG_STATEMENT_MAX), and the largest snapshot, durable state or
+ * events of one command a persistent entity writes: 64 KiB are left for
+ * the statement's SQL and its other parameters. */
+#define MS_DB_STATEMENT_MAX (1 << 20)
+#define MS_PERSIST_TEXT_MAX (MS_DB_STATEMENT_MAX - 65536)
+
 struct ms_config {
     char path[1024];
     char cluster[64];

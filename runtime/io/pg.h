@@ -39,6 +39,7 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "../core/config.h"
 #include "../core/errors.h"
 
 /* Limits: each is checked by ms_pg_new (MS_EINVAL above it). */
@@ -51,8 +52,9 @@
 #define MS_PG_MAX_PREPARED 32     /* statements prepared per connection;
                                      more run unnamed */
 #define MS_PG_MESSAGE_MAX 512       /* bytes of an error message kept */
-#define MS_PG_STATEMENT_MAX (1 << 20) /* bytes of one statement's text and
-                                         parameters together (MS_E2BIG) */
+#define MS_PG_STATEMENT_MAX MS_DB_STATEMENT_MAX /* bytes of one statement's
+                                         text and parameters together
+                                         (MS_E2BIG) */
 
 /* The pool's own error codes (the others it returns are MS_E* codes of
  * runtime/core/errors.h: MS_ETIMEDOUT, MS_ECANCELED, MS_EINVAL,

@@ -185,16 +185,45 @@ static int op_arg(lua_State *L, int arg, struct ms_bridge_op *op)
     return 1;
 }
 
-#define MAX_APPEND 1000 /* events of one command (MS_JOURNAL_MAX_EVENTS) */
-
-static int l_append(lua_State *L)
-{
-    struct ms_bridge *b = bridge_of(L);
+/* One persistence request of the running handler's entity. */
+struct req {
+    struct ms_bridge *b;
+    uint32_t h;
     int type;
     const char *id;
     size_t idlen;
     uint32_t shard;
-    uint32_t h = current(b, L, &type, &id, &idlen, &shard);
+    struct ms_bridge_op op;
+    int has_op;
+    int64_t corr;
+};
+
+/* The entity of a write (its id refused when PostgreSQL text cannot hold
+ * it) and the operation at `oparg` (0: none; its reply refused alike).
+ * Returns 0, or the 3 values already pushed. */
+static int write_req(lua_State *L, struct req *r, int oparg)
+{
+    r->b = bridge_of(L);
+    r->h = current(r->b, L, &r->type, &r->id, &r->idlen, &r->shard);
+    r->has_op = oparg ? op_arg(L, oparg, &r->op) : 0;
+    if (refuse_text(L, "the id", r->id, r->idlen) ||
+        (r->has_op && r->op.reply &&
+         refuse_text(L, "the reply", r->op.reply, r->op.reply_len)))
+        return 3;
+    return 0;
+}
+
+/* Opens the entity's wait: 0, or the 3 values already pushed. */
+static int req_wait(lua_State *L, struct req *r)
+{
+    int rc = open_wait(r->b, r->h, &r->corr);
+    return rc < 0 ? push_err(L, rc) : 0;
+}
+
+#define MAX_APPEND 1000 /* events of one command (MS_JOURNAL_MAX_EVENTS) */
+
+static int l_append(lua_State *L)
+{
     lua_Number first = luaL_checknumber(L, 2);
     luaL_checktype(L, 3, LUA_TTABLE);
     size_t snaplen = 0;
@@ -206,6 +235,9 @@ static int l_append(lua_State *L)
                           MAX_APPEND, n);
     if (!(first >= 1 && first < 9e15))
         return luaL_error(L, "bad event sequence");
+    struct req r;
+    if (write_req(L, &r, 6))
+        return 3;
     const char *ev[MAX_APPEND];
     size_t lens[MAX_APPEND];
     for (int i = 0; i < n; i++) {
@@ -214,10 +246,6 @@ static int l_append(lua_State *L)
         if (!ev[i])
             return luaL_error(L, "event %d is not encoded", i + 1);
         lua_pop(L, 1); /* still referenced by the table */
-    }
-    if (refuse_text(L, "the id", id, idlen))
-        return 3;
-    for (int i = 0; i < n; i++) {
         char what[32];
         snprintf(what, sizeof what, "event %d", i + 1);
         if (refuse_text(L, what, ev[i], lens[i]))
@@ -225,77 +253,46 @@ static int l_append(lua_State *L)
     }
     if (snap && refuse_text(L, "the snapshot", snap, snaplen))
         return 3;
-    struct ms_bridge_op op;
-    int has_op = op_arg(L, 6, &op);
-    if (has_op && op.reply &&
-        refuse_text(L, "the reply", op.reply, op.reply_len))
+    if (req_wait(L, &r))
         return 3;
-    int64_t corr = 0;
-    int rc = open_wait(b, h, &corr);
-    if (rc < 0)
-        return push_err(L, rc);
-    rc = b->persist.append(b->persist.data, type, shard, id, idlen,
-                           (int64_t)first, n, ev, lens, snap, snaplen, del,
-                           has_op ? &op : NULL, corr);
-    return started(b, L, rc, corr);
+    int rc = r.b->persist.append(r.b->persist.data, r.type, r.shard, r.id,
+                                 r.idlen, (int64_t)first, n, ev, lens, snap,
+                                 snaplen, del, r.has_op ? &r.op : NULL,
+                                 r.corr);
+    return started(r.b, L, rc, r.corr);
 }
 
 static int l_save(lua_State *L)
 {
-    struct ms_bridge *b = bridge_of(L);
-    int type;
-    const char *id;
-    size_t idlen;
-    uint32_t shard;
-    uint32_t h = current(b, L, &type, &id, &idlen, &shard);
     lua_Number expected = luaL_checknumber(L, 2);
     size_t len = 0;
     const char *state = luaL_optlstring(L, 3, NULL, &len);
     if (!(expected >= 0 && expected < 9e15))
         return luaL_error(L, "bad revision");
-    if (refuse_text(L, "the id", id, idlen) ||
-        (state && refuse_text(L, "the state", state, len)))
+    struct req r;
+    if (write_req(L, &r, 4) ||
+        (state && refuse_text(L, "the state", state, len)) ||
+        req_wait(L, &r))
         return 3;
-    struct ms_bridge_op op;
-    int has_op = op_arg(L, 4, &op);
-    if (has_op && op.reply &&
-        refuse_text(L, "the reply", op.reply, op.reply_len))
-        return 3;
-    int64_t corr = 0;
-    int rc = open_wait(b, h, &corr);
-    if (rc < 0)
-        return push_err(L, rc);
-    rc = b->persist.save(b->persist.data, type, shard, id, idlen,
-                         (int64_t)expected, state, len, has_op ? &op : NULL,
-                         corr);
-    return started(b, L, rc, corr);
+    int rc = r.b->persist.save(r.b->persist.data, r.type, r.shard, r.id,
+                               r.idlen, (int64_t)expected, state, len,
+                               r.has_op ? &r.op : NULL, r.corr);
+    return started(r.b, L, rc, r.corr);
 }
 
 /* core.p_record (find 0) and core.p_find (find 1): argument 2 is the
  * operation id (and, for p_record, 3 its reply). */
 static int op_request(lua_State *L, int find)
 {
-    struct ms_bridge *b = bridge_of(L);
-    int type;
-    const char *id;
-    size_t idlen;
-    uint32_t shard;
-    uint32_t h = current(b, L, &type, &id, &idlen, &shard);
-    struct ms_bridge_op op;
-    if (!op_arg(L, 2, &op))
-        return luaL_error(L, "an operation id is required");
-    if (refuse_text(L, "the id", id, idlen) ||
-        (op.reply && refuse_text(L, "the reply", op.reply, op.reply_len)))
+    luaL_checkstring(L, 2);
+    struct req r;
+    if (write_req(L, &r, 2) || req_wait(L, &r))
         return 3;
-    int64_t corr = 0;
-    int rc = open_wait(b, h, &corr);
-    if (rc < 0)
-        return push_err(L, rc);
-    rc = find ? b->persist.find(b->persist.data, type, shard, id, idlen,
-                                op.id, corr)
-              : b->persist.record(b->persist.data, type, shard, id, idlen,
-                                  &op, corr);
-    return started(b, L, rc, corr);
+    int rc = find ? r.b->persist.find(r.b->persist.data, r.type, r.shard,
+                                      r.id, r.idlen, r.op.id, r.corr)
+                  : r.b->persist.record(r.b->persist.data, r.type, r.shard,
+                                        r.id, r.idlen, &r.op, r.corr);
+    return started(r.b, L, rc, r.corr);
 }
 
 static int l_record(lua_State *L)
@@ -344,6 +341,9 @@ void ms__bridge_open_persist(lua_State *L, void *b)
         lua_pushcclosure(L, f->func, 1);
         lua_setfield(L, -2, f->name);
     }
+    /* what one statement may carry: moonshard.host checks writes with it */
+    lua_pushinteger(L, MS_PERSIST_TEXT_MAX);
+    lua_setfield(L, -2, "PERSIST_TEXT_MAX");
 }
 
 void ms_bridge_set_persist(struct ms_bridge *b,
