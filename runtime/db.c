@@ -49,17 +49,6 @@ static void closed(void *data)
     (void)data;
 }
 
-/* libpq's message on one line, without its trailing newline */
-static void one_line(char *s)
-{
-    for (char *p = s; *p; p++)
-        if (*p == '\n' || *p == '\r' || *p == '\t')
-            *p = ' ';
-    size_t n = strlen(s);
-    while (n && s[n - 1] == ' ')
-        s[--n] = 0;
-}
-
 /* 0 when the database answers; else prints why and returns 1 */
 static int probe(const char *conninfo, const char *masked)
 {
@@ -72,7 +61,7 @@ static int probe(const char *conninfo, const char *masked)
     }
     char why[MS_PG_MESSAGE_MAX];
     snprintf(why, sizeof why, "%s", c ? PQerrorMessage(c) : "out of memory");
-    one_line(why);
+    ms_pg_one_line(why);
     fprintf(stderr, "moonshard db migrate: cannot connect to %s: %s\n",
             masked, why);
     PQfinish(c);
@@ -133,7 +122,7 @@ static int migrate(const char *config)
         if (!r.done) {
             fprintf(stderr, "moonshard db migrate: the loop stopped\n");
         } else if (r.err) {
-            one_line(r.message);
+            ms_pg_one_line(r.message);
             fprintf(stderr, "moonshard db migrate: %s: %s%s%s\n", masked,
                     ms_pg_errname(r.err),
                     r.message[0] ? ": " : "",

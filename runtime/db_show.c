@@ -43,17 +43,6 @@ struct target {
     PGconn *conn;
 };
 
-/* the message of a libpq error on one line, without its newline */
-static void one_line(char *s)
-{
-    for (char *p = s; *p; p++)
-        if (*p == '\n' || *p == '\r' || *p == '\t')
-            *p = ' ';
-    size_t n = strlen(s);
-    while (n && s[n - 1] == ' ')
-        s[--n] = 0;
-}
-
 /* writes s to f with control bytes as \xHH */
 static void put_safe(FILE *f, const char *s)
 {
@@ -115,7 +104,7 @@ static int open_target(const char *cmd, const char *config,
         char why[MS_PG_MESSAGE_MAX];
         snprintf(why, sizeof why, "%s",
                  t->conn ? PQerrorMessage(t->conn) : "out of memory");
-        one_line(why);
+        ms_pg_one_line(why);
         fprintf(stderr, "moonshard %s: cannot connect to %s: %s\n", cmd,
                 t->masked, why);
         PQfinish(t->conn);
@@ -136,7 +125,7 @@ static PGresult *query(const char *cmd, struct target *t, const char *sql,
     char why[MS_PG_MESSAGE_MAX];
     snprintf(why, sizeof why, "%s",
              r ? PQresultErrorMessage(r) : PQerrorMessage(t->conn));
-    one_line(why);
+    ms_pg_one_line(why);
     fprintf(stderr, "moonshard %s: %s: %s\n", cmd, t->masked, why);
     PQclear(r);
     return NULL;

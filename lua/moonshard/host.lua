@@ -536,20 +536,10 @@ local function recover(h, b, P, co)
     return true
 end
 
--- Waits for a write started by core.p_append / p_save; true, or false
--- after persist_failed.
+-- Waits for a write started by core.p_append / p_save / p_record; true,
+-- or false after persist_failed.
 local function written(h, co, what, corr, code, message)
-    local ok, err
-    if corr then
-        ok, err = await(co)
-    else
-        err = errtable(code, message)
-    end
-    if not ok then
-        persist_failed(h, what, err)
-        return false
-    end
-    return true
+    return loaded(h, co, what, corr, code, message) ~= nil
 end
 
 -- Records operation `op` alone (the message wrote nothing else), with

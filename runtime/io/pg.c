@@ -31,6 +31,24 @@ static void pump(struct ms_pg *pg);
 
 /* -- small helpers ------------------------------------------------------ */
 
+/* error text on one line, runs of blanks as one space: libpq's and a
+ * server's messages hold newlines and tabs */
+void ms_pg_one_line(char *s)
+{
+    char *w = s;
+    for (const char *p = s; *p; p++) {
+        int space = *p == '\n' || *p == '\r' || *p == '\t' || *p == ' ';
+        if (!space)
+            *w++ = *p;
+        else if (w > s && w[-1] != ' ')
+            *w++ = ' ';
+    }
+    *w = 0;
+    size_t n = strlen(s);
+    while (n && s[n - 1] == ' ')
+        s[--n] = 0;
+}
+
 static char *dupstr(const char *s)
 {
     size_t n = strlen(s) + 1;

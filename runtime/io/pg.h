@@ -184,6 +184,11 @@ long ms_pg_result_affected(const struct ms_pg_result *res);
 const char *ms_pg_errname(int code);
 const char *ms_pg_strerror(int code);
 
+/* Puts an error text on one line in place: newlines, tabs and runs of
+ * blanks become one space, none at the end (libpq's and a server's
+ * messages hold newlines and tabs). */
+void ms_pg_one_line(char *s);
+
 /* Writes `conninfo` into out (NUL-terminated, truncated to out_len) with
  * the password replaced by "***", for logs. A string libpq cannot parse
  * gives "(unparsable connection string)". */

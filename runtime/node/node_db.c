@@ -40,23 +40,6 @@ static void log_db(int level, struct ms_node_db *db, const char *msg)
     ms_log(level, f, "%s", msg);
 }
 
-/* error text on one line, runs of blanks as one space: libpq's and a
- * server's messages hold newlines and tabs */
-static void one_line(char *s)
-{
-    char *w = s;
-    for (const char *p = s; *p; p++) {
-        int space = *p == '\n' || *p == '\r' || *p == '\t' || *p == ' ';
-        if (!space)
-            *w++ = *p;
-        else if (w > s && w[-1] != ' ')
-            *w++ = ' ';
-    }
-    *w = 0;
-    size_t n = strlen(s);
-    while (n && s[n - 1] == ' ')
-        s[--n] = 0;
-}
 
 static void on_retry(uv_timer_t *t)
 {
@@ -70,7 +53,7 @@ static void failed(struct ms_node_db *db, int err, const char *message)
 {
     snprintf(db->error, sizeof db->error, "%s: %s", ms_pg_errname(err),
              message && message[0] ? message : ms_pg_strerror(err));
-    one_line(db->error);
+    ms_pg_one_line(db->error);
     char msg[sizeof db->error + 64];
     snprintf(msg, sizeof msg, "schema migration failed (%s); retrying in "
              "%llu ms", db->error, (unsigned long long)db->backoff_ms);
