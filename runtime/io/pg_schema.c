@@ -8,7 +8,9 @@
  * reorder keys and rewrite numbers).
  *
  * A migration is a DO block that does its work only when its version
- * row is absent, and inserts that row: a rerun changes nothing. The
+ * row is absent, and inserts that row: a rerun changes nothing. They run
+ * in order in one transaction, so a database at version 1 gets version 2
+ * alone (its tables and rows are kept), and an empty one gets both. The
  * statements use no IF NOT EXISTS (it would print a NOTICE through
  * libpq on every rerun); the advisory lock, taken first, orders
  * concurrent runs instead.
@@ -99,6 +101,24 @@ static const char SQL_V1[] =
     "END IF;\n"
     "END $ms$";
 
+/* 4: version 2 (issue 12): the ids of remember-entities. A row is an
+ * entity of (type, shard) that was running and is started again when its
+ * shard starts on a node; the key serves the load (every id of one
+ * shard, a range of the key) and the writes (one shard each). */
+static const char SQL_V2[] =
+    "DO $ms$ BEGIN\n"
+    "IF NOT EXISTS (SELECT 1 FROM moonshard_schema WHERE version = 2) THEN\n"
+    "  CREATE TABLE moonshard_remembered (\n"
+    "    cluster text NOT NULL,\n"
+    "    type text NOT NULL,\n"
+    "    shard integer NOT NULL CHECK (shard >= 0),\n"
+    "    id text NOT NULL,\n"
+    "    since timestamptz NOT NULL DEFAULT now(),\n"
+    "    PRIMARY KEY (cluster, type, shard, id));\n"
+    "  INSERT INTO moonshard_schema (version) VALUES (2);\n"
+    "END IF;\n"
+    "END $ms$";
+
 /* last: where the schema is, and how many rows this transaction wrote
  * (their xmin is its transaction id) */
 static const char SQL_STATUS[] =
@@ -108,14 +128,14 @@ static const char SQL_STATUS[] =
     "FROM moonshard_schema";
 
 static const char *const migration[] = {
-    SQL_LOCK, SQL_VERSION_TABLE, SQL_V1, SQL_STATUS,
+    SQL_LOCK, SQL_VERSION_TABLE, SQL_V1, SQL_V2, SQL_STATUS,
 };
 #define NSTEPS ((int)(sizeof migration / sizeof migration[0]))
 
 const char *const ms_pg_schema_tables[] = {
     "moonshard_schema", "moonshard_leases", "moonshard_events",
     "moonshard_snapshots", "moonshard_states", "moonshard_operations",
-    NULL,
+    "moonshard_remembered", NULL,
 };
 
 struct migrate {

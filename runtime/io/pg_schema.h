@@ -15,8 +15,10 @@
 
 #include "io/pg.h"
 
-/* The schema version this build creates and expects. */
-#define MS_PG_SCHEMA_VERSION 1
+/* The schema version this build creates and expects: 1 (issue 11:
+ * leases, events, snapshots, states, operations), 2 (issue 12: the
+ * remembered ids of remember-entities, moonshard_remembered). */
+#define MS_PG_SCHEMA_VERSION 2
 
 /* The key of pg_advisory_xact_lock taken by every migration: a fixed
  * number ("moonshrd" in ASCII) that other software on the same database

@@ -1,0 +1,495 @@
+/*
+ * remember_sql.c -- the PostgreSQL store of remember-entities; see
+ * remember_sql.h.
+ *
+ * A write is one statement (SQL_WRITE): the batch travels as two arrays
+ * (the ids as a text[] literal, the ops as a smallint[] one), unnested
+ * WITH ORDINALITY so that the last record of an id wins; its first CTE
+ * locks the lease row and divides by the number of rows it found, so a
+ * missing or stale lease raises division_by_zero (22012) and the write
+ * is undone: MS_ESTALE. The pool prepares the statement once per
+ * connection (ms_pg_group).
+ *
+ * Group commit: a zero timer started by the first queued write sends
+ * what is queued as one group on the loop's next turn; while that group
+ * runs, writes gather, and the group's end sends the next one.
+ */
+#include "remember_sql.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/errors.h"
+
+/* $1 cluster, $2 type, $3 shard, $4 owner, $5 epoch, $6 text[] ids,
+ * $7 smallint[] ops (1 start, 2 stop), $8 replace. `lease` locks the
+ * lease row or raises 22012; `r` is each id's last op; `del` removes the
+ * stopped ids (and, for a replace, every id not left started); `ins`
+ * adds the started ones. Both touch disjoint ids, so one snapshot is
+ * enough. The SELECT reads `lease` whatever the batch holds (a plan may
+ * skip a join with an empty side) and returns the rows changed (for
+ * tools; the store does not need them). */
+static const char SQL_WRITE[] =
+    "WITH lease AS (SELECT 1 / count(*) AS ok FROM (SELECT 1"
+    " FROM moonshard_leases WHERE cluster = $1 AND type = $2"
+    " AND shard = $3::integer AND owner = $4 AND epoch = $5::bigint"
+    " AND expires_at > now() FOR SHARE) AS l),"
+    " r AS (SELECT DISTINCT ON (u.id) u.id, u.op"
+    " FROM unnest($6::text[], $7::smallint[]) WITH ORDINALITY"
+    " AS u(id, op, n) ORDER BY u.id, u.n DESC),"
+    " del AS (DELETE FROM moonshard_remembered m USING lease"
+    " WHERE m.cluster = $1 AND m.type = $2 AND m.shard = $3::integer"
+    " AND (m.id IN (SELECT id FROM r WHERE op = 2) OR ($8::boolean"
+    " AND m.id NOT IN (SELECT id FROM r WHERE op = 1))) RETURNING 1),"
+    " ins AS (INSERT INTO moonshard_remembered (cluster, type, shard, id)"
+    " SELECT $1, $2, $3::integer, r.id FROM lease, r WHERE r.op = 1"
+    " ON CONFLICT DO NOTHING RETURNING 1)"
+    " SELECT (SELECT ok FROM lease), (SELECT count(*) FROM ins),"
+    " (SELECT count(*) FROM del)";
+
+/* $1 cluster, $2 type, $3 shard, $4 limit */
+static const char SQL_LOAD[] =
+    "SELECT id FROM moonshard_remembered WHERE cluster = $1"
+    " AND type = $2 AND shard = $3::integer ORDER BY id COLLATE \"C\""
+    " LIMIT $4::bigint";
+
+#define NPARAMS 8
+
+struct wr;
+
+struct ms_remember_sql {
+    uv_loop_t *loop;
+    struct ms_pg *pg;
+    char *cluster;
+    char *owner;
+    uv_timer_t flush;        /* sends the queue on the next turn */
+    struct wr *head, *tail;  /* writes not yet sent */
+    int inflight;            /* groups in the pool (0 or 1) */
+    void (*closed_cb)(void *);
+    void *closed_data;
+    struct ms_remember_sql_stats st;
+};
+
+/* One write; owns its parameters. */
+struct wr {
+    struct ms_remember_sql *s;
+    struct wr *next;
+    uint32_t nrecords;
+    size_t bytes;            /* of its parameters */
+    ms_remember_sql_write_cb cb;
+    void *data;
+    char *params[NPARAMS];
+};
+
+/* The writes of one group (the pool's callback data). */
+struct group {
+    struct ms_remember_sql *s;
+    int n;
+    struct wr *w[MS_REMEMBER_SQL_GROUP];
+};
+
+static char *dupstr(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+struct ms_remember_sql *ms_remember_sql_new(uv_loop_t *loop, struct ms_pg *pg,
+                                            const char *cluster,
+                                            const char *owner)
+{
+    struct ms_remember_sql *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->loop = loop;
+    s->pg = pg;
+    s->cluster = dupstr(cluster ? cluster : "");
+    s->owner = dupstr(owner ? owner : "");
+    if (!s->cluster || !s->owner) {
+        free(s->cluster);
+        free(s->owner);
+        free(s);
+        return NULL;
+    }
+    uv_timer_init(loop, &s->flush);
+    s->flush.data = s;
+    return s;
+}
+
+static void wr_free(struct wr *w)
+{
+    for (int i = 0; i < NPARAMS; i++)
+        free(w->params[i]);
+    free(w);
+}
+
+static void on_flush_closed(uv_handle_t *h)
+{
+    struct ms_remember_sql *s = h->data;
+    void (*cb)(void *) = s->closed_cb;
+    void *data = s->closed_data;
+    free(s->cluster);
+    free(s->owner);
+    free(s);
+    if (cb)
+        cb(data);
+}
+
+void ms_remember_sql_close(struct ms_remember_sql *s, void (*cb)(void *),
+                           void *data)
+{
+    s->closed_cb = cb;
+    s->closed_data = data;
+    struct wr *w = s->head;
+    s->head = s->tail = NULL;
+    while (w) {
+        struct wr *next = w->next;
+        w->cb(MS_ECANCELED, "the node is stopping: nothing was written",
+              w->data);
+        wr_free(w);
+        w = next;
+    }
+    uv_close((uv_handle_t *)&s->flush, on_flush_closed);
+}
+
+void ms_remember_sql_stats(const struct ms_remember_sql *s,
+                           struct ms_remember_sql_stats *out)
+{
+    *out = s->st;
+}
+
+/* A server's or libpq's message, on one line and bounded. */
+static void one_line(char *out, size_t cap, const char *msg)
+{
+    snprintf(out, cap, "%s", msg ? msg : "");
+    ms_pg_one_line(out);
+}
+
+/* ---- writes ---------------------------------------------------------- */
+
+static void on_flush(uv_timer_t *t);
+
+/* Write w ended with `err` (a pool's code, mapped here): counts it,
+ * calls its callback and frees it. */
+static void wr_done(struct wr *w, int err, const char *sqlstate,
+                    const char *pgmsg)
+{
+    struct ms_remember_sql *s = w->s;
+    char msg[MS_REMEMBER_SQL_MESSAGE_MAX];
+    if (err == MS_PG_EQUERY && sqlstate && strcmp(sqlstate, "22012") == 0)
+        err = MS_ESTALE;
+    if (err == MS_ESTALE) {
+        snprintf(msg, sizeof msg, "the lease of this shard is not held at "
+                 "the writer's epoch (another owner took it, or it "
+                 "expired): nothing was written");
+        s->st.stale_refused++;
+    } else if (err) {
+        one_line(msg, sizeof msg, pgmsg && pgmsg[0] ? pgmsg
+                                                    : ms_strerror(err));
+        s->st.db_errors++;
+    } else {
+        msg[0] = 0;
+        s->st.writes++;
+        s->st.records += w->nrecords;
+    }
+    w->cb(err, msg, w->data);
+    wr_free(w);
+}
+
+static void on_group(const struct ms_pg_result *r, void *data)
+{
+    struct group *g = data;
+    struct ms_remember_sql *s = g->s;
+    s->inflight--;
+    /* what gathered meanwhile goes next (on the next turn: the pool is
+     * inside its callback now) */
+    if (s->head && !uv_is_active((uv_handle_t *)&s->flush))
+        uv_timer_start(&s->flush, on_flush, 0, 0);
+    int committed = 0;
+    for (int u = 0; u < g->n; u++) {
+        int err = ms_pg_result_unit_error(r, u);
+        committed += err == 0;
+        wr_done(g->w[u], err, ms_pg_result_unit_sqlstate(r, u),
+                ms_pg_result_unit_message(r, u));
+    }
+    if (committed)
+        s->st.groups++;
+    free(g);
+}
+
+/* Sends the head of the queue as one group. */
+static void send_group(struct ms_remember_sql *s)
+{
+    struct group *g = malloc(sizeof *g);
+    if (!g)
+        return; /* tried again by the next write's timer */
+    g->s = s;
+    g->n = 0;
+    size_t bytes = 0;
+    while (s->head && g->n < MS_REMEMBER_SQL_GROUP &&
+           (g->n == 0 ||
+            bytes + s->head->bytes <= MS_REMEMBER_SQL_GROUP_BYTES)) {
+        struct wr *w = s->head;
+        s->head = w->next;
+        bytes += w->bytes;
+        g->w[g->n++] = w;
+    }
+    if (!s->head)
+        s->tail = NULL;
+    const char *sql[MS_REMEMBER_SQL_GROUP];
+    int np[MS_REMEMBER_SQL_GROUP], unit_n[MS_REMEMBER_SQL_GROUP];
+    const char *const *params[MS_REMEMBER_SQL_GROUP];
+    for (int u = 0; u < g->n; u++) {
+        sql[u] = SQL_WRITE;
+        np[u] = NPARAMS;
+        unit_n[u] = 1;
+        params[u] = (const char *const *)g->w[u]->params;
+    }
+    int rc = ms_pg_group(s->pg, g->n, unit_n, sql, np, params, on_group, g);
+    if (rc == 0) {
+        s->inflight++;
+        return;
+    }
+    char msg[MS_REMEMBER_SQL_MESSAGE_MAX];
+    one_line(msg, sizeof msg, ms_strerror(rc));
+    for (int u = 0; u < g->n; u++)
+        wr_done(g->w[u], rc, NULL, msg);
+    free(g);
+}
+
+static void on_flush(uv_timer_t *t)
+{
+    struct ms_remember_sql *s = t->data;
+    if (s->head && s->inflight == 0)
+        send_group(s);
+}
+
+/* 1 when b[0..n) is UTF-8 as PostgreSQL takes it: no overlong forms, no
+ * surrogates, nothing above U+10FFFF, no NUL. */
+static int utf8_ok(const unsigned char *b, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = b[i];
+        if (c == 0)
+            return 0;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned cp, min;
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+            cp = c & 0x1F;
+            min = 0x80;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            cp = c & 0x0F;
+            min = 0x800;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            cp = c & 0x07;
+            min = 0x10000;
+        } else {
+            return 0;
+        }
+        if (n - i < len)
+            return 0;
+        for (size_t k = 1; k < len; k++) {
+            if ((b[i + k] & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (b[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* The ids as a text[] literal (each quoted, \ and " escaped) and the ops
+ * as a smallint[] one; checks every record. 0, or MS_EINVAL, MS_E2BIG,
+ * MS_ENOMEM. */
+static int arrays(const struct ms_remember_record *rec, uint32_t n,
+                  char **ids_out, char **ops_out)
+{
+    size_t cap = 3;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!rec[i].id || rec[i].id_len == 0 ||
+            (rec[i].op != MS_REMEMBER_START && rec[i].op != MS_REMEMBER_STOP))
+            return MS_EINVAL;
+        if (rec[i].id_len > MS_REMEMBER_ID_MAX)
+            return MS_E2BIG;
+        if (!utf8_ok((const unsigned char *)rec[i].id, rec[i].id_len))
+            return MS_EINVAL;
+        cap += 3 + 2 * rec[i].id_len;
+        if (cap > MS_PG_STATEMENT_MAX)
+            return MS_E2BIG;
+    }
+    char *ids = malloc(cap), *ops = malloc(2 * (size_t)n + 3);
+    if (!ids || !ops) {
+        free(ids);
+        free(ops);
+        return MS_ENOMEM;
+    }
+    char *w = ids, *o = ops;
+    *w++ = '{';
+    *o++ = '{';
+    for (uint32_t i = 0; i < n; i++) {
+        if (i) {
+            *w++ = ',';
+            *o++ = ',';
+        }
+        *o++ = rec[i].op == MS_REMEMBER_START ? '1' : '2';
+        *w++ = '"';
+        for (size_t k = 0; k < rec[i].id_len; k++) {
+            char c = rec[i].id[k];
+            if (c == '"' || c == '\\')
+                *w++ = '\\';
+            *w++ = c;
+        }
+        *w++ = '"';
+    }
+    *w++ = '}';
+    *w = 0;
+    *o++ = '}';
+    *o = 0;
+    *ids_out = ids;
+    *ops_out = ops;
+    return 0;
+}
+
+int ms_remember_sql_write(struct ms_remember_sql *s, const char *type,
+                          uint32_t shard, uint64_t epoch, int replace,
+                          const struct ms_remember_record *records,
+                          uint32_t n, ms_remember_sql_write_cb cb,
+                          void *data)
+{
+    if (!s || !type || !type[0] || !cb || (n > 0 && !records) ||
+        (n == 0 && !replace) || shard > INT32_MAX)
+        return MS_EINVAL;
+    if (n > MS_REMEMBER_BATCH_MAX)
+        return MS_E2BIG;
+    struct wr *w = calloc(1, sizeof *w);
+    if (!w)
+        return MS_ENOMEM;
+    int rc = arrays(records, n, &w->params[5], &w->params[6]);
+    if (rc < 0) {
+        free(w);
+        return rc;
+    }
+    char num[2][24];
+    snprintf(num[0], sizeof num[0], "%" PRIu32, shard);
+    snprintf(num[1], sizeof num[1], "%" PRIu64, epoch);
+    w->params[0] = dupstr(s->cluster);
+    w->params[1] = dupstr(type);
+    w->params[2] = dupstr(num[0]);
+    w->params[3] = dupstr(s->owner);
+    w->params[4] = dupstr(num[1]);
+    w->params[7] = dupstr(replace ? "true" : "false");
+    w->bytes = sizeof SQL_WRITE;
+    for (int i = 0; i < NPARAMS; i++) {
+        if (!w->params[i]) {
+            wr_free(w);
+            return MS_ENOMEM;
+        }
+        w->bytes += strlen(w->params[i]);
+    }
+    if (w->bytes > MS_PG_STATEMENT_MAX) {
+        wr_free(w);
+        return MS_E2BIG;
+    }
+    w->s = s;
+    w->nrecords = n;
+    w->cb = cb;
+    w->data = data;
+    if (s->tail)
+        s->tail->next = w;
+    else
+        s->head = w;
+    s->tail = w;
+    if (s->inflight == 0 && !uv_is_active((uv_handle_t *)&s->flush))
+        uv_timer_start(&s->flush, on_flush, 0, 0);
+    return 0;
+}
+
+/* ---- loads ----------------------------------------------------------- */
+
+struct load {
+    struct ms_remember_sql *s;
+    ms_remember_sql_load_cb cb;
+    void *data;
+};
+
+static void on_loaded(const struct ms_pg_result *r, void *data)
+{
+    struct load l = *(struct load *)data;
+    free(data);
+    char msg[MS_REMEMBER_SQL_MESSAGE_MAX];
+    int err = ms_pg_result_error(r);
+    if (err) {
+        l.s->st.db_errors++;
+        one_line(msg, sizeof msg, ms_pg_result_message(r)[0]
+                                      ? ms_pg_result_message(r)
+                                      : ms_strerror(err));
+        l.cb(err, msg, NULL, NULL, 0, l.data);
+        return;
+    }
+    int rows = ms_pg_result_rows(r);
+    if (rows > MS_REMEMBER_SQL_LOAD_MAX) {
+        l.s->st.db_errors++;
+        snprintf(msg, sizeof msg, "the shard remembers more than %d ids: "
+                 "not loaded", MS_REMEMBER_SQL_LOAD_MAX);
+        l.cb(MS_E2BIG, msg, NULL, NULL, 0, l.data);
+        return;
+    }
+    size_t cnt = rows > 0 ? (size_t)rows : 1;
+    const char **ids = malloc(cnt * sizeof *ids);
+    size_t *lens = malloc(cnt * sizeof *lens);
+    if (!ids || !lens) {
+        free(ids);
+        free(lens);
+        l.s->st.db_errors++;
+        l.cb(MS_ENOMEM, "out of memory", NULL, NULL, 0, l.data);
+        return;
+    }
+    for (int i = 0; i < rows; i++) {
+        ids[i] = ms_pg_result_value(r, i, 0);
+        if (!ids[i])
+            ids[i] = "";
+        lens[i] = strlen(ids[i]);
+    }
+    l.s->st.loads++;
+    l.s->st.loaded_ids += (uint64_t)rows;
+    l.cb(0, "", ids, lens, (uint32_t)rows, l.data);
+    free(ids);
+    free(lens);
+}
+
+int ms_remember_sql_load(struct ms_remember_sql *s, const char *type,
+                         uint32_t shard, ms_remember_sql_load_cb cb,
+                         void *data)
+{
+    if (!s || !type || !type[0] || !cb || shard > INT32_MAX)
+        return MS_EINVAL;
+    struct load *l = malloc(sizeof *l);
+    if (!l)
+        return MS_ENOMEM;
+    l->s = s;
+    l->cb = cb;
+    l->data = data;
+    char num[16], limit[16];
+    snprintf(num, sizeof num, "%" PRIu32, shard);
+    snprintf(limit, sizeof limit, "%d", MS_REMEMBER_SQL_LOAD_MAX + 1);
+    const char *p[4] = {s->cluster, type, num, limit};
+    int rc = ms_pg_query(s->pg, SQL_LOAD, 4, p, on_loaded, l);
+    if (rc < 0)
+        free(l);
+    return rc;
+}
