@@ -309,6 +309,10 @@ static void test_fenced(void)
     CHECK(write_("T", 0, 4, 0, w, 2) == MS_ESTALE);  /* older epoch */
     CHECK(write_("T", 0, 6, 0, w, 2) == MS_ESTALE);  /* newer epoch */
     CHECK(write_("T", 0, 0, 0, w, 2) == MS_ESTALE);  /* never current */
+    /* a write that would change nothing is refused all the same: the
+     * writer learns it lost the lease */
+    const char *none[] = {"-absent"};
+    CHECK(write_("T", 0, 4, 0, none, 1) == MS_ESTALE);
     /* a replace at an old epoch would delete a, c and y */
     CHECK(write_("T", 0, 4, 1, w, 1) == MS_ESTALE);
     CHECK(write_("T", 0, 4, 1, NULL, 0) == MS_ESTALE);
