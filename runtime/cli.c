@@ -284,8 +284,12 @@ static int remember(int argc, char **argv, const char *node)
         }
         if (strcmp(argv[i], "--node") == 0)
             node = argv[++i];
+        else if (strncmp(argv[i], "--node=", 7) == 0)
+            node = argv[i] + 7;
         else if (strcmp(argv[i], "--token") == 0)
             token = argv[++i];
+        else if (strncmp(argv[i], "--token=", 8) == 0)
+            token = argv[i] + 8;
         else if (argv[i][0] == '-' && argv[i][1] == '-') {
             fprintf(stderr, "error: bad option %s\n", argv[i]);
             return usage(stderr, argv[0], 2);
@@ -296,6 +300,10 @@ static int remember(int argc, char **argv, const char *node)
     }
     if (npos != 2)
         return usage(stderr, argv[0], 2);
+    if (pos[0][0] == '\0') {
+        fprintf(stderr, "error: TYPE must not be empty\n");
+        return usage(stderr, argv[0], 2);
+    }
     if (!token || !token[0]) {
         fprintf(stderr, "error: the admin token is needed: --token or "
                 "$MOONSHARD_ADMIN_TOKEN\n");

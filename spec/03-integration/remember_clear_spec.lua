@@ -83,6 +83,10 @@ describe("remember clear", function()
                                    "--token", TOKEN, "Counter", "3")
         assert.equal(0, code, out .. err)
         assert.is_false(json.decode(out).cleared)
+        code, out, err = cli("remember", "clear", "--node=" .. n.address,
+                             "--token=" .. TOKEN, "Counter", "0")
+        assert.equal(0, code, out .. err)
+        assert.is_false(json.decode(out).cleared)
     end)
 
     it("from the CLI: the node's refusals exit 1", function()
@@ -111,6 +115,8 @@ describe("remember clear", function()
             { "remember", "clear", "--node", n.address, "--token", TOKEN,
               "--bogus", "Counter", "3" },
             { "remember", "clear", "Counter", "3", "--token" },
+            { "remember", "clear", "--node", n.address, "--token", TOKEN,
+              "", "3" },
         }) do
             local code, out, err = cli(unpack(argv))
             local line = table.concat(argv, " ")
