@@ -1,11 +1,13 @@
 /*
- * cli.c -- `moonshard tell|ask|stop|status|members|leave|down`: commands
+ * cli.c -- `moonshard tell|ask|stop|status|members|leave|down|remember`:
+ * commands
  * over a node's gateway, one request per connection (`Connection:
  * close`), sent with the shared client (runtime/client/httpc.h).
  */
 #include "cli.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,7 @@ static const char *const usages[] = {
     "members [--node HOST:PORT]",
     "leave [--node HOST:PORT] [--token TOKEN]",
     "down [--node HOST:PORT] [--token TOKEN] [--force] ADDRESS",
+    "remember clear [--node HOST:PORT] [--token TOKEN] TYPE SHARD",
 };
 
 static int usage(FILE *f, const char *cmd, int code)
@@ -255,6 +258,84 @@ static int admin(int argc, char **argv, const char *node)
     return code;
 }
 
+/* `moonshard remember clear TYPE SHARD`: POST /v1/remember/clear/TYPE/
+ * SHARD with the admin token ($MOONSHARD_ADMIN_TOKEN or --token), to the
+ * node that owns the shard (--node, else $MOONSHARD_NODE, else the
+ * default): it clears the shard's failed mark there, if it has one. */
+static int remember(int argc, char **argv, const char *node)
+{
+    const char *token = getenv("MOONSHARD_ADMIN_TOKEN"), *pos[2];
+    int npos = 0;
+    if (node == NULL || node[0] == '\0')
+        node = DEFAULT_NODE;
+    if (argc < 2 || strcmp(argv[1], "clear") != 0) {
+        if (argc >= 2)
+            fprintf(stderr, "error: unknown remember command '%s'\n",
+                    argv[1]);
+        return usage(stderr, argv[0], 2);
+    }
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0)
+            return usage(stdout, argv[0], 0);
+        if ((strcmp(argv[i], "--node") == 0 ||
+             strcmp(argv[i], "--token") == 0) && i + 1 == argc) {
+            fprintf(stderr, "error: option %s needs a value\n", argv[i]);
+            return usage(stderr, argv[0], 2);
+        }
+        if (strcmp(argv[i], "--node") == 0)
+            node = argv[++i];
+        else if (strncmp(argv[i], "--node=", 7) == 0)
+            node = argv[i] + 7;
+        else if (strcmp(argv[i], "--token") == 0)
+            token = argv[++i];
+        else if (strncmp(argv[i], "--token=", 8) == 0)
+            token = argv[i] + 8;
+        else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            fprintf(stderr, "error: bad option %s\n", argv[i]);
+            return usage(stderr, argv[0], 2);
+        } else if (npos < 2)
+            pos[npos++] = argv[i];
+        else
+            return usage(stderr, argv[0], 2);
+    }
+    if (npos != 2)
+        return usage(stderr, argv[0], 2);
+    if (pos[0][0] == '\0') {
+        fprintf(stderr, "error: TYPE must not be empty\n");
+        return usage(stderr, argv[0], 2);
+    }
+    if (!token || !token[0]) {
+        fprintf(stderr, "error: the admin token is needed: --token or "
+                "$MOONSHARD_ADMIN_TOKEN\n");
+        return usage(stderr, argv[0], 2);
+    }
+    const char *p = pos[1];
+    size_t digits = strspn(p, "0123456789");
+    if (digits == 0 || p[digits] != '\0' || digits > 10 ||
+        strtoull(p, NULL, 10) > UINT32_MAX) {
+        fprintf(stderr, "error: SHARD must be a shard number (0 to the "
+                "type's shard_count - 1)\n");
+        return usage(stderr, argv[0], 2);
+    }
+    char *type = pct_encode(pos[0]), *path = NULL, *headers = NULL;
+    int code = 2;
+    if (type == NULL ||
+        asprintf(&path, "/v1/remember/clear/%s/%s", type, p) < 0)
+        path = NULL;
+    else if (asprintf(&headers, CLI_JSON_HEADERS "X-Moonshard-Token: %s\r\n",
+                      token) < 0)
+        headers = NULL;
+    if (path == NULL || headers == NULL)
+        fprintf(stderr, "error: out of memory\n");
+    else
+        code = exchange(node, "POST", path, headers, "",
+                        DEFAULT_TIMEOUT_S + GRACE_S);
+    free(type);
+    free(path);
+    free(headers);
+    return code;
+}
+
 int ms_cli_main(int argc, char **argv)
 {
     const char *cmd = argc > 0 ? argv[0] : NULL;
@@ -279,6 +360,8 @@ int ms_cli_main(int argc, char **argv)
         want = 0;
     } else if (strcmp(cmd, "leave") == 0 || strcmp(cmd, "down") == 0) {
         return admin(argc, argv, node);
+    } else if (strcmp(cmd, "remember") == 0) {
+        return remember(argc, argv, node);
     } else {
         return usage(stderr, NULL, 2);
     }

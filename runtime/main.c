@@ -40,6 +40,9 @@ static void usage(FILE *f)
         "  down [--node H:P] [--token T] [--force] ADDRESS\n"
         "                                 down an unreachable member\n"
         "                                 (--force: even one that answers)\n"
+        "  remember clear [--node H:P] [--token T] TYPE SHARD\n"
+        "                                 clear a shard failed by its\n"
+        "                                 remember store (on its owner)\n"
         "  secret                         print a fresh random cluster secret\n"
         "  shard --count N ID...          print each id's shard (FNV-1a)\n"
         "  shard --config F --type T ID...  with the type's own partitioner\n"
@@ -490,7 +493,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "tell") == 0 || strcmp(cmd, "ask") == 0 ||
         strcmp(cmd, "stop") == 0 || strcmp(cmd, "status") == 0 ||
         strcmp(cmd, "members") == 0 || strcmp(cmd, "leave") == 0 ||
-        strcmp(cmd, "down") == 0)
+        strcmp(cmd, "down") == 0 || strcmp(cmd, "remember") == 0)
         return ms_cli_main(argc - 1, argv + 1);
     if (strcmp(cmd, "shard") == 0)
         return cmd_shard(argc - 2, argv + 2);

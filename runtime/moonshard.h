@@ -86,6 +86,15 @@ uint64_t ms_node_leave_deadline_ms(struct ms_node *n);
 int ms_node_move(struct ms_node *n, const char *name, size_t len,
                  uint32_t shard);
 
+/* Clears the failed mark that a remember-entities store failure left on
+ * shard `shard` of type `type` (len bytes; on_failure = "fail_closed") on
+ * this node, so its messages are delivered again: 1 when the shard was
+ * failed here and is cleared, 0 when it was not failed here, MS_ENOTYPE
+ * (no such type, or the type is not remembered), MS_EINVAL (shard out of
+ * the type's range). */
+int ms_node_remember_clear(struct ms_node *n, const char *type, size_t len,
+                           uint32_t shard);
+
 /* HTTP address the gateway listens on ("127.0.0.1:7201"), or "". */
 const char *ms_node_http_address(struct ms_node *n);
 

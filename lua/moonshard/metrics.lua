@@ -6,9 +6,13 @@
 -- The node's name, cluster and version are the labels of
 -- moonshard_build_info; each shard move under way is one series of
 -- moonshard_handoff_waiting_messages and moonshard_handoff_seconds,
--- labelled with its type, shard, state and old owner. A field with no
--- entry in FIELDS is still exported (untyped), so nothing goes missing
--- when the stats grow; the unit spec keeps FIELDS complete.
+-- labelled with its type, shard, state and old owner. The "remember"
+-- object's numbers are moonshard_remember_<field>; its "types" object
+-- gives moonshard_remember_entities{type}, and per shard
+-- moonshard_remember_shard_entities{type,shard} and
+-- moonshard_remember_shard_failed{type,shard} (1, failed shards only).
+-- A field with no entry in FIELDS is still exported (untyped), so nothing
+-- goes missing when the stats grow; the unit spec keeps FIELDS complete.
 
 local cjson = require "cjson.safe"
 
@@ -150,6 +154,46 @@ local FIELDS = {
         .. "the last 1024 writes, in microseconds." },
     persist_commit_latency_p99_us = { "gauge", "99th percentile commit "
         .. "latency of the last 1024 writes, in microseconds." },
+    -- remember-entities (the "remember" object of the stats)
+    remember_queue_max = { "gauge", "Bound of the remember write-behind "
+        .. "queue (records queued plus in flight)." },
+    remember_queued = { "gauge", "Remember records waiting to be "
+        .. "written." },
+    remember_inflight = { "gauge", "Remember records in store writes not "
+        .. "answered yet." },
+    remember_recorded = { "counter", "Starts and stops of remembered "
+        .. "entities accepted into the queue." },
+    remember_coalesced = { "counter", "Remember records that replaced a "
+        .. "queued record of the same id." },
+    remember_cancelled = { "counter", "Remember records that cancelled a "
+        .. "queued record of the same id (nothing to write)." },
+    remember_drops = { "counter", "Remember records dropped because the "
+        .. "queue was full (their shard is resynced)." },
+    remember_abandoned = { "counter", "Remember records dropped because "
+        .. "their shard was released before they were written." },
+    remember_resyncs = { "counter", "Store writes that replaced a shard's "
+        .. "whole set of ids (after drops)." },
+    remember_writes = { "counter", "Remember store writes that "
+        .. "succeeded." },
+    remember_written = { "counter", "Remember records in the store writes "
+        .. "that succeeded." },
+    remember_errors = { "counter", "Remember store writes that failed." },
+    remember_retries = { "counter", "Remember store writes sent again "
+        .. "after a failure." },
+    remember_stale_answers = { "counter", "Store answers that matched no "
+        .. "remember write out (late)." },
+    remember_failed_shards = { "gauge", "Shards failed by a remember "
+        .. "store failure (fail_closed) until cleared or moved." },
+    remember_eager_starts = { "counter", "Remembered entities activated "
+        .. "without a message (eager start)." },
+    remember_eager_pending = { "gauge", "Remembered entities still to "
+        .. "activate eagerly." },
+    remember_eager_dropped = { "counter", "Eager activations dropped "
+        .. "because their shard moved away." },
+    remember_loads = { "counter", "Shards whose remembered ids were read "
+        .. "from the store." },
+    remember_load_errors = { "counter", "Reads of a shard's remembered "
+        .. "ids that failed." },
 }
 M.FIELDS = FIELDS
 
@@ -199,6 +243,80 @@ local function numbers(stats)
     return flat
 end
 
+-- A shard number of the stats: a whole number >= 0 below 2^32, else nil.
+local function shard_no(v)
+    if type(v) == "number" and v >= 0 and v == math.floor(v)
+        and v < 2^32 then
+        return v
+    end
+    return nil
+end
+
+-- A key of "shards": a shard number's decimal text, else nil.
+local function shard_key(k)
+    if type(k) == "string" and #k <= 10 and k:match("^%d+$") then
+        return shard_no(tonumber(k))
+    end
+    return nil
+end
+
+-- The per-type and per-shard families of the "types" object of
+-- stats.remember: { Order = { store, remembered, failed = {3, 7},
+-- shards = { ["5"] = 3 } } }. Entries of another shape are left out, so
+-- nothing but these three families comes of it.
+local function remembered(out, types)
+    local names = {}
+    for name, t in pairs(type(types) == "table" and types or {}) do
+        if type(name) == "string" and type(t) == "table" then
+            names[#names + 1] = name
+        end
+    end
+    sort(names)
+    local count, per_shard, failed = {}, {}, {}
+    for _, name in ipairs(names) do
+        local t = types[name]
+        local tl = label(name)
+        if type(t.remembered) == "number" then
+            count[#count + 1] = fmt('{type="%s"} %s', tl,
+                                    number(t.remembered))
+        end
+        local shards = {}
+        for k, v in pairs(type(t.shards) == "table" and t.shards or {}) do
+            local no = shard_key(k)
+            if no and type(v) == "number" then
+                shards[#shards + 1] = { no, v }
+            end
+        end
+        sort(shards, function(a, b) return a[1] < b[1] end)
+        for _, sv in ipairs(shards) do
+            per_shard[#per_shard + 1] = fmt('{type="%s",shard="%.0f"} %s',
+                                            tl, sv[1], number(sv[2]))
+        end
+        local seen, nos = {}, {}
+        for _, v in ipairs(type(t.failed) == "table" and t.failed or {}) do
+            local no = shard_no(v)
+            if no and not seen[no] then
+                seen[no] = true
+                nos[#nos + 1] = no
+            end
+        end
+        sort(nos)
+        for _, no in ipairs(nos) do
+            failed[#failed + 1] = fmt('{type="%s",shard="%.0f"} 1', tl, no)
+        end
+    end
+    family(out, "moonshard_remember_entities", "gauge",
+           "Remembered entities of a type owned here (as they will be once "
+           .. "the queue is written).", count)
+    family(out, "moonshard_remember_shard_entities", "gauge",
+           "Remembered entities of a shard owned here (shards with none "
+           .. "are left out).", per_shard)
+    family(out, "moonshard_remember_shard_failed", "gauge",
+           "1 for each shard failed by a remember store failure "
+           .. "(fail_closed): its messages fail until it is cleared "
+           .. "(moonshard remember clear) or moves.", failed)
+end
+
 -- render(stats_json) -> the exposition text, or nil and why.
 function M.render(stats_json)
     local stats, err = cjson.decode(stats_json)
@@ -239,6 +357,9 @@ function M.render(stats_json)
            waiting)
     family(out, "moonshard_handoff_seconds", "gauge",
            "How long a moving shard has been moving, as seen here.", age)
+    if type(stats.remember) == "table" then
+        remembered(out, stats.remember.types)
+    end
     out[#out + 1] = ""
     return concat(out, "\n")
 end

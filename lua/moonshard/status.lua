@@ -1,13 +1,14 @@
 -- moonshard.status: `moonshard status` for people. render() takes a
 -- node's GET /v1/stats and GET /v1/members bodies, one per line, and lays
 -- them out as a few lines of text: the node, the members as it sees them,
--- its entities, routing, shard moves and transport. `moonshard status
+-- its entities, routing, shard moves, remembered entities and transport.
+-- `moonshard status
 -- --json` prints the raw stats instead, for scripts.
 
 local cjson = require "cjson.safe"
 
-local type, ipairs, tostring = type, ipairs, tostring
-local fmt, concat = string.format, table.concat
+local type, ipairs, pairs, tostring = type, ipairs, pairs, tostring
+local fmt, concat, sort = string.format, table.concat, table.sort
 
 local M = {}
 
@@ -38,6 +39,53 @@ local function columns(rows, indent)
         out[#out + 1] = (indent .. concat(cells, "  "):gsub("%s+$", ""))
     end
     return out
+end
+
+-- The lines of the stats' "remember" object (`r`): the queue, writes and
+-- eager starts of the node, then one row per remembered type with its
+-- count, the shards that hold ids, and its failed shards. None when the
+-- node has no remembered type and recorded nothing.
+local function remember_lines(r, out)
+    if type(r) ~= "table" then return end
+    local types = type(r.types) == "table" and r.types or {}
+    local names = {}
+    for name, t in pairs(types) do
+        if type(name) == "string" and type(t) == "table" then
+            names[#names + 1] = name
+        end
+    end
+    sort(names)
+    if #names == 0 and (r.recorded or 0) + (r.queued or 0)
+        + (r.errors or 0) + (r.eager_starts or 0) == 0 then
+        return
+    end
+    out[#out + 1] = fmt("remember: %s queued, %s in flight (at most %s); "
+        .. "%s writes, %s errors, %s retries, %s dropped (queue full); "
+        .. "%s eager starts, %s pending; %s",
+        n(r.queued), n(r.inflight), n(r.queue_max), n(r.writes),
+        n(r.errors), n(r.retries), n(r.drops), n(r.eager_starts),
+        n(r.eager_pending),
+        count(r.failed_shards, "failed shard", "failed shards"))
+    local rows = {}
+    for _, name in ipairs(names) do
+        local t = types[name]
+        local held = 0
+        for _, v in pairs(type(t.shards) == "table" and t.shards or {}) do
+            if type(v) == "number" and v > 0 then held = held + 1 end
+        end
+        local failed = {}
+        for _, v in ipairs(type(t.failed) == "table" and t.failed or {}) do
+            if type(v) == "number" then failed[#failed + 1] = v end
+        end
+        sort(failed)
+        for i, v in ipairs(failed) do failed[i] = fmt("%.0f", v) end
+        rows[#rows + 1] = {
+            name, tostring(t.store or "?"),
+            n(t.remembered) .. " remembered",
+            "in " .. count(held, "shard", "shards"),
+            #failed > 0 and "FAILED shards " .. concat(failed, ",") or "" }
+    end
+    for _, l in ipairs(columns(rows, "  ")) do out[#out + 1] = l end
 end
 
 -- render("STATS_JSON\nMEMBERS_JSON") -> text (ends with a newline);
@@ -130,6 +178,7 @@ function M.render(arg)
              n(ls.expired), n(ls.fenced), n(ls.refused), n(ls.db_errors),
              n(ls.waiting), n(ls.rejected))
     end
+    remember_lines(s.remember, out)
     line("transport: %s frames in, %s out; %s rejected, %s failed "
          .. "handshakes, %s slow peers dropped", n(s.frames_in),
          n(s.frames_out), n(s.rejected_frames), n(s.auth_failures),

@@ -57,12 +57,19 @@ struct ms_gateway {
                     const char *arg, char **out, char *err, size_t errlen);
 
     /* The admin endpoints (see ms_node_check_admin, ms_node_leave,
-     * ms_node_down and ms_node_move). */
+     * ms_node_down, ms_node_move and ms_node_remember_clear). */
     int (*check_admin)(void *data, const char *token, size_t len,
                        int loopback);
     int (*leave)(void *data);
     int (*down)(void *data, const char *address, int force);
     int (*move)(void *data, const char *type, size_t len, uint32_t shard);
+    /* POST /v1/remember/clear/{type}/{shard}: clears the failed mark of a
+     * remember-entities shard (on_failure = "fail_closed") on this node.
+     * 1: it was failed here and is cleared; 0: it was not failed here;
+     * MS_ENOTYPE: no such type, or the type is not remembered; MS_EINVAL:
+     * the shard is out of the type's range. */
+    int (*remember_clear)(void *data, const char *type, size_t len,
+                          uint32_t shard);
 };
 
 #endif

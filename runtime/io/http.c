@@ -408,6 +408,84 @@ static void post_move(struct conn *c, const char *rest, size_t len)
         respond(c, 202, JSON, OK_BODY, strlen(OK_BODY));
 }
 
+/* The shard number of a path segment: decimal digits only (no sign, no
+ * blanks), at most UINT32_MAX. 0, or -1 when it is not such a number. */
+static int shard_number(const char *s, size_t n, uint32_t *shard)
+{
+    uint64_t v = 0;
+
+    if (n == 0 || n > 10)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v > UINT32_MAX)
+        return -1;
+    *shard = (uint32_t)v;
+    return 0;
+}
+
+/* POST /v1/remember/clear/{type}/{shard} (admin token): clears the failed
+ * mark that a remember-entities store failure left on a shard of a type
+ * with on_failure = "fail_closed", on the node that receives it (the
+ * shard's owner). 200 {"cleared":true} when the shard was failed here,
+ * {"cleared":false,...} when it was not; 404 for an unknown type or a
+ * type that does not remember its entities; 400 for a shard that is not
+ * a number or out of the type's range. */
+static void post_remember_clear(struct conn *c, char *rest, size_t len)
+{
+    if (!admin_ok(c))
+        return;
+    const struct ms_gateway *gw = &c->h->gw;
+    const char *slash = memchr(rest, '/', len);
+    if (!slash || slash == rest) {
+        respond_error(c, 404, "not_found",
+                      "use /v1/remember/clear/{type}/{shard}");
+        return;
+    }
+    size_t tlen = (size_t)(slash - rest);
+    const char *num = slash + 1;
+    size_t nl = len - tlen - 1;
+    uint32_t shard;
+    if (shard_number(num, nl, &shard) < 0) {
+        respond_error(c, 400, "bad_request", "the shard must be a number "
+                      "from 0 to the type's shard_count - 1");
+        return;
+    }
+    if (pct_decode(rest, &tlen) != 0) {
+        respond_error(c, 400, "bad_request", "bad percent-escape in path");
+        return;
+    }
+    int shown = (int)(tlen > 100 ? 100 : tlen);
+    if (gw->type(gw->data, rest, tlen) < 0) {
+        respond_error(c, 404, ms_errname(MS_ENOTYPE),
+                      "unknown entity type '%.*s'", shown, rest);
+        return;
+    }
+    int rc = gw->remember_clear(gw->data, rest, tlen, shard);
+    if (rc == MS_ENOTYPE) {
+        respond_error(c, 404, "not_remembered", "type '%.*s' does not "
+                      "remember its entities (no remember = {...} in its "
+                      "config)", shown, rest);
+    } else if (rc == MS_EINVAL) {
+        respond_error(c, 400, "bad_request", "shard %lu is out of the "
+                      "range of type '%.*s'", (unsigned long)shard, shown,
+                      rest);
+    } else if (rc < 0) {
+        respond_node_error(c, rc);
+    } else if (rc > 0) {
+        static const char yes[] = "{\"cleared\":true}";
+        respond(c, 200, JSON, yes, strlen(yes));
+    } else {
+        static const char no[] =
+            "{\"cleared\":false,\"message\":\"the shard is not failed on "
+            "this node (a clear applies on the shard's owner)\"}";
+        respond(c, 200, JSON, no, strlen(no));
+    }
+}
+
 static void get_health(struct conn *c)
 {
     const char *name = c->h->gw.name;
@@ -684,6 +762,12 @@ void ms__http_route(struct conn *c)
     } else if (plen > 9 && memcmp(path, "/v1/move/", 9) == 0) {
         if (c->parser.method == HTTP_POST)
             post_move(c, path + 9, plen - 9);
+        else
+            not_allowed(c, "POST");
+    } else if (plen > 19 &&
+               memcmp(path, "/v1/remember/clear/", 19) == 0) {
+        if (c->parser.method == HTTP_POST)
+            post_remember_clear(c, path + 19, plen - 19);
         else
             not_allowed(c, "POST");
     } else if (plen > 13 && memcmp(path, "/v1/entities/", 13) == 0) {

@@ -297,6 +297,12 @@ static int gw_move(void *n, const char *type, size_t len, uint32_t shard)
     return ms_node_move(n, type, len, shard);
 }
 
+static int gw_remember_clear(void *n, const char *type, size_t len,
+                             uint32_t shard)
+{
+    return ms_node_remember_clear(n, type, len, shard);
+}
+
 /* The gateway of node n: every endpoint goes through these. */
 static void gateway_of(struct ms_node *n, struct ms_gateway *gw)
 {
@@ -321,6 +327,7 @@ static void gateway_of(struct ms_node *n, struct ms_gateway *gw)
     gw->leave = gw_leave;
     gw->down = gw_down;
     gw->move = gw_move;
+    gw->remember_clear = gw_remember_clear;
 }
 
 /* Binds persistent entities to the node's journal (with a database). */

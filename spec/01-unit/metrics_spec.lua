@@ -9,13 +9,16 @@ local function stats()
     local s = { node = "n1", cluster = "demo", version = "0.1.0",
                 moves = {}, leases = { epochs = { { type = "T", shard = 0,
                                                     epoch = 3 } } },
-                handoffs = {} }
+                remember = { types = {} }, handoffs = {} }
     local i = 0
     for field in pairs(metrics.FIELDS) do
         i = i + 1
         local obj, key = field:match("^(moves)_(.+)$")
         if not obj then
             obj, key = field:match("^(leases)_(.+)$")
+        end
+        if not obj then
+            obj, key = field:match("^(remember)_(.+)$")
         end
         if obj then
             s[obj][key] = 1000 + i
@@ -33,7 +36,7 @@ describe("moonshard.metrics", function()
         for field, f in pairs(metrics.FIELDS) do
             local obj, key = field:match("^(%l+)_(.+)$")
             local want = s[field]
-            if obj == "moves" or obj == "leases" then
+            if obj == "moves" or obj == "leases" or obj == "remember" then
                 want = s[obj][key]
             end
             local name = "moonshard_" .. field
@@ -120,6 +123,107 @@ describe("moonshard.metrics", function()
         local fams = prom.parse(metrics.render(cjson.encode(s)))
         assert.equal(2 ^ 40 + 1, fams.moonshard_delivered_total.samples[1].value)
         assert.not_matches("e%+", metrics.render(cjson.encode(s)))
+    end)
+
+    -- The "remember" object as the node writes it (issue 12).
+    local REMEMBER = [[{"queue_max":10000,"queued":4,"inflight":2,
+      "recorded":130,"coalesced":5,"cancelled":1,"drops":0,"abandoned":0,
+      "resyncs":0,"writes":40,"written":124,"errors":3,"retries":3,
+      "stale_answers":0,"failed_shards":2,"eager_starts":15,
+      "eager_pending":7,"eager_dropped":0,"loads":4,"load_errors":1,
+      "types":{"Order":{"store":"file","remembered":15,"failed":[7,3],
+                        "shards":{"0":12,"5":3}},
+               "Sess\"ion":{"store":"memory","remembered":0,"failed":[],
+                        "shards":{}}}}]]
+
+    local function with_remember(remember_json)
+        return '{"node":"n1","cluster":"demo","version":"0.1.0",'
+            .. '"remember":' .. remember_json .. '}'
+    end
+
+    it("exports the remember object: scalars, types and shards", function()
+        local fams = prom.parse(assert(metrics.render(
+            with_remember(REMEMBER))))
+        assert.equal("gauge", fams.moonshard_remember_queue_max.kind)
+        assert.equal(10000, fams.moonshard_remember_queue_max.samples[1].value)
+        assert.equal(4, fams.moonshard_remember_queued.samples[1].value)
+        assert.equal(2, fams.moonshard_remember_inflight.samples[1].value)
+        assert.equal(3, fams.moonshard_remember_errors_total.samples[1].value)
+        assert.equal(2, fams.moonshard_remember_failed_shards
+                            .samples[1].value)
+        assert.equal(15, fams.moonshard_remember_eager_starts_total
+                             .samples[1].value)
+        assert.equal("gauge", fams.moonshard_remember_eager_pending.kind)
+        assert.equal(1, fams.moonshard_remember_load_errors_total
+                            .samples[1].value)
+        local function series(name)
+            local t = {}
+            for _, smp in ipairs(fams[name].samples) do
+                t[#t + 1] = { smp.labels, smp.value }
+            end
+            return t
+        end
+        assert.equal("gauge", fams.moonshard_remember_entities.kind)
+        assert.same({ { { type = "Order" }, 15 },
+                      { { type = "Sess\"ion" }, 0 } },
+                    series("moonshard_remember_entities"))
+        assert.same({ { { type = "Order", shard = "0" }, 12 },
+                      { { type = "Order", shard = "5" }, 3 } },
+                    series("moonshard_remember_shard_entities"))
+        assert.same({ { { type = "Order", shard = "3" }, 1 },
+                      { { type = "Order", shard = "7" }, 1 } },
+                    series("moonshard_remember_shard_failed"))
+        -- the types object itself gives nothing else
+        for name in pairs(fams) do
+            assert.falsy(name:find("types", 1, true), name)
+            assert.falsy(name:find("Order", 1, true), name)
+        end
+    end)
+
+    it("leaves out remember types and shards of the wrong shape", function()
+        local text = assert(metrics.render(with_remember([[{"queued":0,
+          "types":{"A":{"remembered":"many","failed":{"x":1},
+                        "shards":{"x":1,"-1":2,"1.5":3,"2":"n","3":4,
+                                  "99999999999":5}},
+                   "B":7,
+                   "C":{"remembered":1,"failed":[1,1,-2,"4",0.5,"z",2],
+                        "shards":[5]}}}]])))
+        local fams = prom.parse(text)
+        local names = {}
+        for name in pairs(fams) do
+            if name:find("^moonshard_remember_") then
+                names[#names + 1] = name
+            end
+        end
+        table.sort(names)
+        assert.same({ "moonshard_remember_entities",
+                      "moonshard_remember_queued",
+                      "moonshard_remember_shard_entities",
+                      "moonshard_remember_shard_failed" }, names)
+        local function flat(name)
+            local t = {}
+            for _, smp in ipairs(fams[name].samples) do
+                t[#t + 1] = (smp.labels.type or "") .. "/"
+                    .. (smp.labels.shard or "") .. "=" .. smp.value
+            end
+            return t
+        end
+        assert.same({ "C/=1" }, flat("moonshard_remember_entities"))
+        assert.same({ "A/3=4" }, flat("moonshard_remember_shard_entities"))
+        assert.same({ "C/1=1", "C/2=1" },
+                    flat("moonshard_remember_shard_failed"))
+    end)
+
+    it("has no remember series without the remember object", function()
+        local fams = prom.parse(assert(metrics.render(
+            '{"node":"n1","cluster":"demo","version":"0.1.0","routed":1}')))
+        for name in pairs(fams) do
+            assert.falsy(name:find("remember", 1, true), name)
+        end
+        fams = prom.parse(assert(metrics.render(with_remember('"junk"'))))
+        for name in pairs(fams) do
+            assert.falsy(name:find("remember", 1, true), name)
+        end
     end)
 
     it("refuses what is not a stats object", function()

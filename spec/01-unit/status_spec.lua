@@ -90,6 +90,45 @@ describe("moonshard.status", function()
                        true)
     end)
 
+    it("shows remembered entities per type, only when there are some",
+       function()
+        assert.not_matches("\nremember", render(stats(), members("u1")))
+        local idle = { queue_max = 10000, queued = 0, inflight = 0,
+                       recorded = 0, errors = 0, eager_starts = 0,
+                       types = {} }
+        assert.not_matches("\nremember",
+                           render(stats({ remember = idle }), members("u1")))
+        local r = cjson.decode([[{"queue_max":10000,"queued":4,
+          "inflight":2,"recorded":130,"coalesced":5,"cancelled":1,
+          "drops":0,"abandoned":0,"resyncs":0,"writes":40,"written":124,
+          "errors":3,"retries":3,"stale_answers":0,"failed_shards":2,
+          "eager_starts":15,"eager_pending":7,"eager_dropped":0,"loads":4,
+          "load_errors":1,
+          "types":{"Order":{"store":"file","remembered":15,"failed":[7,3],
+                            "shards":{"0":12,"5":3}},
+                   "Session":{"store":"memory","remembered":0,"failed":[],
+                              "shards":{}}}}]])
+        local text = render(stats({ remember = r }), members("u1"))
+        assert.matches("\nremember: 4 queued, 2 in flight (at most 10000); "
+                       .. "40 writes, 3 errors, 3 retries, 0 dropped (queue "
+                       .. "full); 15 eager starts, 7 pending; 2 failed "
+                       .. "shards\n"
+                       .. "  Order    file    15 remembered  in 2 shards  "
+                       .. "FAILED shards 3,7\n"
+                       .. "  Session  memory  0 remembered   in 0 shards\n"
+                       .. "transport: ", text, 1, true)
+        -- a remembered type with nothing yet is still listed
+        idle.types = { Order = { store = "postgres", remembered = 0,
+                                 failed = {}, shards = {} } }
+        assert.matches("\nremember: 0 queued, 0 in flight (at most 10000); "
+                       .. "? writes, 0 errors, ? retries, ? dropped (queue "
+                       .. "full); 0 eager starts, ? pending; ? failed "
+                       .. "shards\n  Order  postgres  0 remembered  in 0 "
+                       .. "shards\n",
+                       render(stats({ remember = idle }), members("u1")), 1,
+                       true)
+    end)
+
     it("shows the coordinator's moves only on the coordinator", function()
         assert.not_matches("moves %(coordinator%)",
                            render(stats(), members("u1")))

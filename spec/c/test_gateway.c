@@ -14,6 +14,8 @@
 struct fake {
     uv_loop_t *loop;
     int tells, asks, activates, stops, leaves, downs, moves, admin_checks;
+    int clears;               /* remember_clear calls */
+    int clear_rc;             /* what remember_clear answers, if not 0 */
     int tell_rc;              /* what tell answers */
     int type;                 /* of the last call */
     char id[64];              /* the last id, decoded */
@@ -190,6 +192,19 @@ static int f_move(void *d, const char *type, size_t len, uint32_t shard)
     return 0;
 }
 
+/* remember_clear: shard 5 of Counter is failed (1), shards past 15 are
+ * out of range, any other is not failed (0); clear_rc overrides. */
+static int f_remember_clear(void *d, const char *type, size_t len,
+                            uint32_t shard)
+{
+    struct fake *f = d;
+    f->clears++;
+    snprintf(f->body, sizeof f->body, "%.*s/%u", (int)len, type, shard);
+    if (f->clear_rc != 0)
+        return f->clear_rc;
+    return shard > 15 ? MS_EINVAL : shard == 5 ? 1 : 0;
+}
+
 /* ---- a client: one request, the whole response (Connection: close) -------- */
 
 struct client {
@@ -289,7 +304,7 @@ int main(void)
         .members_json = f_members, .owner_json = f_owner,
         .allocations_json = f_allocations, .call_lua = f_call_lua,
         .check_admin = f_check_admin, .leave = f_leave, .down = f_down,
-        .move = f_move};
+        .move = f_move, .remember_clear = f_remember_clear};
     struct ms_http *h;
     char err[256];
     CHECK(ms_http_start(&h, loop, &gw, "127.0.0.1", 0, err, sizeof err) == 0);
@@ -436,6 +451,53 @@ int main(void)
                   "POST /v1/move/Counter/12 HTTP/1.1\r\nHost: x\r\n"
                   "Connection: close\r\nContent-Length: 0\r\n\r\n") == 202);
     CHECK(f.moves == 1 && strcmp(f.body, "Counter/12") == 0);
+
+    /* remember clear: the node's answer as 200 {"cleared":...} */
+#define CLEAR(path) "POST /v1/remember/clear/" path " HTTP/1.1\r\nHost: x" \
+                    "\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    CHECK(request(loop, port, &c, CLEAR("Counter/5")) == 200);
+    CHECK(f.clears == 1 && strcmp(f.body, "Counter/5") == 0);
+    CHECK(strcmp(body_of(&c), "{\"cleared\":true}") == 0);
+    CHECK(request(loop, port, &c, CLEAR("Count%65r/6")) == 200);
+    CHECK(f.clears == 2 && strcmp(f.body, "Counter/6") == 0);
+    CHECK(strncmp(body_of(&c), "{\"cleared\":false,", 17) == 0);
+    CHECK(strstr(body_of(&c), "not failed on this node") != NULL);
+    /* out of the type's range (the node says), or not a shard number */
+    CHECK(request(loop, port, &c, CLEAR("Counter/16")) == 400);
+    CHECK(f.clears == 3 && strstr(body_of(&c), "out of the range"));
+    static const char *const bad[] = {
+        CLEAR("Counter/x"), CLEAR("Counter/-1"), CLEAR("Counter/+1"),
+        CLEAR("Counter/%201"), CLEAR("Counter/4294967296"),
+        CLEAR("Counter/12345678901"), CLEAR("Counter/"),
+        CLEAR("Counter/1/2"), CLEAR("Counter/1x"),
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(request(loop, port, &c, bad[i]) == 400);
+        CHECK(strstr(body_of(&c), "\"bad_request\"") != NULL);
+    }
+    CHECK(f.clears == 3);
+    CHECK(request(loop, port, &c, CLEAR("Counter/4294967295")) == 400);
+    CHECK(f.clears == 4 && strcmp(f.body, "Counter/4294967295") == 0);
+    /* an unknown type is refused before the node is asked */
+    CHECK(request(loop, port, &c, CLEAR("Nope/1")) == 404);
+    CHECK(strstr(body_of(&c), "\"unknown_type\"") != NULL);
+    CHECK(f.clears == 4);
+    /* a known type the node says is not remembered */
+    f.clear_rc = MS_ENOTYPE;
+    CHECK(request(loop, port, &c, CLEAR("Counter/1")) == 404);
+    CHECK(strstr(body_of(&c), "\"not_remembered\"") != NULL);
+    f.clear_rc = 0;
+    CHECK(request(loop, port, &c, CLEAR("Counter")) == 404);
+    CHECK(request(loop, port, &c, CLEAR("/1")) == 404);
+    CHECK(f.clears == 5);
+    CHECK(request(loop, port, &c,
+                  "GET /v1/remember/clear/Counter/5 HTTP/1.1\r\nHost: x"
+                  "\r\nConnection: close\r\n\r\n") == 405);
+    /* without the admin token: refused, the node not asked */
+    f.admin_rc = MS_EINVAL;
+    CHECK(request(loop, port, &c, CLEAR("Counter/5")) == 403);
+    CHECK(f.clears == 5);
+#undef CLEAR
 
     ms_http_close(h);
     uv_close((uv_handle_t *)&f.answer, NULL);
