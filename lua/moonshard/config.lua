@@ -556,16 +556,21 @@ local function check_persistence(raw, path, e)
              .. " (leave it out for an in-memory type)", p)
     end
     e.persistence = p or false
+    -- a type that remembers its entities in PostgreSQL holds leases too
+    local rem = raw.remember
+    local leased = p or (type(rem) == "table" and rem.store == "postgres")
     if not p then
         for _, k in ipairs({ "lease_duration", "lease_renew_interval",
                              "lease_window", "snapshot_every",
                              "delete_events_on_snapshot" }) do
-            if raw[k] ~= nil then
+            if raw[k] ~= nil and not (leased and k:find("^lease_")) then
                 fail(child(path, k), "applies only to a type with "
-                     .. "persistence = \"events\" or \"state\"", raw[k])
+                     .. "persistence = \"events\" or \"state\""
+                     .. (k:find("^lease_") and " or remember.store = "
+                         .. "\"postgres\"" or ""), raw[k])
             end
         end
-        return
+        if not leased then return end
     end
     e.lease_duration_ms = seconds_field(raw, "lease_duration", path,
                                         LEASE_DURATION_MIN,
@@ -586,6 +591,7 @@ local function check_persistence(raw, path, e)
     local d = e.lease_duration_ms / 1000
     e.lease_window_ms = seconds_field(raw, "lease_window", path, d,
                                       LEASE_DURATION_MAX * 2, 2 * d)
+    if not p then return end
     if p == "events" then
         local n = raw.snapshot_every
         if n == false then

@@ -197,6 +197,17 @@ function Ref:tell(msg, opts)
     return nil, errtable(code, message)
 end
 
+-- An ordered stop request: the entity is passivated after the messages
+-- it accepted before (a remembered entity is forgotten: it is not
+-- started again). true, or nil, err.
+function Ref:stop()
+    local shard, perr = shard_for(self._t, self.id)
+    if perr then return nil, perr end
+    local ok, code, message = core.stop_entity(self._t, self.id, shard)
+    if ok then return true end
+    return nil, errtable(code, message)
+end
+
 -- Waits in the running handler's coroutine for the end of ask `corr`
 -- (issued by ask_c or activate_c), then returns the reply or nil, err.
 -- The raw reply (a string) or nil, err.

@@ -27,7 +27,7 @@ struct ms_type_config {
                                          wait for the lease */
     uint32_t snapshot_every;          /* events between snapshots; 0: never */
     int delete_events_on_snapshot;    /* delete the events a snapshot covers */
-    /* remember-entities (issue 12; validated, not yet acted on) */
+    /* remember-entities (issue 12, runtime/node/node_remember.c) */
     int remember;                     /* MS_REMEMBER_* */
     char remember_dir[512];           /* store "file": its directory */
     int remember_fsync;               /* MS_FSYNC_* (store "file") */
@@ -42,6 +42,15 @@ enum {
 enum { MS_FSYNC_ALWAYS = 0, MS_FSYNC_ON_COMPACTION, MS_FSYNC_NEVER };
 
 enum { MS_PERSIST_NONE = 0, MS_PERSIST_EVENTS = 1, MS_PERSIST_STATE = 2 };
+
+/* 1 when the type's shards hold leases (region.h "leases"): a persistent
+ * type, and a type that remembers its entities in PostgreSQL (whose
+ * writes are fenced by the lease epoch like every other write). */
+static inline int ms_type_leased(const struct ms_type_config *t)
+{
+    return t->persistence != MS_PERSIST_NONE ||
+           t->remember == MS_REMEMBER_POSTGRES;
+}
 
 /* Bytes of one PostgreSQL statement's text and parameters together (the
  * pool's MS_PG_STATEMENT_MAX), and the largest snapshot, durable state or

@@ -206,6 +206,7 @@ struct msg *ms__dispatch_msg_new(struct ms_dispatch *d, int kind, uint32_t type,
     m->kind = (uint8_t)kind;
     m->counted = 0;
     m->created = 0;
+    m->reason = MS_STOP_EXPLICIT;
     m->hash = hash;
     m->shard = shard;
     memcpy(m->data, id, idlen);
@@ -297,10 +298,12 @@ int ms__dispatch_enqueue(struct ms_dispatch *d, struct msg *m, int force)
 {
     struct type *t = &d->types[m->type];
     struct shard *sh = &t->shards[m->shard];
-    if (!force && sh->pending >= t->cfg.max_pending) {
-        d->st.overflows++;
+    if (!force && (sh->pending >= t->cfg.max_pending || sh->refuse)) {
+        int rc = sh->refuse ? sh->refuse : MS_EOVERFLOW;
+        if (!sh->refuse)
+            d->st.overflows++;
         ms__dispatch_msg_free(d, m);
-        return MS_EOVERFLOW;
+        return rc;
     }
     sh->pending++;
     d->pending++;
@@ -797,12 +800,19 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
     }
     d->now_ms = now_ms;
     e->last_ms = now_ms;
+    int observed = d->types[e->type].observed;
     if (m && m->kind == MS_KIND_STOP && e->active) {
         list_del(d, e);
         e->active = 0;
         d->st.passivations++;
         d->st.active_entities--;
         cancel_timers(d, e);
+        if (observed)
+            d->observer(d->observer_data, (int)e->type, e->shard, e->id,
+                        e->idlen, 0, m->reason);
+    } else if (observed && m && m->created && e->active) {
+        d->observer(d->observer_data, (int)e->type, e->shard, e->id,
+                    e->idlen, 1, 0);
     }
     ms__dispatch_msg_free(d, m);
     ms__dispatch_entity_stopping(d, e);
@@ -813,9 +823,13 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
                                                  e->hash,
                                                  e->shard, e->id, e->idlen,
                                                  "", 0);
-            if (s)
+            if (s) {
+                s->reason = e->stop_explicit ? MS_STOP_EXPLICIT
+                                             : MS_STOP_FAILURE;
                 mb_push_front(e, s);
+            }
         }
+        e->stop_explicit = 0;
     }
     if (e->mb_head)
         ready_entity(d, e);
@@ -891,6 +905,27 @@ void ms_dispatch_fail(struct ms_dispatch *d, uint32_t h, const char *message,
 void ms_dispatch_stop_self(struct ms_dispatch *d, uint32_t h)
 {
     struct entity *e = eget(d, h);
-    if (e)
+    if (e) {
         e->stop_req = 1;
+        e->stop_explicit = 1; /* a failure after it does not make it one */
+    }
+}
+
+void ms_dispatch_set_observer(struct ms_dispatch *d, int type,
+                              ms_dispatch_observer fn, void *data)
+{
+    if (type < 0 || type >= d->ntypes)
+        return;
+    d->observer = fn;
+    d->observer_data = data;
+    d->types[type].observed = fn != NULL;
+}
+
+void ms_dispatch_shard_refuse(struct ms_dispatch *d, int type,
+                              uint32_t shard, int err)
+{
+    if (type < 0 || type >= d->ntypes ||
+        shard >= d->types[type].cfg.shard_count)
+        return;
+    d->types[type].shards[shard].refuse = (int16_t)err;
 }

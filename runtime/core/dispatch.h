@@ -74,6 +74,24 @@ struct ms_resume {
     size_t len;
 };
 
+/* Why an entity was passivated (DESIGN.md "Remember entities"). */
+enum ms_stop_reason {
+    MS_STOP_EXPLICIT = 1, /* ctx:stop(), a stop request, ref:stop() */
+    MS_STOP_IDLE,         /* idle passivation */
+    MS_STOP_FAILURE,      /* its handler failed (on_error = "stop") */
+    MS_STOP_NODE,         /* the node stops */
+    MS_STOP_HANDOFF       /* its shard stops here (a move, a lease lost) */
+};
+
+/* Told, for the types set with ms_dispatch_set_observer, that entity
+ * `id` of (type, shard) activated (`started` 1: its init, and for a
+ * persistent type its recovery, succeeded; reported when that message
+ * is done) or passivated (`started` 0, `reason` enum ms_stop_reason).
+ * It runs inside ms_dispatch_done: it must not call the dispatcher. */
+typedef void (*ms_dispatch_observer)(void *data, int type, uint32_t shard,
+                                     const char *id, size_t idlen,
+                                     int started, int reason);
+
 /* Creates a dispatcher for `ntypes` types (copied; names borrowed).
  * Returns NULL when out of memory. */
 struct ms_dispatch *ms_dispatch_new(const struct ms_dispatch_type *types,
@@ -274,6 +292,19 @@ int ms_dispatch_shard_stopping(struct ms_dispatch *d, int type,
  * 0 when there is none. */
 int ms_dispatch_next_stopped(struct ms_dispatch *d, int *type,
                              uint32_t *shard);
+
+/* Reports the activations and passivations of `type` to `fn` (one
+ * observer for all the types set; fn NULL: none of them). */
+void ms_dispatch_set_observer(struct ms_dispatch *d, int type,
+                              ms_dispatch_observer fn, void *data);
+
+/* Refuses new messages for (type, shard) with `err` (a negative code;
+ * 0 accepts again): tells, asks and activations, from here or another
+ * node, fail with it as if the shard's queue were full; what was
+ * accepted before is handled. Stop requests and ctx:after timers still
+ * go in. */
+void ms_dispatch_shard_refuse(struct ms_dispatch *d, int type,
+                              uint32_t shard, int err);
 
 /* Sets the partitioner of the types with custom_partition (the others
  * use FNV-1a of the id % shard_count). Until it is set, their messages

@@ -240,6 +240,7 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
                 list_add(d, e, now_ms);
                 break;
             }
+            s->reason = MS_STOP_IDLE;
             mb_push(e, s);
             ready_entity(d, e);
         }
@@ -326,6 +327,7 @@ void ms__dispatch_entity_stopping(struct ms_dispatch *d, struct entity *e)
                                          e->shard, e->id, e->idlen, "", 0);
     if (!s)
         return;
+    s->reason = MS_STOP_HANDOFF;
     mb_push(e, s);
     ready_entity(d, e);
 }
@@ -434,6 +436,7 @@ uint64_t ms_dispatch_shutdown(struct ms_dispatch *d)
                                                  "", 0);
             if (!s)
                 break;
+            s->reason = MS_STOP_NODE;
             /* after the messages it already accepted; a busy entity is
              * made ready when its current message is done */
             mb_push(e, s);

@@ -29,6 +29,7 @@ struct msg {
     uint8_t kind;
     uint8_t counted;    /* accepted by enqueue: counts in its shard's pending */
     uint8_t created;    /* ACTIVATE: its delivery activated the entity */
+    uint8_t reason;     /* STOP: why (enum ms_stop_reason) */
     char data[];        /* id, NUL, payload, NUL */
 };
 
@@ -46,7 +47,7 @@ struct entity {
     uint64_t listed_ms;             /* when it joined the active list */
     uint32_t ntimers;
     unsigned active : 1, busy : 1, stop_req : 1, in_ready : 1,
-        in_list : 1, replied : 1;
+        in_list : 1, replied : 1, stop_explicit : 1;
     /* lookup */
     struct entity *hnext;           /* hash chain */
     uint64_t hash;
@@ -67,6 +68,8 @@ struct shard {
     uint32_t stop_epoch;/* names the latest stop request */
     uint8_t in_ready;
     uint8_t stopping;   /* 1: stop marker queued; 2: it passed */
+    int16_t refuse;     /* != 0: new messages are refused with this code
+                           (ms_dispatch_shard_refuse) */
 };
 
 /* A shard whose stop finished. */
@@ -82,6 +85,7 @@ struct type {
      * looks at the head only (see ms_dispatch_expire) */
     struct entity *list_head, *list_tail;
     int unavailable;
+    int observed;       /* activations and passivations are reported */
 };
 
 enum { T_ASK = 1, T_ENTITY = 2 };
@@ -125,6 +129,8 @@ struct ms_dispatch {
     int ntypes;
     ms_partition_fn partition; /* types with custom_partition */
     void *partition_data;
+    ms_dispatch_observer observer; /* types with `observed` */
+    void *observer_data;
     size_t max_message;
 
     struct entity **ebuckets;

@@ -1068,6 +1068,8 @@ void ms_region_tick(struct ms_region *r, uint64_t now_ms)
     ms_coord_tick(r->coord, now_ms);
     ms__region_coord_drain(r);
     ms__region_lease_tick(r);
+    if (r->nhold_wait)
+        ms__region_hold_tick(r);
     for (int type = 0; type < r->ntypes && r->nbuffered; type++) {
         struct rtype *rt = &r->types[type];
         if (!rt->shards)

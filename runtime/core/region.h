@@ -332,6 +332,33 @@ uint64_t ms_region_lease_epoch(const struct ms_region *r, int type,
 uint64_t ms_region_lease_epoch_at(const struct ms_region *r, int type,
                                   uint32_t shard, uint64_t now_ms);
 
+/* --- remember-entities (runtime/node/node_remember.c) --- */
+
+/* 1 when (type, shard) is this node's and serves messages now: the plan
+ * makes this node its owner, it is not being stopped (a handoff, a lease
+ * stop), and for a leased type its lease is held. The node starts the
+ * shard's remembered entities when it turns 1 and stops them when it
+ * turns 0. */
+int ms_region_shard_serving(const struct ms_region *r, int type,
+                            uint32_t shard);
+
+/* Asks the coordinator to allocate every shard of `type` that has no
+ * owner in this node's plan (each at most every MS_REGION_ALLOC_RETRY_MS):
+ * a remembered type's shards start, and their entities with them,
+ * without waiting for a message. */
+void ms_region_allocate_unowned(struct ms_region *r, int type,
+                                uint64_t now_ms);
+
+/* Optional: `hold` answers 1 while the stop of (type, shard) at a handoff
+ * must not go on yet (records of the shard still being written to the
+ * remember store, which the new owner reads): the region then waits
+ * before it releases the shard's lease and reports STOPPED, asking again
+ * every tick, at most MS_REGION_RELEASE_WAIT_MS (and half of
+ * handoff_timeout). It is a query: it must not call the region. */
+typedef int (*ms_region_hold_cb)(void *data, int type, uint32_t shard);
+void ms_region_set_stop_hold(struct ms_region *r, ms_region_hold_cb hold,
+                             void *data);
+
 /* Messages waiting for `type`'s shard (own and held). */
 uint32_t ms_region_waiting(const struct ms_region *r, int type,
                            uint32_t shard);

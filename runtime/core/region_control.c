@@ -299,6 +299,19 @@ void ms_region_member(struct ms_region *r, uint64_t uid, int status,
                     ms__region_flush_shard(r, t, s);
 }
 
+/* The dispatcher stopped (type, shard) and nothing holds it: release
+ * its lease, or report it. */
+static void stopped_go_on(struct ms_region *r, int type, uint32_t shard,
+                          struct rshard *s)
+{
+    if (s && r->types[type].persistent &&
+        ms__region_lease_stopped(r, type, shard, s))
+        return; /* a lease's stop, or the release is out */
+    if (!s || !s->stopping)
+        return; /* called off meanwhile */
+    ms__region_report_stopped(r, type, shard, s);
+}
+
 void ms_region_after_dispatch(struct ms_region *r, uint64_t now_ms)
 {
     r->now = now_ms;
@@ -306,13 +319,76 @@ void ms_region_after_dispatch(struct ms_region *r, uint64_t now_ms)
     uint32_t shard;
     while (ms_dispatch_next_stopped(r->d, &type, &shard)) {
         struct rshard *s = ms__region_shard(r, type, shard);
-        if (s && r->types[type].persistent &&
-            ms__region_lease_stopped(r, type, shard, s))
-            continue; /* a lease's stop, or the release is out */
-        if (!s || !s->stopping)
-            continue; /* called off meanwhile */
-        ms__region_report_stopped(r, type, shard, s);
+        if (s && s->hold_wait)
+            continue; /* its wait goes on (ms__region_hold_tick) */
+        if (s && s->stopping && r->hold &&
+            r->hold(r->hold_data, type, shard)) {
+            s->hold_wait = 1;
+            s->hold_since_ms = now_ms;
+            r->nhold_wait++;
+            continue;
+        }
+        stopped_go_on(r, type, shard, s);
     }
+}
+
+void ms__region_hold_tick(struct ms_region *r)
+{
+    uint64_t half = r->cfg->handoff_timeout_ms / 2;
+    uint64_t most = half < MS_REGION_RELEASE_WAIT_MS
+                        ? half : MS_REGION_RELEASE_WAIT_MS;
+    for (int t = 0; t < r->ntypes && r->nhold_wait; t++) {
+        struct rtype *rt = &r->types[t];
+        for (uint32_t i = 0; rt->shards && r->nhold_wait &&
+                             i < r->cfg->types[t].shard_count; i++) {
+            struct rshard *s = &rt->shards[i];
+            if (!s->hold_wait)
+                continue;
+            int late = r->now - s->hold_since_ms >= most;
+            if (s->stopping && !late && r->hold(r->hold_data, t, i))
+                continue;
+            if (s->stopping && late)
+                ms_log(MS_LOG_WARN, NULL, "the remembered ids of %s shard "
+                       "%u were not all written within %d ms; its stop "
+                       "goes on (the new owner may miss the latest)",
+                       ms__region_tname(r, t), i, (int)most);
+            s->hold_wait = 0;
+            r->nhold_wait--;
+            stopped_go_on(r, t, i, s);
+        }
+    }
+}
+
+void ms_region_allocate_unowned(struct ms_region *r, int type,
+                                uint64_t now_ms)
+{
+    if (type < 0 || type >= r->ntypes || !r->coordinator)
+        return;
+    r->now = now_ms;
+    for (uint32_t i = 0; i < r->cfg->types[type].shard_count; i++)
+        if (!ms_plan_owner(r->types[type].plan, i, NULL))
+            ms__region_request_alloc(r, type, i);
+}
+
+void ms_region_set_stop_hold(struct ms_region *r, ms_region_hold_cb hold,
+                             void *data)
+{
+    r->hold = hold;
+    r->hold_data = data;
+}
+
+int ms_region_shard_serving(const struct ms_region *r, int type,
+                            uint32_t shard)
+{
+    if (type < 0 || type >= r->ntypes ||
+        shard >= r->cfg->types[type].shard_count ||
+        ms_plan_owner(r->types[type].plan, shard, NULL) != r->self)
+        return 0;
+    const struct rshard *s = r->types[type].shards
+                                 ? &r->types[type].shards[shard] : NULL;
+    if (s && (s->stopping || s->lease_stop || s->hold_wait))
+        return 0;
+    return ms__region_gated(r, type, shard) == 0;
 }
 
 void ms__region_report_stopped(struct ms_region *r, int type, uint32_t shard,
@@ -344,10 +420,17 @@ static void fingerprint(const struct ms_type_config *t, char *buf, size_t len)
                      t->partition_id);
     /* a persistent type's shards hold leases: a node that would host
      * them without (or with other timings) must not join the type */
-    if (t->persistence != MS_PERSIST_NONE && w > 0 && (size_t)w < len)
-        snprintf(buf + w, len - (size_t)w, "|persistence=%s|lease_ms=%llu",
-                 t->persistence == MS_PERSIST_EVENTS ? "events" : "state",
-                 (unsigned long long)t->lease_duration_ms);
+    if (ms_type_leased(t) && w > 0 && (size_t)w < len)
+        w += snprintf(buf + w, len - (size_t)w,
+                      "|persistence=%s|lease_ms=%llu",
+                      t->persistence == MS_PERSIST_EVENTS  ? "events"
+                      : t->persistence == MS_PERSIST_STATE ? "state"
+                                                           : "none",
+                      (unsigned long long)t->lease_duration_ms);
+    /* remembered ids are read by the next owner: every node of the type
+     * must keep them in the same store */
+    if (t->remember && w > 0 && (size_t)w < len)
+        snprintf(buf + w, len - (size_t)w, "|remember=%d", t->remember);
 }
 
 int ms_region_new(struct ms_region **out, const struct ms_region_config *rc)

@@ -51,6 +51,9 @@ struct rshard {
     int lease_stop;           /* the lease stopped the shard's entities */
     int release_wait;         /* STOPPED waits for the lease's release */
     uint64_t release_since_ms;
+    /* remember-entities: STOPPED waits for the shard's records */
+    int hold_wait;
+    uint64_t hold_since_ms;
 };
 
 struct rtype {
@@ -94,6 +97,10 @@ struct ms_region {
     int lease_fenced;        /* a member is unreachable */
     uint32_t nrelease_wait;  /* shards whose STOPPED waits for a release */
     uint64_t lease_rejected; /* messages rejected with MS_ELEASE here */
+    /* remember-entities (ms_region_set_stop_hold) */
+    ms_region_hold_cb hold;
+    void *hold_data;
+    uint32_t nhold_wait;     /* stopped shards waiting for `hold` */
 };
 
 /* Queues an action with a copy of frame f (SEND to uid, or BROADCAST);
@@ -174,6 +181,9 @@ int ms__region_lease_stopped(struct ms_region *r, int type, uint32_t shard,
 void ms__region_lease_pump(struct ms_region *r);
 /* Ticks the machine and reports releases that ended or took too long. */
 void ms__region_lease_tick(struct ms_region *r);
+/* Goes on with the stops whose remember hold ended or took too long
+ * (region_control.c). */
+void ms__region_hold_tick(struct ms_region *r);
 /* Reports STOPPED for a stopping shard (region_control.c). */
 void ms__region_report_stopped(struct ms_region *r, int type, uint32_t shard,
                                struct rshard *s);

@@ -22,7 +22,7 @@ int ms__region_lease_init(struct ms_region *r)
 {
     int any = 0;
     for (int i = 0; i < r->ntypes; i++)
-        any |= r->cfg->types[i].persistence != MS_PERSIST_NONE;
+        any |= ms_type_leased(&r->cfg->types[i]);
     if (!any)
         return 0;
     uint32_t *nshards = calloc((size_t)r->ntypes, sizeof *nshards);
@@ -30,7 +30,7 @@ int ms__region_lease_init(struct ms_region *r)
     int rc = nshards && set ? 0 : MS_ENOMEM;
     for (int i = 0; !rc && i < r->ntypes; i++) {
         const struct ms_type_config *t = &r->cfg->types[i];
-        if (t->persistence == MS_PERSIST_NONE)
+        if (!ms_type_leased(t))
             continue;
         r->types[i].persistent = 1;
         nshards[i] = t->shard_count;

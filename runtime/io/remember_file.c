@@ -171,7 +171,6 @@ struct rlog {
 struct ms_remember_file {
     char dir[MS_REMEMBER_FILE_MAX_DIR + 1];
     int dirfd;
-    int lockfd;
     enum ms_remember_fsync policy;
     int max_open;
     uint64_t tick;
@@ -259,27 +258,15 @@ int ms_remember_file_new(const char *dir, enum ms_remember_fsync policy,
     strcpy(s->dir, dir);
     s->policy = policy;
     s->max_open = max_open;
-    s->lockfd = -1;
     s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int rc = 0;
     if (s->dirfd < 0) {
         rc = -errno;
         goto fail;
     }
-    s->lockfd = openat(s->dirfd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (s->lockfd < 0) {
-        rc = -errno;
-        goto fail;
-    }
-    if (flock(s->lockfd, LOCK_EX | LOCK_NB) < 0) {
-        rc = errno == EWOULDBLOCK ? MS_EBUSY : -errno;
-        goto fail;
-    }
     *out = s;
     return 0;
 fail:
-    if (s->lockfd >= 0)
-        close(s->lockfd);
     if (s->dirfd >= 0)
         close(s->dirfd);
     free(s->logs);
@@ -304,7 +291,6 @@ void ms_remember_file_free(struct ms_remember_file *s)
         if (s->logs[i].in_use)
             log_close(&s->logs[i]);
     free(s->logs);
-    close(s->lockfd); /* releases the flock */
     close(s->dirfd);
     free(s);
 }
@@ -446,6 +432,10 @@ static int log_load(struct ms_remember_file *s, struct rlog *l, int create)
     if (fd < 0)
         return -errno;
     l->fd = fd;
+    /* one writer per log: another store (another node of this machine)
+     * holding it open means the shard is still that node's */
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0)
+        return errno == EWOULDBLOCK ? MS_EBUSY : -errno;
     struct stat sb;
     if (fstat(fd, &sb) < 0)
         return -errno;
@@ -557,6 +547,12 @@ static int compact(struct ms_remember_file *s, struct rlog *l)
                     O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
+    /* the new inode becomes the log: lock it before it is renamed over */
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
     unsigned char *buf = malloc(IO_CHUNK);
     int rc = buf ? 0 : MS_ENOMEM;
     size_t n = 0;
@@ -754,6 +750,16 @@ int ms_remember_file_compact(struct ms_remember_file *s, const char *type,
                  0);
     }
     return rc;
+}
+
+void ms_remember_file_close_log(struct ms_remember_file *s, const char *type,
+                                uint32_t shard)
+{
+    for (int i = 0; s && i < s->max_open; i++) {
+        struct rlog *l = &s->logs[i];
+        if (l->in_use && l->shard == shard && !strcmp(l->type, type))
+            log_close(l);
+    }
 }
 
 void ms_remember_file_stats(const struct ms_remember_file *s,

@@ -3,12 +3,16 @@
  * append log per (entity type, shard) in a directory of this machine,
  * recording which ids of a remembered type are running.
  *
- * NOT WIRED YET: the node library links this module but nothing calls it;
- * the write-behind queue and the eager start of a later session will.
+ * The node (runtime/node/node_remember.c) writes through it what the
+ * write-behind queue (core/remember.h) drains, and lists a shard's ids
+ * when the shard starts here.
  *
- * Files: <dir>/<type>.<shard>.rlog, and <dir>/LOCK, held with flock(2)
- * while a store is open (a second store on the same directory, in this
- * process or another, gets MS_EBUSY). Compaction writes
+ * Files: <dir>/<type>.<shard>.rlog. Several nodes of one machine may
+ * share the directory, so a shard's log follows the shard from node to
+ * node there: an open log is held with flock(2), and a second store
+ * (another node, this process or another) that opens the same log gets
+ * MS_EBUSY until the first closes it (ms_remember_file_close_log, when
+ * its shard moves away, or the process ends). Compaction writes
  * <type>.<shard>.rlog.tmp and renames it over the log.
  *
  * Format of a log (integers little-endian):
@@ -64,6 +68,7 @@
 #include <stdint.h>
 
 #include "../core/base.h"
+#include "../core/remember.h" /* enum ms_remember_op */
 
 #define MS_REMEMBER_FILE_MAX_OPEN 1024       /* max_open at most */
 #define MS_REMEMBER_FILE_MAX_LIVE 1000000    /* live ids of one shard */
@@ -90,8 +95,6 @@ enum ms_remember_fsync {
     MS_REMEMBER_FSYNC_NEVER
 };
 
-enum ms_remember_op { MS_REMEMBER_START = 1, MS_REMEMBER_STOP = 2 };
-
 /* Counters of a store since ms_remember_file_new. */
 struct ms_remember_file_stats {
     uint64_t appends;      /* records written */
@@ -114,10 +117,11 @@ int ms_remember_file_fsync_policy(const char *name,
 /*
  * Opens a store over the directory `dir` (borrowed, copied; it must exist
  * and be writable) with the fsync policy and a bound on open logs
- * (1..MS_REMEMBER_FILE_MAX_OPEN). Locks <dir>/LOCK. On success *out is the
- * store (caller frees with ms_remember_file_free) and 0 is returned; else
- * MS_EINVAL (bad argument, path too long), MS_EBUSY (another store holds
- * the directory), MS_ENOMEM, or a negative errno of the failed call.
+ * (1..MS_REMEMBER_FILE_MAX_OPEN). On success *out is the store (caller
+ * frees with ms_remember_file_free) and 0 is returned; else MS_EINVAL
+ * (bad argument, path too long), MS_ENOMEM, or a negative errno of the
+ * failed call. Any call that opens a log another store holds gets
+ * MS_EBUSY.
  */
 int ms_remember_file_new(const char *dir, enum ms_remember_fsync policy,
                          int max_open, struct ms_remember_file **out);
@@ -188,6 +192,12 @@ int ms_remember_file_count(struct ms_remember_file *s, const char *type,
  * log is unchanged. */
 int ms_remember_file_compact(struct ms_remember_file *s, const char *type,
                              uint32_t shard);
+
+/* Closes the shard's log if it is open: its lock is released and its
+ * set dropped (read back from the file on next use). The node calls it
+ * when the shard moves away and before it lists a shard that starts. */
+void ms_remember_file_close_log(struct ms_remember_file *s, const char *type,
+                                uint32_t shard);
 
 /* Copies the store's counters into *out. */
 void ms_remember_file_stats(const struct ms_remember_file *s,

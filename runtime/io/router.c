@@ -348,6 +348,12 @@ int ms_router_move(struct ms_router *r, int type, uint32_t shard)
     return rc;
 }
 
+void ms_router_allocate_unowned(struct ms_router *r, int type)
+{
+    ms_region_allocate_unowned(r->rg, type, now(r));
+    drain(r);
+}
+
 /* ---- life cycle ---------------------------------------------------------- */
 
 int ms_router_new(struct ms_router **out, uv_loop_t *loop,

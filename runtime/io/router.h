@@ -98,6 +98,9 @@ void ms_router_reconcile(struct ms_router *r);
  * the ready coordinator, or no such owned shard), MS_EBUSY. */
 int ms_router_move(struct ms_router *r, int type, uint32_t shard);
 
+/* See ms_region_allocate_unowned. */
+void ms_router_allocate_unowned(struct ms_router *r, int type);
+
 /* Sets what the router calls after it may have given the dispatcher
  * work outside of a caller's call (plan applied, deadlines). */
 void ms_router_set_kick(struct ms_router *r, void (*kick)(void *),

@@ -265,6 +265,27 @@ static int l_tell(lua_State *L)
     return 1;
 }
 
+/* core.stop_entity(type, id[, shard]) -> true | nil, code, message: an
+ * ordered stop request (ref:stop()), routed like a tell. */
+static int l_stop_entity(lua_State *L)
+{
+    struct ms_bridge *b = bridge_of(L);
+    size_t idlen;
+    int type = (int)luaL_checkinteger(L, 1);
+    const char *id = luaL_checklstring(L, 2, &idlen);
+    struct ms_dest dst;
+    int rc = dest_of(b, L, 3, type, id, idlen, 0, &dst);
+    if (rc < 0)
+        return push_err(L, rc);
+    b->in_leaf = 1;
+    rc = ms_router_stop(b->router, &dst);
+    b->in_leaf = 0;
+    if (rc < 0)
+        return push_err(L, rc);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 /* core.ask(type, id, json, timeout_ms[, shard]) -> corr | nil, code,
  * message. The waiter is the entity whose handler runs now. */
 static int l_ask(lua_State *L)
@@ -492,6 +513,7 @@ int ms__bridge_open_core(lua_State *L)
         {"done", l_done},     {"fail", l_fail},
         {"reply", l_reply},   {"tell", l_tell},     {"ask", l_ask},
         {"after", l_after},   {"cancel", l_cancel}, {"stop", l_stop},
+        {"stop_entity", l_stop_entity},
         {"log", l_log},       {"now", ms__bridge_l_now},
         {"type_index", l_type_index},
         {"activate", l_activate},     {"owner", l_owner},

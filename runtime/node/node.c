@@ -28,6 +28,7 @@
 #include "../moonshard.h"
 #include "node_db.h"
 #include "node_persist.h"
+#include "node_remember.h"
 
 #define ROUND_BUDGET 4096
 
@@ -42,6 +43,8 @@ struct ms_node {
     struct ms_watchdog *wd;
     struct ms_node_db *db;  /* with `database` in the config, else NULL */
     struct ms_node_persist *persist; /* persistent entities' side */
+    struct ms_node_remember *remember; /* remembered types' side, or NULL */
+    int closing_remember;
     uv_idle_t work;
     uv_timer_t tick;
     uint64_t tick_at;  /* when tick fires (loop time), while it is active */
@@ -297,6 +300,12 @@ static int gw_move(void *n, const char *type, size_t len, uint32_t shard)
     return ms_node_move(n, type, len, shard);
 }
 
+int ms_node_remember_clear(struct ms_node *n, const char *type, size_t len,
+                           uint32_t shard)
+{
+    return ms_node_remember_clear_shard(n->remember, type, len, shard);
+}
+
 static int gw_remember_clear(void *n, const char *type, size_t len,
                              uint32_t shard)
 {
@@ -376,16 +385,6 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     }
     for (int i = 0; i < n->cfg.ntypes; i++) {
         struct ms_type_config *t = &n->cfg.types[i];
-        if (t->remember) {
-            /* checked by the config, not acted on yet: say so rather
-             * than let a user believe the ids are kept */
-            char f[128];
-            ms_log_field_s(f, sizeof f, 0, "type", t->name);
-            ms_log(MS_LOG_WARN, f, "remember-entities are not built in "
-                   "this version yet: the type's running entities are "
-                   "neither recorded nor started again (its `remember` "
-                   "settings are checked and otherwise ignored)");
-        }
         types[i].name = t->name;
         types[i].shard_count = t->shard_count;
         types[i].idle_timeout_ms = t->idle_timeout_ms;
@@ -468,6 +467,15 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
         ms_router_set_pool(n->router, ms_node_db_pool(n->db));
     }
     start_persist(n);
+    rc = ms_node_remember_new(&n->remember, loop, n->d, n->router, &n->cfg,
+                              n->db ? ms_node_db_pool(n->db) : NULL,
+                              kick_node, n, err, errlen);
+    if (rc < 0) {
+        n->open_handles = 3;
+        n->closing = 1;
+        ms_node_close(n);
+        return rc;
+    }
     *out = n;
     return 0;
 fail:
@@ -488,6 +496,8 @@ static void closed_one(struct ms_node *n)
     ms_dispatch_free(n->d);
     ms_bridge_free(n->b);
     ms_node_persist_free(n->persist);
+    /* after the dispatcher: its eager starts' waiters are told first */
+    ms_node_remember_free(n->remember);
     ms_config_free(&n->cfg);
     free(n);
 }
@@ -502,6 +512,11 @@ static void on_db_closed(void *data)
     closed_one(data);
 }
 
+static void on_remember_closed(void *data)
+{
+    closed_one(data);
+}
+
 void ms_node_close(struct ms_node *n)
 {
     if (n->closing && !n->d)
@@ -509,6 +524,12 @@ void ms_node_close(struct ms_node *n)
     n->closing = 1;
     ms_bridge_set_persist(n->b, NULL);
     ms_node_persist_detach(n->persist); /* the router goes */
+    /* queued records for local stores are written now, before the router
+     * goes; its handles close with the node's */
+    struct ms_node_remember *rem = n->closing_remember ? NULL : n->remember;
+    n->closing_remember = 1;
+    if (rem)
+        ms_node_remember_close(rem, on_remember_closed, n);
     if (n->router) {
         ms_bridge_set_router(n->b, NULL, NULL);
         ms_router_close(n->router);
@@ -538,6 +559,8 @@ void ms_node_close(struct ms_node *n)
                (unsigned long long)st.shutdown_drops,
                (unsigned long long)st.active_entities);
     n->open_handles = 3;
+    if (rem)
+        n->open_handles++;
     if (n->db) {
         /* the pool copied what it uses of n->cfg; n is freed only after
          * it is released */
@@ -859,6 +882,13 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
     o += sizeof pkey - 1;
     o += ms_node_persist_stats_json(n->persist, o < buflen ? buf + o : NULL,
                                     o < buflen ? buflen - o : 0);
+    static const char rkey[] = ",\"remember\":";
+    if (o + sizeof rkey - 1 < buflen)
+        memcpy(buf + o, rkey, sizeof rkey - 1);
+    o += sizeof rkey - 1;
+    o += ms_node_remember_stats_json(n->remember, &n->cfg,
+                                     o < buflen ? buf + o : NULL,
+                                     o < buflen ? buflen - o : 0);
     if (o + 1 < buflen) {
         buf[o] = '}';
         buf[o + 1] = 0;

@@ -1,28 +1,44 @@
--- A type with `remember` (issue 12) is checked by the config, but this
--- build does not record or restart its entities yet: the node says so at
--- start, once per such type, and serves the type as an ordinary one.
+-- The memory store of remember-entities (issue 12) lives in the node's
+-- process: it records like the others (the counts in /v1/stats), and a
+-- restart of the node forgets it, so nothing is started again.
 
 local helpers = require "helpers.node"
 
-describe("a type with remember settings", function()
+describe("a type remembered in memory", function()
     teardown(function() helpers.stop_all_checked() end)
 
-    it("is served, and the node warns that it is not remembered yet",
-       function()
-        local n = helpers.start({
+    it("counts what runs, and forgets it with the process", function()
+        local dir = helpers.tmpdir()
+        local out = dir .. "/starts.log"
+        local o = {
             entities = {
-                Counter = { module = "counter",
-                            remember = { store = "memory" } },
+                Keeper = { module = "keeper", shard_count = 4,
+                           remember = { store = "memory" } },
                 Plain = { module = "counter" },
             },
-        })
-        n:tell("Counter", "c1", { type = "incr" })
-        assert.same({ value = 1 }, n:call("Counter", "c1", { type = "get" }))
-        local log = n:log()
-        local _, count = log:gsub("remember%-entities are not built", "")
-        assert.equal(1, count, log)
-        assert.truthy(log:find('type=Counter msg="remember-entities are '
-                               .. 'not built', 1, true), log)
-        helpers.stop_all_checked()
+            files = { ["keeper_out.lua"] = string.format("return %q", out) },
+        }
+        local n = helpers.start(o)
+        for i = 1, 5 do n:tell("Keeper", "m" .. i, { type = "incr" }) end
+        n:tell("Plain", "p1", { type = "incr" })
+        assert.same({ ok = true }, n:call("Keeper", "m1", { type = "stop" }))
+        local deadline = helpers.now() + 5
+        local s
+        repeat
+            s = n:stats()
+            helpers.sleep(0.05)
+        until s.remember.types.Keeper.remembered == 4
+            or helpers.now() > deadline
+        assert.equal(4, s.remember.types.Keeper.remembered)
+        assert.equal("memory", s.remember.types.Keeper.store)
+        assert.is_nil(s.remember.types.Plain) -- not remembered
+        n:stop()
+        os.remove(out)
+        local n2 = helpers.start(o)
+        helpers.sleep(1.5) -- its shards are allocated and listed
+        s = n2:stats()
+        assert.equal(0, s.remember.types.Keeper.remembered)
+        assert.equal(0, s.remember.eager_starts)
+        assert.is_nil(helpers.read_file(out))
     end)
 end)

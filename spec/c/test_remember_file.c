@@ -148,10 +148,21 @@ static void test_policies_and_args(void)
     CHECK(ms_remember_file_new("/nonexistent/remember", MS_REMEMBER_FSYNC_NEVER,
                                4, &s) == -ENOENT);
     s = open_store(dir, MS_REMEMBER_FSYNC_NEVER);
-    /* one store per directory */
-    CHECK(ms_remember_file_new(dir, MS_REMEMBER_FSYNC_NEVER, 4, &t) ==
+    /* two stores may share a directory; one log has one writer at a
+     * time: the second gets MS_EBUSY until the first closes the log */
+    t = open_store(dir, MS_REMEMBER_FSYNC_NEVER);
+    CHECK(ms_remember_file_append(s, "L", 1, MS_REMEMBER_START, "a", 1) == 0);
+    CHECK(ms_remember_file_append(t, "L", 1, MS_REMEMBER_START, "b", 1) ==
           MS_EBUSY);
-    CHECK(t == NULL);
+    CHECK(ms_remember_file_append(t, "L", 2, MS_REMEMBER_START, "b", 1) == 0);
+    ms_remember_file_close_log(s, "L", 1);
+    CHECK(ms_remember_file_append(t, "L", 1, MS_REMEMBER_START, "b", 1) == 0);
+    size_t cnt = 0;
+    CHECK(ms_remember_file_count(t, "L", 1, &cnt) == 0 && cnt == 2);
+    CHECK(ms_remember_file_count(s, "L", 1, &cnt) == MS_EBUSY);
+    ms_remember_file_free(t);
+    t = NULL;
+    CHECK(ms_remember_file_count(s, "L", 1, &cnt) == 0 && cnt == 2);
 
     char big[MS_MAX_ID + 1];
     memset(big, 'x', sizeof big);
