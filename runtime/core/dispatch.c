@@ -298,9 +298,11 @@ int ms__dispatch_enqueue(struct ms_dispatch *d, struct msg *m, int force)
 {
     struct type *t = &d->types[m->type];
     struct shard *sh = &t->shards[m->shard];
-    if (!force && (sh->pending >= t->cfg.max_pending || sh->refuse)) {
-        int rc = sh->refuse ? sh->refuse : MS_EOVERFLOW;
-        if (!sh->refuse)
+    if (!force && (sh->pending >= t->cfg.max_pending ||
+                   (sh->refuse && m->kind != MS_KIND_STOP))) {
+        int rc = sh->pending >= t->cfg.max_pending ? MS_EOVERFLOW
+                                                   : sh->refuse;
+        if (rc == MS_EOVERFLOW)
             d->st.overflows++;
         ms__dispatch_msg_free(d, m);
         return rc;

@@ -589,8 +589,120 @@ static void a_destination_is_resolved_once(void)
     ms_dispatch_free(d);
 }
 
+/* ---- the observer (remember-entities) --------------------------------- */
+
+static char seen[32][24];
+static int nseen;
+
+static void observe(void *data, int type, uint32_t shard, const char *id,
+                    size_t idlen, int started, int reason)
+{
+    (void)data;
+    (void)type;
+    (void)shard;
+    if (nseen < 32)
+        snprintf(seen[nseen++], sizeof seen[0], "%s %.*s %d",
+                 started ? "start" : "stop", (int)idlen, id, reason);
+}
+
+/* Runs everything ready; `fail_id` raises in its handler. */
+static void run_all(struct ms_dispatch *d, const char *fail_id,
+                    const char *self_stop_id, uint64_t now)
+{
+    struct ms_delivery dl;
+    while (ms_dispatch_next(d, &dl) == 1) {
+        if (dl.kind != MS_KIND_STOP && fail_id &&
+            strncmp(dl.id, fail_id, dl.idlen) == 0 && !dl.init)
+            ms_dispatch_fail(d, dl.h, "boom", 0);
+        if (dl.kind != MS_KIND_STOP && self_stop_id &&
+            strncmp(dl.id, self_stop_id, dl.idlen) == 0)
+            ms_dispatch_stop_self(d, dl.h);
+        ms_dispatch_done(d, dl.h, now);
+    }
+}
+
+static int saw(const char *what)
+{
+    for (int i = 0; i < nseen; i++)
+        if (strcmp(seen[i], what) == 0)
+            return 1;
+    return 0;
+}
+
+static void observer_reports_starts_and_stop_reasons(void)
+{
+    struct ms_dispatch_type t = {"T", 4, 1000, 1, 100, 0};
+    struct ms_dispatch *d = ms_dispatch_new(&t, 1, 1024);
+    ms_dispatch_set_observer(d, 0, observe, NULL);
+    nseen = 0;
+    const char *ids[] = {"a", "b", "c", "f", "i"};
+    for (int i = 0; i < 5; i++)
+        CHECK(TELL(d, ids[i], "{}") == 0);
+    run_all(d, NULL, NULL, 0);
+    CHECK(nseen == 5 && saw("start a 0") && saw("start i 0"));
+    /* an activation whose init fails is no start */
+    CHECK(TELL(d, "x", "{}") == 0);
+    struct ms_delivery dl;
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.init);
+    ms_dispatch_fail(d, dl.h, "init failed", 1);
+    ms_dispatch_done(d, dl.h, 0);
+    CHECK(nseen == 5);
+    /* a stop request, ctx:stop(), a failure (on_error stop), idle */
+    CHECK(stop(d, 0, "a", 1) == 0);
+    CHECK(TELL(d, "b", "{}") == 0);
+    CHECK(TELL(d, "f", "{}") == 0);
+    run_all(d, "f", "b", 10);
+    CHECK(saw("stop a 1"));  /* MS_STOP_EXPLICIT */
+    CHECK(saw("stop b 1"));
+    CHECK(saw("stop f 3"));  /* MS_STOP_FAILURE */
+    ms_dispatch_expire(d, 5000);
+    run_all(d, NULL, NULL, 5000);
+    CHECK(saw("stop c 2"));  /* MS_STOP_IDLE */
+    /* a shard stop (handoff) and a shutdown */
+    CHECK(TELL(d, "c", "{}") == 0);
+    CHECK(TELL(d, "i", "{}") == 0);
+    run_all(d, NULL, NULL, 6000);
+    uint32_t sc, si;
+    CHECK(ms_dispatch_shard_of(d, 0, "c", 1, &sc) == 0);
+    CHECK(ms_dispatch_shard_of(d, 0, "i", 1, &si) == 0);
+    CHECK(ms_dispatch_shard_stop(d, 0, sc) == 0);
+    run_all(d, NULL, NULL, 6000);
+    CHECK(saw("stop c 5"));  /* MS_STOP_HANDOFF */
+    if (si != sc) {
+        ms_dispatch_shutdown(d);
+        run_all(d, NULL, NULL, 6000);
+        CHECK(saw("stop i 4"));  /* MS_STOP_NODE */
+    }
+    ms_dispatch_free(d);
+}
+
+static void a_refused_shard_fails_new_messages(void)
+{
+    struct ms_dispatch *d = make(2, 100, 0);
+    uint32_t sh;
+    CHECK(ms_dispatch_shard_of(d, 0, "r", 1, &sh) == 0);
+    CHECK(TELL(d, "r", "{}") == 0); /* accepted before: handled */
+    ms_dispatch_shard_refuse(d, 0, sh, MS_EREMEMBER);
+    CHECK(TELL(d, "r", "{}") == MS_EREMEMBER);
+    cb_calls = 0;
+    struct ms_waiter w = {on_ask, NULL, 0};
+    CHECK(ask(d, 0, "r", 1, "{}", 2, 1000, 0, &w) == MS_EREMEMBER);
+    CHECK(stop(d, 0, "r", 1) == 0); /* a stop request still goes in */
+    struct ms_stats st;
+    ms_dispatch_stats(d, &st);
+    CHECK(st.overflows == 0);
+    struct ms_delivery dl;
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.init);
+    ms_dispatch_done(d, dl.h, 0);
+    ms_dispatch_shard_refuse(d, 0, sh, 0);
+    CHECK(TELL(d, "r", "{}") == 0);
+    ms_dispatch_free(d);
+}
+
 int main(void)
 {
+    observer_reports_starts_and_stop_reasons();
+    a_refused_shard_fails_new_messages();
     a_destination_is_resolved_once();
     mailboxes_count_against_the_shard_bound();
     shutdown_stops_after_accepted_messages();

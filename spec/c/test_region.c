@@ -1232,8 +1232,68 @@ static void lease_settings_must_match(void)
     CHECK(ms_region_refused(nodes[2].r, 0));
 }
 
+/* remember-entities: which shard serves where, and a handoff's STOPPED
+ * held until the shard's records are written (region.h) */
+static int hold_answer, hold_calls;
+
+static int hold_cb(void *data, int type, uint32_t shard)
+{
+    (void)data, (void)type, (void)shard;
+    hold_calls++;
+    return hold_answer;
+}
+
+static void remember_hold_and_serving(void)
+{
+    boot(3, 2);
+    CHECK(ms_region_shard_serving(nodes[1].r, 0, 0) == 1);
+    CHECK(ms_region_shard_serving(nodes[0].r, 0, 0) == 0);
+    CHECK(ms_region_shard_serving(nodes[2].r, 0, 0) == 0);
+    CHECK(ms_region_shard_serving(nodes[1].r, 0, 1) == 0); /* no shard 1 */
+    hold_answer = 1;
+    hold_calls = 0;
+    ms_region_set_stop_hold(nodes[1].r, hold_cb, NULL);
+    start_move(1);
+    CHECK(tell_n(3, "x", "{\"n\":1}") == 0);
+    run_all();
+    /* stopped in the dispatcher, but held: no STOPPED, the move waits */
+    CHECK(hold_calls >= 1);
+    CHECK(ms_region_shard_serving(nodes[1].r, 0, 0) == 0);
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 2);
+    struct ms_coord_move_stats ms;
+    ms_coord_move_stats(ms_region_coord(nodes[0].r), &ms);
+    CHECK(ms.in_progress == 1);
+    now += 100;
+    tick_all();
+    run_all();
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 2);
+    /* written: the next tick lets the stop go on, the move ends */
+    hold_answer = 0;
+    now += 100;
+    tick_all();
+    run_all();
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 1);
+    CHECK(ms_region_shard_serving(nodes[0].r, 0, 0) == 1);
+    CHECK(ms_region_shard_serving(nodes[1].r, 0, 0) == 0);
+    CHECK(got(1, 0, "{\"n\":1}")); /* the tell that waited, delivered */
+
+    /* a hold that never ends gives up within the bound */
+    hold_answer = 1;
+    ms_region_set_stop_hold(nodes[0].r, hold_cb, NULL);
+    start_move(3);
+    run_all();
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 1);
+    now += HANDOFF_MS / 2 + 1;
+    tick_all();
+    run_all();
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 3);
+    CHECK(ms_region_shard_serving(nodes[2].r, 0, 0) == 1);
+    hold_answer = 0;
+}
+
 int main(void)
 {
+    remember_hold_and_serving();
     fence_fifo();
     buffer_bound();
     deadline_expires();
