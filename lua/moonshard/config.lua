@@ -575,13 +575,14 @@ local function check_persistence(raw, path, e)
     e.lease_duration_ms = seconds_field(raw, "lease_duration", path,
                                         LEASE_DURATION_MIN,
                                         LEASE_DURATION_MAX, 10)
-    local renew_max = e.lease_duration_ms / 1000 / LEASE_RENEW_RATIO
+    -- in whole milliseconds, as the lease machine checks it
+    local renew_max = floor(e.lease_duration_ms / LEASE_RENEW_RATIO) / 1000
     local renew = raw.lease_renew_interval
     if renew == nil then
         renew = math.min(3, renew_max)
     end
     if type(renew) ~= "number" or renew ~= renew or renew < LEASE_RENEW_MIN
-        or renew > renew_max then
+        or floor(renew * 1000 + 0.5) > renew_max * 1000 then
         fail(child(path, "lease_renew_interval"), format(
              "must be a number of seconds from %g to lease_duration / %d"
              .. " (%g), so a lease is renewed well before it expires",

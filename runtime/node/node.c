@@ -432,7 +432,8 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     if (rc == 0) {
         rc = ms_router_new(&n->router, loop, n->d, n->cluster, &n->cfg);
         if (rc < 0)
-            snprintf(err, errlen, "out of memory");
+            snprintf(err, errlen, "cannot start the router: %s",
+                     ms_strerror(rc));
     }
     if (rc < 0) {
         n->open_handles = 3;
