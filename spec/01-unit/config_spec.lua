@@ -152,6 +152,28 @@ describe("moonshard.config", function()
             src = replace(src, "lease_duration = 30,", "lease_duration = 3,")
             o = assert(config.load(write_temp(src))).entities.Order
             assert.equal(1000, o.lease_renew_interval_ms)
+            -- in whole milliseconds, never above a third (2000 / 3)
+            src = replace(src, "lease_duration = 3,", "lease_duration = 2,")
+            o = assert(config.load(write_temp(src))).entities.Order
+            assert.equal(666, o.lease_renew_interval_ms)
+        end)
+
+        it("gives a type remembered in PostgreSQL leases, and only such a "
+           .. "type lease settings without persistence", function()
+            local src = replace(BASE, [[cluster = "demo",]],
+                                [[cluster = "demo", database = "host=127.0.0.1",]])
+            local pg = replace(src, "shard_count = 32,", [[shard_count = 32,
+            remember = { store = "postgres" }, lease_duration = 4,]])
+            local o = assert(config.load(write_temp(pg))).entities.Order
+            assert.is_false(o.persistence)
+            assert.equal(4000, o.lease_duration_ms)
+            assert.equal(1333, o.lease_renew_interval_ms)
+            local file = replace(src, "shard_count = 32,", [[shard_count = 32,
+            remember = { store = "file", dir = "/tmp" }, lease_duration = 4,]])
+            local c, err = config.load(write_temp(file))
+            assert.is_nil(c)
+            assert.matches("lease_duration: applies only to a type with "
+                           .. "persistence", err, 1, true)
         end)
 
         it("takes a database connection string, none by default", function()
@@ -601,7 +623,8 @@ return {
             { "a lease setting on an in-memory type",
               { { "shard_count = 32,", [[shard_count = 32, lease_duration = 5, --@]] } },
               [[entities.Order.lease_duration: applies only to a type with ]]
-                  .. [[persistence = "events" or "state" (got 5)]] },
+                  .. [[persistence = "events" or "state" or remember.store = ]]
+                  .. [["postgres" (got 5)]] },
             { "a renewal not comfortably shorter than the lease",
               { { [[cluster = "demo",]], [[cluster = "demo", database = "host=127.0.0.1",]] },
                 { "shard_count = 32,", [[shard_count = 32, persistence = "state",
