@@ -194,6 +194,10 @@ local FIELDS = {
         .. "from the store." },
     remember_load_errors = { "counter", "Reads of a shard's remembered "
         .. "ids that failed." },
+    remember_eager_failed = { "counter", "Eager activations that could "
+        .. "not be routed or ended in an error." },
+    remember_early_drops = { "counter", "Records dropped while their "
+        .. "shard's ids were being read (the bound of that wait)." },
 }
 M.FIELDS = FIELDS
 
