@@ -802,17 +802,17 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
     }
     d->now_ms = now_ms;
     e->last_ms = now_ms;
-    int observed = d->types[e->type].observed;
     if (m && m->kind == MS_KIND_STOP && e->active) {
         list_del(d, e);
         e->active = 0;
         d->st.passivations++;
         d->st.active_entities--;
         cancel_timers(d, e);
-        if (observed)
+        if (d->types[e->type].observed)
             d->observer(d->observer_data, (int)e->type, e->shard, e->id,
                         e->idlen, 0, m->reason);
-    } else if (observed && m && m->created && e->active) {
+    } else if (m && m->created && e->active &&
+               d->types[e->type].observed) {
         d->observer(d->observer_data, (int)e->type, e->shard, e->id,
                     e->idlen, 1, 0);
     }
