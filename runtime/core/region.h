@@ -342,6 +342,11 @@ uint64_t ms_region_lease_epoch_at(const struct ms_region *r, int type,
 int ms_region_shard_serving(const struct ms_region *r, int type,
                             uint32_t shard);
 
+/* 1 while this node stops (type, shard) for a handoff (the coordinator's
+ * STOP came, STOPPED not sent yet). */
+int ms_region_shard_stopping(const struct ms_region *r, int type,
+                             uint32_t shard);
+
 /* Asks the coordinator to allocate every shard of `type` that has no
  * owner in this node's plan (each at most every MS_REGION_ALLOC_RETRY_MS):
  * a remembered type's shards start, and their entities with them,

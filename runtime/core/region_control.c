@@ -377,6 +377,15 @@ void ms_region_set_stop_hold(struct ms_region *r, ms_region_hold_cb hold,
     r->hold_data = data;
 }
 
+int ms_region_shard_stopping(const struct ms_region *r, int type,
+                             uint32_t shard)
+{
+    if (type < 0 || type >= r->ntypes || !r->types[type].shards ||
+        shard >= r->cfg->types[type].shard_count)
+        return 0;
+    return r->types[type].shards[shard].stopping != 0;
+}
+
 int ms_region_shard_serving(const struct ms_region *r, int type,
                             uint32_t shard)
 {

@@ -472,7 +472,26 @@ static void shard_down(struct ms_node_remember *nr, int type, uint32_t shard)
     schedule_drain(nr);
 }
 
-/* The region asks whether a stopping shard must wait (region.h). */
+/* A stopped shard's records are written (or given up): the machine
+ * forgets it, and its file log is unlocked for the next owner. */
+static void finish_drain(struct ms_node_remember *nr, int type,
+                         uint32_t shard)
+{
+    struct ntype *t = &nr->types[type];
+    int dropped = ms_remember_shard_released(nr->m, type, shard, now_of(nr));
+    if (dropped > 0)
+        ms_log(MS_LOG_WARN, NULL, "remember: %d records of %s shard %u were "
+               "not written before it moved away (counted in abandoned)",
+               dropped, t->tc->name, shard);
+    t->sh[shard].draining = 0;
+    if (t->file)
+        ms_remember_file_close_log(t->file, t->tc->name, shard);
+}
+
+/* The region asks whether a shard its dispatcher stopped for a handoff
+ * must wait (region.h): every entity of it has passivated now, so what
+ * they recorded is queued; the shard stops here, and waits until that is
+ * written. */
 static int hold_stop(void *data, int type, uint32_t shard)
 {
     struct ms_node_remember *nr = data;
@@ -482,7 +501,9 @@ static int hold_stop(void *data, int type, uint32_t shard)
     struct nshard *s = &nr->types[type].sh[shard];
     if (s->state != SH_DOWN)
         shard_down(nr, type, shard);
-    return s->draining && ms_remember_pending(nr->m, type, shard) > 0;
+    if (s->draining && ms_remember_pending(nr->m, type, shard) == 0)
+        finish_drain(nr, type, shard);
+    return s->draining;
 }
 
 /* ---- carrying out the machine's actions ------------------------------------- */
@@ -689,20 +710,16 @@ static void on_tick(uv_timer_t *timer)
                  (s->state == SH_LOADING && s->load_failed &&
                   now >= s->retry_at)))
                 start_load(nr, type, i);
-            else if (!serving && s->state != SH_DOWN)
+            else if (!serving && s->state != SH_DOWN &&
+                     !ms_region_shard_stopping(nr->rg, type, i))
+                /* not a handoff (its stop ends in hold_stop, once the
+                 * entities that messages before the stop activated are
+                 * recorded): a lease lost, a plan that moved it */
                 shard_down(nr, type, i);
             if (s->draining &&
                 (ms_remember_pending(nr->m, type, i) == 0 ||
-                 now - s->drain_since > DRAIN_MAX_MS)) {
-                int dropped = ms_remember_shard_released(nr->m, type, i, now);
-                if (dropped > 0)
-                    ms_log(MS_LOG_WARN, NULL, "remember: %d records of %s "
-                           "shard %u were not written before it moved away "
-                           "(counted in abandoned)", dropped, t->tc->name, i);
-                s->draining = 0;
-                if (t->file)
-                    ms_remember_file_close_log(t->file, t->tc->name, i);
-            }
+                 now - s->drain_since > DRAIN_MAX_MS))
+                finish_drain(nr, type, i);
             if (s->refused || s->load_failed)
                 sync_refuse(nr, type, i);
         }
