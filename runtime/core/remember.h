@@ -4,9 +4,9 @@
  * queue of start/stop records, store failures (fail_open/fail_closed)
  * and the eager start of a shard's remembered ids.
  *
- * NOT WIRED YET: linked into ms_core and tested by spec/c/test_remember.c,
- * but no node code calls it in this version (the node and its stores come
- * in a later change).
+ * The node drives it (runtime/node/node_remember.c: the dispatcher's
+ * observer, the region's serving shards and hold, the stores); tested by
+ * spec/c/test_remember.c.
  *
  * Like lease.h, every entry point takes `now_ms` (the caller's monotonic
  * clock); nothing reads a clock, a file or a socket. Effects come out as
