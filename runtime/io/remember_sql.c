@@ -24,9 +24,12 @@
 #include "../core/errors.h"
 
 /* $1 cluster, $2 type, $3 shard, $4 owner, $5 epoch, $6 text[] ids,
- * $7 smallint[] ops (1 start, 2 stop), $8 replace. `lease` locks the
+ * $7 smallint[] ops (1 start, 2 stop), $8 replace, $9 and $10 the range
+ * of ids a replace covers, [$9, $10) bytewise (NULL: unbounded; a large
+ * replace is several statements, one per range). `lease` locks the
  * lease row or raises 22012; `r` is each id's last op; `del` removes the
- * stopped ids (and, for a replace, every id not left started); `ins`
+ * stopped ids (and, for a replace, every id of its range not left
+ * started); `ins`
  * adds the started ones. Both touch disjoint ids, so one snapshot is
  * enough. The SELECT reads `lease` whatever the batch holds (a plan may
  * skip a join with an empty side) and returns the rows changed (for
@@ -42,6 +45,8 @@ static const char SQL_WRITE[] =
     " del AS (DELETE FROM moonshard_remembered m USING lease"
     " WHERE m.cluster = $1 AND m.type = $2 AND m.shard = $3::integer"
     " AND (m.id IN (SELECT id FROM r WHERE op = 2) OR ($8::boolean"
+    " AND ($9::text IS NULL OR m.id COLLATE \"C\" >= $9::text)"
+    " AND ($10::text IS NULL OR m.id COLLATE \"C\" < $10::text)"
     " AND m.id NOT IN (SELECT id FROM r WHERE op = 1))) RETURNING 1),"
     " ins AS (INSERT INTO moonshard_remembered (cluster, type, shard, id)"
     " SELECT $1, $2, $3::integer, r.id FROM lease, r WHERE r.op = 1"
@@ -55,7 +60,7 @@ static const char SQL_LOAD[] =
     " AND type = $2 AND shard = $3::integer ORDER BY id COLLATE \"C\""
     " LIMIT $4::bigint";
 
-#define NPARAMS 8
+#define NPARAMS 10
 
 struct wr;
 
@@ -72,7 +77,8 @@ struct ms_remember_sql {
     struct ms_remember_sql_stats st;
 };
 
-/* One write; owns its parameters. */
+/* One write: nst statements (several for a large replace, one
+ * otherwise); owns their parameters, params[k * NPARAMS + i]. */
 struct wr {
     struct ms_remember_sql *s;
     struct wr *next;
@@ -80,7 +86,8 @@ struct wr {
     size_t bytes;            /* of its parameters */
     ms_remember_sql_write_cb cb;
     void *data;
-    char *params[NPARAMS];
+    int nst;
+    char **params;
 };
 
 /* The writes of one group (the pool's callback data). */
@@ -123,8 +130,10 @@ struct ms_remember_sql *ms_remember_sql_new(uv_loop_t *loop, struct ms_pg *pg,
 
 static void wr_free(struct wr *w)
 {
-    for (int i = 0; i < NPARAMS; i++)
-        free(w->params[i]);
+    if (w->params)
+        for (int i = 0; i < w->nst * NPARAMS; i++)
+            free(w->params[i]);
+    free(w->params);
     free(w);
 }
 
@@ -231,26 +240,40 @@ static void send_group(struct ms_remember_sql *s)
     g->s = s;
     g->n = 0;
     size_t bytes = 0;
+    int nst = 0;
     while (s->head && g->n < MS_REMEMBER_SQL_GROUP &&
            (g->n == 0 ||
-            bytes + s->head->bytes <= MS_REMEMBER_SQL_GROUP_BYTES)) {
+            (bytes + s->head->bytes <= MS_REMEMBER_SQL_GROUP_BYTES &&
+             nst + s->head->nst <= MS_PG_MAX_GROUP_STATEMENTS / 2))) {
         struct wr *w = s->head;
         s->head = w->next;
         bytes += w->bytes;
+        nst += w->nst;
         g->w[g->n++] = w;
     }
     if (!s->head)
         s->tail = NULL;
-    const char *sql[MS_REMEMBER_SQL_GROUP];
-    int np[MS_REMEMBER_SQL_GROUP], unit_n[MS_REMEMBER_SQL_GROUP];
-    const char *const *params[MS_REMEMBER_SQL_GROUP];
-    for (int u = 0; u < g->n; u++) {
-        sql[u] = SQL_WRITE;
-        np[u] = NPARAMS;
-        unit_n[u] = 1;
-        params[u] = (const char *const *)g->w[u]->params;
+    const char **sql = malloc((size_t)nst * sizeof *sql);
+    int *np = malloc((size_t)nst * sizeof *np);
+    const char *const **params = malloc((size_t)nst * sizeof *params);
+    int unit_n[MS_REMEMBER_SQL_GROUP];
+    int rc = MS_ENOMEM;
+    if (sql && np && params) {
+        int k = 0;
+        for (int u = 0; u < g->n; u++) {
+            unit_n[u] = g->w[u]->nst;
+            for (int i = 0; i < g->w[u]->nst; i++, k++) {
+                sql[k] = SQL_WRITE;
+                np[k] = NPARAMS;
+                params[k] = (const char *const *)g->w[u]->params +
+                            i * NPARAMS;
+            }
+        }
+        rc = ms_pg_group(s->pg, g->n, unit_n, sql, np, params, on_group, g);
     }
-    int rc = ms_pg_group(s->pg, g->n, unit_n, sql, np, params, on_group, g);
+    free(sql);
+    free(np);
+    free(params);
     if (rc == 0) {
         s->inflight++;
         return;
@@ -314,8 +337,8 @@ static int utf8_ok(const unsigned char *b, size_t n)
 }
 
 /* The ids as a text[] literal (each quoted, \ and " escaped) and the ops
- * as a smallint[] one; checks every record. 0, or MS_EINVAL, MS_E2BIG,
- * MS_ENOMEM. */
+ * as a smallint[] one; checks every record (only that when ids_out is
+ * NULL). 0, or MS_EINVAL, MS_E2BIG, MS_ENOMEM. */
 static int arrays(const struct ms_remember_record *rec, uint32_t n,
                   char **ids_out, char **ops_out)
 {
@@ -329,9 +352,11 @@ static int arrays(const struct ms_remember_record *rec, uint32_t n,
         if (!utf8_ok((const unsigned char *)rec[i].id, rec[i].id_len))
             return MS_EINVAL;
         cap += 3 + 2 * rec[i].id_len;
-        if (cap > MS_PG_STATEMENT_MAX)
+        if (ids_out && cap > MS_PG_STATEMENT_MAX)
             return MS_E2BIG;
     }
+    if (!ids_out)
+        return 0;
     char *ids = malloc(cap), *ops = malloc(2 * (size_t)n + 3);
     if (!ids || !ops) {
         free(ids);
@@ -365,6 +390,135 @@ static int arrays(const struct ms_remember_record *rec, uint32_t n,
     return 0;
 }
 
+/* Sets statement k of w: the common parameters, the arrays of rec[0..n)
+ * and the range [lo, hi) of a replace (NULL: unbounded). */
+static int statement(struct ms_remember_sql *s, struct wr *w, int k,
+                     const char *type, const char *const num[2],
+                     int replace, const struct ms_remember_record *rec,
+                     uint32_t n, const struct ms_remember_record *lo,
+                     const struct ms_remember_record *hi)
+{
+    char **p = w->params + k * NPARAMS;
+    int rc = arrays(rec, n, &p[5], &p[6]);
+    if (rc < 0)
+        return rc;
+    p[0] = dupstr(s->cluster);
+    p[1] = dupstr(type);
+    p[2] = dupstr(num[0]);
+    p[3] = dupstr(s->owner);
+    p[4] = dupstr(num[1]);
+    p[7] = dupstr(replace ? "true" : "false");
+    if (lo && (p[8] = malloc(lo->id_len + 1))) {
+        memcpy(p[8], lo->id, lo->id_len);
+        p[8][lo->id_len] = 0;
+    }
+    if (hi && (p[9] = malloc(hi->id_len + 1))) {
+        memcpy(p[9], hi->id, hi->id_len);
+        p[9][hi->id_len] = 0;
+    }
+    size_t bytes = sizeof SQL_WRITE;
+    for (int i = 0; i < NPARAMS; i++) {
+        if (!p[i] && (i < 8 || (i == 8 && lo) || (i == 9 && hi)))
+            return MS_ENOMEM;
+        if (p[i])
+            bytes += strlen(p[i]);
+    }
+    if (bytes > MS_PG_STATEMENT_MAX)
+        return MS_E2BIG;
+    w->bytes += bytes;
+    return 0;
+}
+
+/* For sorting a replace's records: bytewise by id, then in the order
+ * given (so that the last record of an id can be found). */
+struct keyed {
+    const struct ms_remember_record *r;
+    uint32_t at;
+};
+
+static int cmp_keyed(const void *a, const void *b)
+{
+    const struct keyed *x = a, *y = b;
+    size_t n = x->r->id_len < y->r->id_len ? x->r->id_len : y->r->id_len;
+    int c = memcmp(x->r->id, y->r->id, n);
+    if (c)
+        return c;
+    if (x->r->id_len != y->r->id_len)
+        return x->r->id_len < y->r->id_len ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* The bytes of an id in a text[] literal, at most. */
+static size_t literal_bytes(const struct ms_remember_record *r)
+{
+    return 3 + 2 * r->id_len;
+}
+
+/* A replace above MS_REMEMBER_SQL_CHUNK_BYTES: the ids the batch leaves
+ * started, sorted bytewise and cut into ranges, one statement each (at
+ * most MS_PG_MAX_STATEMENTS) of the same transaction; statement k
+ * replaces the ids in [its first id, the next statement's first id),
+ * the first one from the bottom and the last one to the top, so that
+ * together they cover every id of the shard. */
+static int chunked(struct ms_remember_sql *s, struct wr *w, const char *type,
+                   const char *const num[2],
+                   const struct ms_remember_record *rec, uint32_t n)
+{
+    struct keyed *kv = malloc((size_t)n * sizeof *kv);
+    struct ms_remember_record *set = malloc((size_t)n * sizeof *set);
+    uint32_t *first = malloc((MS_PG_MAX_STATEMENTS + 1) * sizeof *first);
+    int rc = MS_ENOMEM;
+    if (!kv || !set || !first)
+        goto out;
+    for (uint32_t i = 0; i < n; i++) {
+        kv[i].r = &rec[i];
+        kv[i].at = i;
+    }
+    qsort(kv, n, sizeof *kv, cmp_keyed);
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (i + 1 < n && cmp_keyed(&(struct keyed){kv[i].r, 0},
+                                   &(struct keyed){kv[i + 1].r, 0}) == 0)
+            continue; /* a later record of the same id wins */
+        if (kv[i].r->op == MS_REMEMBER_START)
+            set[m++] = *kv[i].r;
+    }
+    int nst = 0;
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        size_t b = literal_bytes(&set[i]);
+        if (i == 0 || bytes + b > MS_REMEMBER_SQL_CHUNK_BYTES) {
+            if (nst == MS_PG_MAX_STATEMENTS) {
+                rc = MS_E2BIG;
+                goto out;
+            }
+            first[nst++] = i;
+            bytes = 0;
+        }
+        bytes += b;
+    }
+    if (nst == 0)
+        first[nst++] = 0; /* nothing left started: one range, all */
+    first[nst] = m;
+    if (!(w->params = calloc((size_t)nst * NPARAMS, sizeof *w->params)))
+        goto out;
+    w->nst = nst;
+    for (int k = 0; k < nst; k++) {
+        rc = statement(s, w, k, type, num, 1, set + first[k],
+                       first[k + 1] - first[k],
+                       k > 0 ? &set[first[k]] : NULL,
+                       k + 1 < nst ? &set[first[k + 1]] : NULL);
+        if (rc < 0)
+            goto out;
+    }
+    rc = 0;
+out:
+    free(kv);
+    free(set);
+    free(first);
+    return rc;
+}
+
 int ms_remember_sql_write(struct ms_remember_sql *s, const char *type,
                           uint32_t shard, uint64_t epoch, int replace,
                           const struct ms_remember_record *records,
@@ -374,36 +528,33 @@ int ms_remember_sql_write(struct ms_remember_sql *s, const char *type,
     if (!s || !type || !type[0] || !cb || (n > 0 && !records) ||
         (n == 0 && !replace) || shard > INT32_MAX)
         return MS_EINVAL;
-    if (n > MS_REMEMBER_BATCH_MAX)
+    if (n > (replace ? MS_REMEMBER_SQL_REPLACE_MAX : MS_REMEMBER_BATCH_MAX))
         return MS_E2BIG;
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < n; i++)
+        bytes += literal_bytes(&records[i]);
     struct wr *w = calloc(1, sizeof *w);
     if (!w)
         return MS_ENOMEM;
-    int rc = arrays(records, n, &w->params[5], &w->params[6]);
-    if (rc < 0) {
-        free(w);
-        return rc;
-    }
     char num[2][24];
     snprintf(num[0], sizeof num[0], "%" PRIu32, shard);
     snprintf(num[1], sizeof num[1], "%" PRIu64, epoch);
-    w->params[0] = dupstr(s->cluster);
-    w->params[1] = dupstr(type);
-    w->params[2] = dupstr(num[0]);
-    w->params[3] = dupstr(s->owner);
-    w->params[4] = dupstr(num[1]);
-    w->params[7] = dupstr(replace ? "true" : "false");
-    w->bytes = sizeof SQL_WRITE;
-    for (int i = 0; i < NPARAMS; i++) {
-        if (!w->params[i]) {
-            wr_free(w);
-            return MS_ENOMEM;
-        }
-        w->bytes += strlen(w->params[i]);
+    const char *const nums[2] = {num[0], num[1]};
+    int rc;
+    if (replace && bytes > MS_REMEMBER_SQL_CHUNK_BYTES) {
+        /* every record checked first: arrays() sees only the starts */
+        rc = arrays(records, n, NULL, NULL);
+        if (rc == 0)
+            rc = chunked(s, w, type, nums, records, n);
+    } else if (!(w->params = calloc(NPARAMS, sizeof *w->params))) {
+        rc = MS_ENOMEM;
+    } else {
+        w->nst = 1;
+        rc = statement(s, w, 0, type, nums, replace, records, n, NULL, NULL);
     }
-    if (w->bytes > MS_PG_STATEMENT_MAX) {
+    if (rc < 0) {
         wr_free(w);
-        return MS_E2BIG;
+        return rc;
     }
     w->s = s;
     w->nrecords = n;

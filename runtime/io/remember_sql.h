@@ -51,6 +51,15 @@
                                             bytes (one write may be
                                             larger: it goes alone) */
 #define MS_REMEMBER_SQL_MESSAGE_MAX 256  /* bytes of an error message */
+#define MS_REMEMBER_SQL_REPLACE_MAX 1000000 /* records of a replace (the
+                                            whole set of a shard) */
+#ifndef MS_REMEMBER_SQL_CHUNK_BYTES
+#define MS_REMEMBER_SQL_CHUNK_BYTES (512u << 10) /* a replace with more
+                                            bytes of ids is cut into
+                                            statements of about this
+                                            size, MS_PG_MAX_STATEMENTS
+                                            at most (about 32 MiB) */
+#endif
 
 struct ms_remember_sql;
 

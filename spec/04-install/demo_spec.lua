@@ -64,7 +64,7 @@ describe(".ci/pg", function()
             "MOONSHARD_DATABASE=" .. srv.conninfo, helpers.bin, "db",
             "migrate", config }, 60)
         assert.are.equal(0, code, out .. err)
-        assert.are.equal("schema at version 1 (applied 1)\n", out)
+        assert.are.equal("schema at version 2 (applied 2)\n", out)
         code = helpers.run({ script, "stop", srv.dir }, 60)
         assert.are.equal(0, code)
         gone(srv, kids)
@@ -118,7 +118,7 @@ describe(".ci/demo", function()
             return stats and stats.database
                 and type(stats.database.schema_version) == "number"
         end, 60, "the demo's n1 to migrate its database")
-        assert.are.equal(1, stats.database.schema_version)
+        assert.are.equal(2, stats.database.schema_version)
         assert.is_true(stats.database.configured)
         -- the conninfo (its password) is not in what the demo printed
         local pw = helpers.read_file(dir .. "/database"):match(

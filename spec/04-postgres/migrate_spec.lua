@@ -15,6 +15,7 @@ local TABLES = {
                          "expires_at" },
     moonshard_operations = { "cluster", "type", "id", "op_id", "reply",
                              "created_at" },
+    moonshard_remembered = { "cluster", "type", "shard", "id", "since" },
     moonshard_schema = { "version", "applied_at" },
     moonshard_snapshots = { "cluster", "type", "id", "sequence", "epoch",
                             "state", "created_at" },
@@ -74,15 +75,15 @@ describe("moonshard db migrate", function()
         local config = write_config(string.format("%q", ci))
         local rc, out = migrate(config)
         assert.equal(0, rc, out)
-        assert.equal("schema at version 1 (applied 1)\n", out)
+        assert.equal("schema at version 2 (applied 2)\n", out)
         for name, cols in pairs(TABLES) do
             local got = query(srv, "mig_once", "SELECT column_name FROM "
                 .. "information_schema.columns WHERE table_name = '"
                 .. name .. "' ORDER BY ordinal_position")
             assert.same(cols, got, name)
         end
-        assert.same({ "1" }, query(srv, "mig_once",
-            "SELECT version FROM moonshard_schema"))
+        assert.same({ "1", "2" }, query(srv, "mig_once",
+            "SELECT version FROM moonshard_schema ORDER BY version"))
         -- the keys the runtime relies on: one lease per shard, one event
         -- per sequence of an entity
         query(srv, "mig_once", "INSERT INTO moonshard_events (cluster, type,"
@@ -96,12 +97,20 @@ describe("moonshard db migrate", function()
             .. " VALUES ('c','T',0,'a',1,now()), ('c','T',0,'b',2,now())")
         assert.is_nil(rows)
         assert.truthy(err:find("duplicate key", 1, true), err)
+        -- one row per remembered id of a shard
+        query(srv, "mig_once", "INSERT INTO moonshard_remembered (cluster,"
+            .. " type, shard, id) VALUES ('c','T',0,'x')")
+        rows, err = pg.psql({ conninfo = ci }, "INSERT INTO "
+            .. "moonshard_remembered (cluster, type, shard, id) VALUES "
+            .. "('c','T',0,'x')")
+        assert.is_nil(rows)
+        assert.truthy(err:find("duplicate key", 1, true), err)
 
         -- again: nothing to do, nothing changed
         rc, out = migrate(config)
         assert.equal(0, rc, out)
-        assert.equal("schema at version 1 (applied 0)\n", out)
-        assert.same({ "1" }, query(srv, "mig_once",
+        assert.equal("schema at version 2 (applied 0)\n", out)
+        assert.same({ "2" }, query(srv, "mig_once",
             "SELECT count(*) FROM moonshard_schema"))
         assert.same({ "1" }, query(srv, "mig_once",
             "SELECT count(*) FROM moonshard_events"))
@@ -128,11 +137,37 @@ describe("moonshard db migrate", function()
                 h:close()
             end
             table.sort(outs)
-            assert.same({ "schema at version 1 (applied 0)\n0\n",
-                          "schema at version 1 (applied 1)\n0\n" }, outs)
-            assert.same({ "1" }, query(srv, db,
-                "SELECT string_agg(version::text, ',') FROM moonshard_schema"))
+            assert.same({ "schema at version 2 (applied 0)\n0\n",
+                          "schema at version 2 (applied 2)\n0\n" }, outs)
+            assert.same({ "1,2" }, query(srv, db, "SELECT string_agg("
+                .. "version::text, ',' ORDER BY version) FROM "
+                .. "moonshard_schema"))
         end
+    end)
+
+    it("upgrades a database at version 1 and keeps its rows", function()
+        query(srv, "moonshard_test", "CREATE DATABASE mig_v1")
+        local config = write_config(string.format("%q",
+            (srv.conninfo:gsub("dbname=%S+", "dbname=mig_v1"))))
+        assert.equal(0, (migrate(config)))
+        -- what version 1 had: version 2 taken off, rows in its tables
+        query(srv, "mig_v1", "DROP TABLE moonshard_remembered")
+        query(srv, "mig_v1", "DELETE FROM moonshard_schema WHERE version = 2")
+        query(srv, "mig_v1", "INSERT INTO moonshard_events (cluster, type, "
+            .. "id, sequence, epoch, payload) VALUES ('c','T','x',1,1,'{}')")
+        query(srv, "mig_v1", "INSERT INTO moonshard_leases VALUES "
+            .. "('c','T',0,'a',3,now())")
+        local rc, out = migrate(config)
+        assert.equal(0, rc, out)
+        assert.equal("schema at version 2 (applied 1)\n", out)
+        assert.same({ "1,2" }, query(srv, "mig_v1", "SELECT string_agg("
+            .. "version::text, ',' ORDER BY version) FROM moonshard_schema"))
+        assert.same({ "x|{}" }, query(srv, "mig_v1",
+            "SELECT id || '|' || payload FROM moonshard_events"))
+        assert.same({ "a3" }, query(srv, "mig_v1",
+            "SELECT owner || epoch FROM moonshard_leases"))
+        assert.same({ "0" }, query(srv, "mig_v1",
+            "SELECT count(*) FROM moonshard_remembered"))
     end)
 
     it("refuses a schema newer than the binary and changes nothing", function()
@@ -140,12 +175,12 @@ describe("moonshard db migrate", function()
         local config = write_config(string.format("%q",
             (srv.conninfo:gsub("dbname=%S+", "dbname=mig_newer"))))
         assert.equal(0, (migrate(config)))
-        query(srv, "mig_newer", "INSERT INTO moonshard_schema VALUES (2, now())")
+        query(srv, "mig_newer", "INSERT INTO moonshard_schema VALUES (3, now())")
         local rc, out = migrate(config)
         assert.equal(1, rc, out)
-        assert.truthy(out:find("schema is at version 2, newer than this "
-            .. "moonshard's (1)", 1, true), out)
-        assert.same({ "1,2" }, query(srv, "mig_newer", "SELECT string_agg("
+        assert.truthy(out:find("schema is at version 3, newer than this "
+            .. "moonshard's (2)", 1, true), out)
+        assert.same({ "1,2,3" }, query(srv, "mig_newer", "SELECT string_agg("
             .. "version::text, ',' ORDER BY version) FROM moonshard_schema"))
     end)
 

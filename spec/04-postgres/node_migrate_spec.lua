@@ -16,16 +16,16 @@ local function database_of(n)
     return n:get_json("/v1/stats").database
 end
 
--- waits until the node reports the schema at version 1, connected
+-- waits until the node reports the schema at version 2, connected
 local function wait_migrated(n, timeout)
     return helpers.wait_until(function()
         local db = database_of(n)
-        if db.connected == true and db.schema_version == 1
+        if db.connected == true and db.schema_version == 2
                 and db.migrate_error == null then
             return db
         end
         return nil, cjson.encode(db)
-    end, timeout or 20, "the schema at version 1")
+    end, timeout or 20, "the schema at version 2")
 end
 
 describe("a node with `database`", function()
@@ -49,10 +49,39 @@ describe("a node with `database`", function()
             local db = wait_migrated(n)
             assert.is_true(db.configured)
         end
-        assert.same({ "1" }, query(srv, "node_mig",
+        assert.same({ "2" }, query(srv, "node_mig",
             "SELECT count(*) FROM moonshard_schema"))
-        assert.same({ "1" }, query(srv, "node_mig",
-            "SELECT version FROM moonshard_schema"))
+        assert.same({ "1", "2" }, query(srv, "node_mig",
+            "SELECT version FROM moonshard_schema ORDER BY version"))
+        helpers.stop_all_checked()
+    end)
+
+    it("upgrades a database at version 1 at start, keeping its rows",
+       function()
+        query(srv, "moonshard_test", "CREATE DATABASE node_v1")
+        local ci = srv.conninfo:gsub("dbname=%S+", "dbname=node_v1")
+        local n = helpers.start({
+            entities = { Counter = { module = "counter" } },
+            settings = { database = ci },
+        })
+        wait_migrated(n)
+        helpers.stop_all_checked()
+        -- what version 1 had: version 2 taken off, a row in its tables
+        query(srv, "node_v1", "DROP TABLE moonshard_remembered")
+        query(srv, "node_v1", "DELETE FROM moonshard_schema WHERE version = 2")
+        query(srv, "node_v1", "INSERT INTO moonshard_states (cluster, type, "
+            .. "id, revision, epoch, state) VALUES ('c','T','x',4,1,'{}')")
+        n = helpers.start({
+            entities = { Counter = { module = "counter" } },
+            settings = { database = ci },
+        })
+        wait_migrated(n)
+        assert.same({ "1", "2" }, query(srv, "node_v1",
+            "SELECT version FROM moonshard_schema ORDER BY version"))
+        assert.same({ "x4" }, query(srv, "node_v1",
+            "SELECT id || revision FROM moonshard_states"))
+        assert.same({ "0" }, query(srv, "node_v1",
+            "SELECT count(*) FROM moonshard_remembered"))
         helpers.stop_all_checked()
     end)
 
@@ -85,7 +114,7 @@ describe("a node with `database`", function()
 
         srv:resume()
         wait_migrated(n, 60)
-        assert.same({ "1" }, query(srv, "node_later",
+        assert.same({ "2" }, query(srv, "node_later",
             "SELECT count(*) FROM moonshard_schema"))
         assert.same({ value = 2 }, n:call("Counter", "c1", { type = "get" }))
         assert.is_nil(n:log():find(password, 1, true))
@@ -96,7 +125,8 @@ describe("a node with `database`", function()
         query(srv, "moonshard_test", "CREATE DATABASE node_newer")
         query(srv, "node_newer", "CREATE TABLE moonshard_schema (version "
             .. "integer PRIMARY KEY, applied_at timestamptz NOT NULL "
-            .. "DEFAULT now()); INSERT INTO moonshard_schema VALUES (1), (2)")
+            .. "DEFAULT now()); INSERT INTO moonshard_schema VALUES (1), (2),"
+            .. " (3)")
         local ci = srv.conninfo:gsub("dbname=%S+", "dbname=node_newer")
         local n = helpers.start({
             entities = { Counter = { module = "counter" } },
@@ -106,12 +136,12 @@ describe("a node with `database`", function()
             local d = database_of(n)
             return d.migrate_error ~= null and d, cjson.encode(d)
         end, 20, "a migrate_error")
-        assert.equal(2, db.schema_version)
+        assert.equal(3, db.schema_version)
         assert.truthy(db.migrate_error:find("newer", 1, true),
                       db.migrate_error)
         assert.same({ value = 0 }, n:call("Counter", "c2", { type = "get" }))
         -- nothing was changed
-        assert.same({ "1", "2" }, query(srv, "node_newer",
+        assert.same({ "1", "2", "3" }, query(srv, "node_newer",
             "SELECT version FROM moonshard_schema ORDER BY version"))
         assert.same({ "0" }, query(srv, "node_newer",
             "SELECT count(*) FROM pg_tables WHERE tablename = "

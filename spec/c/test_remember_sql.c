@@ -433,16 +433,34 @@ static void test_limits(void)
           MS_E2BIG);
     CHECK(ms_remember_sql_load(rs, "T", 3, NULL, NULL) == MS_EINVAL);
     CHECK(ms_remember_sql_load(rs, NULL, 3, on_loaded, NULL) == MS_EINVAL);
-    /* a batch above the statement bound: MS_E2BIG at the call */
+    /* a batch above the statement bound (10,000 ids of 512 bytes):
+     * MS_E2BIG at the call; a replace is cut in statements, but not in
+     * more than MS_PG_MAX_STATEMENTS */
     struct ms_remember_record *many =
         malloc(MS_REMEMBER_BATCH_MAX * sizeof *many);
-    for (int i = 0; i < MS_REMEMBER_BATCH_MAX; i++)
-        many[i] = (struct ms_remember_record){big, MS_REMEMBER_ID_MAX,
+    char (*distinct)[MS_REMEMBER_ID_MAX + 1] =
+        malloc(MS_REMEMBER_BATCH_MAX * sizeof *distinct);
+    for (int i = 0; i < MS_REMEMBER_BATCH_MAX; i++) {
+        memset(distinct[i], 'k', MS_REMEMBER_ID_MAX);
+        snprintf(distinct[i], 8, "%07d", i);
+        distinct[i][7] = 'k';
+        distinct[i][MS_REMEMBER_ID_MAX] = 0;
+        many[i] = (struct ms_remember_record){distinct[i],
+                                              MS_REMEMBER_ID_MAX,
                                               MS_REMEMBER_START};
+    }
+    CHECK(ms_remember_sql_write(rs, "T", 3, 5, 0, many,
+                                MS_REMEMBER_BATCH_MAX, on_wrote, &w) ==
+          MS_E2BIG);
     CHECK(ms_remember_sql_write(rs, "T", 3, 5, 1, many,
                                 MS_REMEMBER_BATCH_MAX, on_wrote, &w) ==
           MS_E2BIG);
+    /* a record that is not valid fails a large replace too */
+    many[7].id_len = 0;
+    CHECK(ms_remember_sql_write(rs, "T", 3, 5, 1, many, 100, on_wrote, &w)
+          == MS_EINVAL);
     free(many);
+    free(distinct);
     idle_for(50);
     CHECK(w.done == 1); /* no callback for a refused call */
     CHECK(strcmp(sql("SELECT count(*) FROM moonshard_remembered WHERE "
@@ -475,6 +493,73 @@ static void test_batch_256(void)
         ids[i][0] = '-';
     CHECK(write_("T", 4, 5, 0, rec, 256) == 0);
     CHECK(load("T", 4).n == 0);
+}
+
+/* A replace larger than MS_REMEMBER_SQL_CHUNK_BYTES (4 KiB in this
+ * test) is several statements, one per range of ids, in one
+ * transaction: together they leave exactly the set. */
+static void test_big_replace(void)
+{
+    enum { N = 2000 };
+    static char idv[N + 8][16];
+    static struct ms_remember_record r[N + 8];
+    /* before: the even ones, and ids below, between and above them */
+    uint32_t n = 0;
+    for (int i = 0; i < N; i += 2) {
+        snprintf(idv[n], sizeof idv[n], "k%04d", i);
+        r[n] = (struct ms_remember_record){idv[n], 5, MS_REMEMBER_START};
+        n++;
+    }
+    const char *extra[] = {"a-below", "k0500x", "zz-above", "k"};
+    for (int i = 0; i < 4; i++)
+        r[n++] = (struct ms_remember_record){extra[i], strlen(extra[i]),
+                                             MS_REMEMBER_START};
+    struct wrote w = {0};
+    CHECK(ms_remember_sql_write(rs, "T", 5, 5, 0, r, n, on_wrote, &w) == 0);
+    CHECK(wait_for(&w.done, 20000) && w.err == 0);
+    CHECK(strcmp(sql("SELECT count(*) FROM moonshard_remembered WHERE "
+                     "cluster = 'c1' AND type = 'T' AND shard = 5"),
+                 "1004") == 0);
+    sql("UPDATE moonshard_remembered SET since = '2001-01-01' WHERE "
+        "cluster = 'c1' AND type = 'T' AND shard = 5 AND id = 'k0006'");
+
+    /* the set: the multiples of 3, given backwards, with k0003 started
+     * and then stopped, and new-1 stopped and started again */
+    n = 0;
+    r[n++] = (struct ms_remember_record){"new-1", 5, MS_REMEMBER_STOP};
+    for (int i = N - 1 - (N - 1) % 3; i >= 0; i -= 3) {
+        snprintf(idv[n], sizeof idv[n], "k%04d", i);
+        r[n] = (struct ms_remember_record){idv[n], 5, MS_REMEMBER_START};
+        n++;
+    }
+    r[n++] = (struct ms_remember_record){"k0003", 5, MS_REMEMBER_STOP};
+    r[n++] = (struct ms_remember_record){"new-1", 5, MS_REMEMBER_START};
+    /* a stale one first: nothing of it is written */
+    memset(&w, 0, sizeof w);
+    CHECK(ms_remember_sql_write(rs, "T", 5, 4, 1, r, n, on_wrote, &w) == 0);
+    CHECK(wait_for(&w.done, 20000) && w.err == MS_ESTALE);
+    CHECK(strcmp(sql("SELECT count(*) FROM moonshard_remembered WHERE "
+                     "cluster = 'c1' AND type = 'T' AND shard = 5"),
+                 "1004") == 0);
+    memset(&w, 0, sizeof w);
+    CHECK(ms_remember_sql_write(rs, "T", 5, 5, 1, r, n, on_wrote, &w) == 0);
+    CHECK(wait_for(&w.done, 20000) && w.err == 0);
+    /* 667 multiples of 3 in 0..1999, k0003 out, new-1 in */
+    CHECK(strcmp(sql("SELECT count(*) FROM moonshard_remembered WHERE "
+                     "cluster = 'c1' AND type = 'T' AND shard = 5"),
+                 "667") == 0);
+    CHECK(strcmp(sql("SELECT count(*) FROM moonshard_remembered WHERE "
+                     "cluster = 'c1' AND type = 'T' AND shard = 5 AND NOT "
+                     "((id ~ '^k[0-9]{4}$' AND substr(id, 2)::int % 3 = 0 "
+                     "AND id <> 'k0003') OR id = 'new-1')"), "0") == 0);
+    CHECK(strcmp(sql("SELECT extract(year FROM since)::int FROM "
+                     "moonshard_remembered WHERE cluster = 'c1' AND "
+                     "type = 'T' AND shard = 5 AND id = 'k0006'"),
+                 "2001") == 0);
+    struct loaded l = load("T", 5);
+    CHECK(l.n == 667 && strncmp(l.joined, "k0000|k0006|k0009|", 18) == 0);
+    /* the other shards of T kept theirs */
+    CHECK(strcmp(ids_in("c1", "T", 1), "n1|p") == 0);
 }
 
 /* Writes queued in one turn go as one group, in order; a stale one fails
@@ -680,6 +765,7 @@ int main(void)
     test_bytes();
     test_limits();
     test_batch_256();
+    test_big_replace();
     test_group();
     test_migrate_v1();
     test_close();

@@ -139,12 +139,17 @@ function M.database(srv, name)
     return (srv.conninfo:gsub("dbname=%S+", "dbname=" .. name))
 end
 
--- Waits until node `n` reports its schema migrated (version 1).
+-- The schema version this build creates (MS_PG_SCHEMA_VERSION in
+-- runtime/io/pg_schema.h).
+M.SCHEMA_VERSION = 2
+
+-- Waits until node `n` reports its schema migrated (M.SCHEMA_VERSION).
 function M.wait_migrated(n, timeout)
     local helpers = require "helpers.node"
     return helpers.wait_until(function()
         local d = n:stats().database
-        return d.schema_version == 1, "schema " .. tostring(d.schema_version)
+        return d.schema_version == M.SCHEMA_VERSION,
+            "schema " .. tostring(d.schema_version)
     end, timeout or 30, "the schema migrated")
 end
 
