@@ -26,16 +26,19 @@
 /* $1 cluster, $2 type, $3 shard, $4 owner, $5 epoch, $6 text[] ids,
  * $7 smallint[] ops (1 start, 2 stop), $8 replace, $9 and $10 the range
  * of ids a replace covers, [$9, $10) bytewise (NULL: unbounded; a large
- * replace is several statements, one per range). `lease` locks the
- * lease row or raises 22012; `r` is each id's last op; `del` removes the
- * stopped ids (= ANY of an array: index lookups, where a join with
- * `r` may be planned as a scan of the whole shard), `rest` for a replace every other id of its
- * range that the batch does not name (a range scan, skipped by its
- * one-time filter otherwise); `ins`
- * adds the started ones. The three touch disjoint ids, so one snapshot is
- * enough. The SELECT reads `lease` whatever the batch holds (a plan may
- * skip a join with an empty side) and returns the rows changed (for
- * tools; the store does not need them). */
+ * replace is several statements, one per range).
+ *   lease: locks the lease row, or raises 22012;
+ *   r:     each id's last op;
+ *   del:   the stopped ids (= ANY of an array: index lookups, where a
+ *          join with `r` may be planned as a scan of the whole shard);
+ *   rest:  for a replace, every other id of its range that the batch
+ *          does not name (a range scan; skipped by its one-time filter
+ *          otherwise);
+ *   ins:   the started ids.
+ * The three touch disjoint ids, so one snapshot is enough. The SELECT
+ * reads `lease` whatever the batch holds (a plan may skip a join with an
+ * empty side) and returns the rows changed (for tools; the store does
+ * not need them). */
 static const char SQL_WRITE[] =
     "WITH lease AS (SELECT 1 / count(*) AS ok FROM (SELECT 1"
     " FROM moonshard_leases WHERE cluster = $1 AND type = $2"
