@@ -520,6 +520,11 @@ static void test_big_replace(void)
     CHECK(strcmp(sql("SELECT count(*) FROM moonshard_remembered WHERE "
                      "cluster = 'c1' AND type = 'T' AND shard = 5"),
                  "1004") == 0);
+    /* above MS_REMEMBER_SQL_LOAD_MAX (1,000 in this test): refused */
+    struct loaded big = load("T", 5);
+    CHECK(big.err == MS_E2BIG && big.n == 0);
+    CHECK(strstr(big.msg, "more than 1000 ids") != NULL);
+    CHECK(MS_REMEMBER_SQL_LOAD_MAX == 1000);
     /* a kept id keeps its row (its `since`), in every range: the 334
      * multiples of 6 */
     sql("UPDATE moonshard_remembered SET since = '2001-01-01' WHERE "
