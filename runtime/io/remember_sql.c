@@ -26,14 +26,19 @@
 /* $1 cluster, $2 type, $3 shard, $4 owner, $5 epoch, $6 text[] ids,
  * $7 smallint[] ops (1 start, 2 stop), $8 replace, $9 and $10 the range
  * of ids a replace covers, [$9, $10) bytewise (NULL: unbounded; a large
- * replace is several statements, one per range). `lease` locks the
- * lease row or raises 22012; `r` is each id's last op; `del` removes the
- * stopped ids (and, for a replace, every id of its range not left
- * started); `ins`
- * adds the started ones. Both touch disjoint ids, so one snapshot is
- * enough. The SELECT reads `lease` whatever the batch holds (a plan may
- * skip a join with an empty side) and returns the rows changed (for
- * tools; the store does not need them). */
+ * replace is several statements, one per range).
+ *   lease: locks the lease row, or raises 22012;
+ *   r:     each id's last op;
+ *   del:   the stopped ids (= ANY of an array: index lookups, where a
+ *          join with `r` may be planned as a scan of the whole shard);
+ *   rest:  for a replace, every other id of its range that the batch
+ *          does not name (a range scan; skipped by its one-time filter
+ *          otherwise);
+ *   ins:   the started ids.
+ * The three touch disjoint ids, so one snapshot is enough. The SELECT
+ * reads `lease` whatever the batch holds (a plan may skip a join with an
+ * empty side) and returns the rows changed (for tools; the store does
+ * not need them). */
 static const char SQL_WRITE[] =
     "WITH lease AS (SELECT 1 / count(*) AS ok FROM (SELECT 1"
     " FROM moonshard_leases WHERE cluster = $1 AND type = $2"
@@ -44,15 +49,18 @@ static const char SQL_WRITE[] =
     " AS u(id, op, n) ORDER BY u.id, u.n DESC),"
     " del AS (DELETE FROM moonshard_remembered m USING lease"
     " WHERE m.cluster = $1 AND m.type = $2 AND m.shard = $3::integer"
-    " AND (m.id IN (SELECT id FROM r WHERE op = 2) OR ($8::boolean"
+    " AND m.id = ANY (ARRAY(SELECT id FROM r WHERE op = 2)) RETURNING 1),"
+    " rest AS (DELETE FROM moonshard_remembered m USING lease"
+    " WHERE $8::boolean AND m.cluster = $1 AND m.type = $2"
+    " AND m.shard = $3::integer"
     " AND ($9::text IS NULL OR m.id COLLATE \"C\" >= $9::text)"
     " AND ($10::text IS NULL OR m.id COLLATE \"C\" < $10::text)"
-    " AND m.id NOT IN (SELECT id FROM r WHERE op = 1))) RETURNING 1),"
+    " AND m.id NOT IN (SELECT id FROM r) RETURNING 1),"
     " ins AS (INSERT INTO moonshard_remembered (cluster, type, shard, id)"
     " SELECT $1, $2, $3::integer, r.id FROM lease, r WHERE r.op = 1"
     " ON CONFLICT DO NOTHING RETURNING 1)"
     " SELECT (SELECT ok FROM lease), (SELECT count(*) FROM ins),"
-    " (SELECT count(*) FROM del)";
+    " (SELECT count(*) FROM del) + (SELECT count(*) FROM rest)";
 
 /* $1 cluster, $2 type, $3 shard, $4 limit */
 static const char SQL_LOAD[] =

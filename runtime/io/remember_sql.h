@@ -44,8 +44,10 @@
 /* Limits (each refused with MS_E2BIG / MS_EINVAL by the calls below;
  * ids up to MS_REMEMBER_ID_MAX bytes and batches up to
  * MS_REMEMBER_BATCH_MAX records come from core/remember.h). */
+#ifndef MS_REMEMBER_SQL_LOAD_MAX
 #define MS_REMEMBER_SQL_LOAD_MAX 1000000 /* ids one load returns; a shard
                                             with more: MS_E2BIG */
+#endif
 #define MS_REMEMBER_SQL_GROUP 256        /* writes in one group */
 #define MS_REMEMBER_SQL_GROUP_BYTES (4u << 20) /* their parameters'
                                             bytes (one write may be

@@ -80,7 +80,14 @@ static inline void server_cleanup(void)
 
 /* -- running the loop -------------------------------------------------- */
 
-static inline void on_guard(uv_timer_t *t) { *(int *)t->data = 1; }
+/* uv_stop: a guard that fires in the timer phase of an iteration would
+ * otherwise leave UV_RUN_ONCE polling with no timeout, for ever when the
+ * pool's sockets stay quiet */
+static inline void on_guard(uv_timer_t *t)
+{
+    *(int *)t->data = 1;
+    uv_stop(t->loop);
+}
 
 /* Runs the loop until *flag is set or timeout_ms passed; returns *flag. */
 static inline int wait_for(const int *flag, int timeout_ms)
