@@ -198,6 +198,8 @@ local FIELDS = {
         .. "not be routed or ended in an error." },
     remember_early_drops = { "counter", "Records dropped while their "
         .. "shard's ids were being read (the bound of that wait)." },
+    remember_unstorable = { "counter", "Ids not remembered because the "
+        .. "store cannot hold them (not UTF-8, for PostgreSQL)." },
 }
 M.FIELDS = FIELDS
 

@@ -347,6 +347,12 @@ static int utf8_ok(const unsigned char *b, size_t n)
 /* The ids as a text[] literal (each quoted, \ and " escaped) and the ops
  * as a smallint[] one; checks every record (only that when ids_out is
  * NULL). 0, or MS_EINVAL, MS_E2BIG, MS_ENOMEM. */
+int ms_remember_sql_id_ok(const char *id, size_t len)
+{
+    return id && len >= 1 && len <= MS_REMEMBER_ID_MAX &&
+           utf8_ok((const unsigned char *)id, len);
+}
+
 static int arrays(const struct ms_remember_record *rec, uint32_t n,
                   char **ids_out, char **ops_out)
 {

@@ -100,6 +100,11 @@ int ms_remember_sql_load(struct ms_remember_sql *s, const char *type,
 /* A write's outcome, after its transaction ended: 0 (committed),
  * MS_ESTALE (nothing written) or another negative code, with a one-line
  * message ("" on success). */
+/* 1 when `id` can be stored: 1..MS_REMEMBER_ID_MAX bytes of UTF-8 as
+ * PostgreSQL's text takes it (no NUL, no overlong form, no surrogate).
+ * A write with another id is refused whole (MS_EINVAL). */
+int ms_remember_sql_id_ok(const char *id, size_t len);
+
 typedef void (*ms_remember_sql_write_cb)(int err, const char *message,
                                          void *data);
 

@@ -164,7 +164,7 @@ struct ms_node_remember {
     uint64_t activating;  /* eager activations out */
     uint64_t alloc_asked_ms;
     /* counters beyond the machine's */
-    uint64_t loads, load_errors, early_drops, eager_failed;
+    uint64_t loads, load_errors, early_drops, eager_failed, unstorable;
 };
 
 static uint64_t now_of(const struct ms_node_remember *nr)
@@ -275,6 +275,18 @@ static void on_entity(void *data, int type, uint32_t shard, const char *id,
         !nr->types[type].store)
         return;
     int reason = reason_of(dreason);
+    if (nr->types[type].store == MS_REMEMBER_POSTGRES &&
+        !ms_remember_sql_id_ok(id, idlen)) {
+        /* PostgreSQL's text cannot hold it: a write with it would be
+         * refused, and retried, for ever */
+        uint64_t n = ++nr->unstorable;
+        if (ms_log_due(n))
+            ms_log(MS_LOG_WARN, NULL, "remember: an id of %s that is not "
+                   "UTF-8 cannot be kept in PostgreSQL; it is not "
+                   "remembered (%llu so far, counted in unstorable)",
+                   nr->types[type].tc->name, (unsigned long long)n);
+        return;
+    }
     int rc = started ? ms_remember_started(nr->m, type, shard, id, idlen,
                                            now_of(nr))
                      : ms_remember_stopped(nr->m, type, shard, id, idlen,
@@ -968,7 +980,8 @@ size_t ms_node_remember_stats_json(const struct ms_node_remember *nr,
         "\"stale_answers\":%llu,\"failed_shards\":%llu,"
         "\"eager_starts\":%llu,\"eager_pending\":%llu,"
         "\"eager_dropped\":%llu,\"eager_failed\":%llu,\"loads\":%llu,"
-        "\"load_errors\":%llu,\"early_drops\":%llu,\"types\":{",
+        "\"load_errors\":%llu,\"early_drops\":%llu,\"unstorable\":%llu,"
+        "\"types\":{",
         MS_REMEMBER_QUEUE, (unsigned long long)st->queued,
         (unsigned long long)st->inflight, (unsigned long long)st->recorded,
         (unsigned long long)st->coalesced, (unsigned long long)st->cancelled,
@@ -983,7 +996,8 @@ size_t ms_node_remember_stats_json(const struct ms_node_remember *nr,
         (unsigned long long)(nr ? nr->eager_failed : 0),
         (unsigned long long)(nr ? nr->loads : 0),
         (unsigned long long)(nr ? nr->load_errors : 0),
-        (unsigned long long)(nr ? nr->early_drops : 0));
+        (unsigned long long)(nr ? nr->early_drops : 0),
+        (unsigned long long)(nr ? nr->unstorable : 0));
     int first = 1;
     for (int i = 0; nr && i < nr->ntypes; i++) {
         const struct ntype *t = &nr->types[i];

@@ -54,4 +54,34 @@ describe("a persistent remembered type", function()
         end
         assert.equal(6, n:stats().persistence.recoveries)
     end)
+
+    it("does not remember an id PostgreSQL cannot hold, and says so",
+       function()
+        local ci = pg.database(srv, "remember_utf8")
+        local c = helpers.cluster_up({
+            size = 1,
+            entities = {
+                Keeper = { module = "keeper", shard_count = 2,
+                           lease_duration = 2,
+                           remember = { store = "postgres" } },
+            },
+            settings = { database = ci },
+        })
+        local n = c.nodes[1]
+        pg.wait_migrated(n)
+        -- the id's bytes are 0xFF 'x': not UTF-8
+        local status = n:http("POST", "/v1/entities/Keeper/%FFx/tell",
+                              { type = "incr" })
+        assert.equal(202, status)
+        n:tell("Keeper", "fine", { type = "incr" })
+        helpers.wait_until(function()
+            local r = n:stats().remember
+            return r.unstorable == 1 and r.types.Keeper.remembered == 1
+                and r.queued == 0 and r.inflight == 0
+        end, 10, "one id kept, one not storable")
+        local r = n:stats().remember
+        assert.equal(0, r.errors) -- nothing retried for ever
+        assert.same({ "fine" }, pg.query(srv, "remember_utf8",
+            "SELECT id FROM moonshard_remembered WHERE type = 'Keeper'"))
+    end)
 end)
