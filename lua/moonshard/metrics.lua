@@ -190,6 +190,8 @@ local FIELDS = {
         .. "activate eagerly." },
     remember_eager_dropped = { "counter", "Eager activations dropped "
         .. "because their shard moved away." },
+    remember_eager_skipped = { "counter", "Eager activations skipped: the "
+        .. "id was stopped after its shard was listed." },
     remember_loads = { "counter", "Shards whose remembered ids were read "
         .. "from the store." },
     remember_load_errors = { "counter", "Reads of a shard's remembered "

@@ -841,15 +841,23 @@ void ms_remember_tick(struct ms_remember *r, uint64_t now_ms)
         a.type = s->type;
         a.shard = s->idx;
         const struct aid *id = s->act[s->acur];
-        if (emit(r, &a, id->id, id->len) != 0) {
+        /* an id stopped (explicitly, or idle) since the shard was
+         * listed is not started again */
+        const struct ent *e = find(r, s->type, s->idx, id->id, id->len);
+        int gone = e == NULL || !e->in_set;
+        if (!gone && emit(r, &a, id->id, id->len) != 0) {
             push_ring(r, s); /* out of memory: next tick */
             break;
         }
         free(s->act[s->acur]);
         s->act[s->acur++] = NULL;
-        r->st.eager_starts++;
         r->st.eager_pending--;
-        budget--;
+        if (gone) {
+            r->st.eager_skipped++;
+        } else {
+            r->st.eager_starts++;
+            budget--;
+        }
         if (s->acur < s->nact) {
             push_ring(r, s);
         } else {

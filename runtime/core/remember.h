@@ -50,7 +50,9 @@
  * Eager start. ms_remember_shard_started queues one ACTIVATE per listed
  * id. ms_remember_tick emits at most `activate_per_tick` ACTIVATE actions
  * per call, one shard at a time in turn (round robin: a large shard does
- * not starve a small one), each shard's ids in the order given; the
+ * not starve a small one), each shard's ids in the order given, and
+ * skips an id that left the set meanwhile (a stop recorded after the
+ * listing: counted in `eager_skipped`); the
  * caller's tick cadence times the budget sets the rate. A shard that
  * moves away (ms_remember_shard_stopped) drops the activations it still
  * had (counted in `eager_dropped`). An ACTIVATE of an id that a message
@@ -172,6 +174,8 @@ struct ms_remember_stats {
     uint64_t eager_starts;    /* ACTIVATE actions emitted */
     uint64_t eager_pending;   /* activations still to emit */
     uint64_t eager_dropped;   /* dropped: their shard moved away */
+    uint64_t eager_skipped;   /* not emitted: the id was stopped (left
+                                 the set) after its shard was listed */
 };
 
 struct ms_remember;

@@ -167,6 +167,12 @@ struct ms_node_remember {
     uint64_t loads, load_errors, early_drops, eager_failed, unstorable;
 };
 
+/* The text of a code: ours, or a negative errno of a file store call. */
+static const char *errtext(int rc)
+{
+    return rc < 0 && rc > -4096 ? strerror(-rc) : ms_strerror(rc);
+}
+
 static uint64_t now_of(const struct ms_node_remember *nr)
 {
     return uv_now(nr->loop);
@@ -320,7 +326,7 @@ static void loaded(struct ms_node_remember *nr, int type, uint32_t shard,
         if (!s->load_failed)
             ms_log(MS_LOG_ERROR, NULL, "remember: cannot list the ids of %s "
                    "shard %u: %s%s%s; retried every %d ms (%s)", t->tc->name,
-                   shard, ms_strerror(err), message && *message ? ": " : "",
+                   shard, errtext(err), message && *message ? ": " : "",
                    message ? message : "", MS_NODE_REMEMBER_LOAD_RETRY_MS,
                    t->tc->remember_fail_closed
                        ? "fail_closed: its messages are refused"
@@ -537,7 +543,7 @@ static void written(struct ms_node_remember *nr, int type, uint32_t shard,
         if (ms_log_due(n))
             ms_log(MS_LOG_WARN, NULL, "remember: a write to the store of %s "
                    "shard %u failed: %s%s%s (%llu so far; retried, %s)",
-                   nr->types[type].tc->name, shard, ms_strerror(err),
+                   nr->types[type].tc->name, shard, errtext(err),
                    message && *message ? ": " : "", message ? message : "",
                    (unsigned long long)n,
                    nr->types[type].tc->remember_fail_closed ? "fail_closed"
@@ -818,7 +824,8 @@ int ms_node_remember_new(struct ms_node_remember **out, uv_loop_t *loop,
             if (rc < 0) {
                 snprintf(err, errlen, "entities.%s.remember.dir: cannot "
                          "open the file store '%s': %s", tc->name,
-                         tc->remember_dir, ms_strerror(rc));
+                         tc->remember_dir,
+                         errtext(rc));
                 goto fail;
             }
         }
@@ -979,7 +986,8 @@ size_t ms_node_remember_stats_json(const struct ms_node_remember *nr,
         "\"writes\":%llu,\"written\":%llu,\"errors\":%llu,\"retries\":%llu,"
         "\"stale_answers\":%llu,\"failed_shards\":%llu,"
         "\"eager_starts\":%llu,\"eager_pending\":%llu,"
-        "\"eager_dropped\":%llu,\"eager_failed\":%llu,\"loads\":%llu,"
+        "\"eager_dropped\":%llu,\"eager_skipped\":%llu,"
+        "\"eager_failed\":%llu,\"loads\":%llu,"
         "\"load_errors\":%llu,\"early_drops\":%llu,\"unstorable\":%llu,"
         "\"types\":{",
         MS_REMEMBER_QUEUE, (unsigned long long)st->queued,
@@ -993,6 +1001,7 @@ size_t ms_node_remember_stats_json(const struct ms_node_remember *nr,
         (unsigned long long)st->eager_starts,
         (unsigned long long)st->eager_pending,
         (unsigned long long)st->eager_dropped,
+        (unsigned long long)st->eager_skipped,
         (unsigned long long)(nr ? nr->eager_failed : 0),
         (unsigned long long)(nr ? nr->loads : 0),
         (unsigned long long)(nr ? nr->load_errors : 0),

@@ -130,7 +130,7 @@ describe("moonshard.metrics", function()
       "recorded":130,"coalesced":5,"cancelled":1,"drops":0,"abandoned":0,
       "resyncs":0,"writes":40,"written":124,"errors":3,"retries":3,
       "stale_answers":0,"failed_shards":2,"eager_starts":15,
-      "eager_pending":7,"eager_dropped":0,"eager_failed":0,"loads":4,"load_errors":1,"early_drops":0,"unstorable":0,
+      "eager_pending":7,"eager_dropped":0,"eager_skipped":0,"eager_failed":0,"loads":4,"load_errors":1,"early_drops":0,"unstorable":0,
       "types":{"Order":{"store":"file","remembered":15,"failed":[7,3],
                         "shards":{"0":12,"5":3}},
                "Sess\"ion":{"store":"memory","remembered":0,"failed":[],

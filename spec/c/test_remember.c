@@ -211,9 +211,10 @@ static void test_full_queue(void)
     /* a failed resync is sent again whole */
     ms_remember_on_written(r, 0, 0, acts[0].req, MS_EDBCONN, 2);
     ms_remember_tick(r, 2 + MS_REMEMBER_BACKOFF_MIN_MS);
-    drain(r); /* the WRITE, then the eager start of old1 and old2 */
+    drain(r); /* the WRITE, then the eager start of old2 (old1 stopped) */
     CHECK(count(MS_REMEMBER_WRITE) == 1);
-    CHECK(count(MS_REMEMBER_ACTIVATE_ID) == 2);
+    CHECK(count(MS_REMEMBER_ACTIVATE_ID) == 1);
+    CHECK(ms_remember_stats(r)->eager_skipped == 1);
     CHECK(acts[0].replace && acts[0].nrecords == 5);
     ms_remember_on_written(r, 0, 0, acts[0].req, 0, 200);
     ms_remember_on_written(r, 0, 1, req1, 0, 200);
@@ -431,6 +432,28 @@ static void test_eager(void)
     ms_remember_tick(r, 21);
     drain(r);
     CHECK(nacts == 2 && strcmp(ids[0], "a0") == 0);
+    ms_remember_free(r);
+}
+
+/* an id stopped after its shard was listed, before its eager start, is
+ * not started; one stopped without leaving the set (a failure) is */
+static void test_eager_skips_stopped(void)
+{
+    struct ms_remember *r = mk(0, 0, 10);
+    const char *la[3] = {"s0", "s1", "s2"};
+    size_t ll[3] = {2, 2, 2};
+    CHECK(ms_remember_shard_started(r, 0, 4, la, ll, 3, 0) == 0);
+    CHECK(stop(r, 0, 4, "s1", MS_REMEMBER_EXPLICIT) == 1);
+    CHECK(stop(r, 0, 4, "s2", MS_REMEMBER_FAILURE) == 0);
+    ms_remember_tick(r, 1);
+    drain(r);
+    CHECK(count(MS_REMEMBER_ACTIVATE_ID) == 2);
+    for (int i = 0; i < nacts; i++)
+        CHECK(acts[i].kind != MS_REMEMBER_ACTIVATE_ID ||
+              strcmp(ids[i], "s1") != 0);
+    CHECK(ms_remember_stats(r)->eager_starts == 2);
+    CHECK(ms_remember_stats(r)->eager_skipped == 1);
+    CHECK(ms_remember_stats(r)->eager_pending == 0);
     ms_remember_free(r);
 }
 
@@ -689,6 +712,7 @@ static void test_many(void)
 
 int main(void)
 {
+    test_eager_skips_stopped();
     test_arguments();
     test_group_commit();
     test_coalesce();
