@@ -38,6 +38,17 @@ function M.counts(path, ty)
     return n, last
 end
 
+-- Whether tables a and b hold the same keys with equal (==) values.
+function M.same(a, b)
+    for k, v in pairs(a) do
+        if b[k] ~= v then return false end
+    end
+    for k in pairs(b) do
+        if a[k] == nil then return false end
+    end
+    return true
+end
+
 -- { shard = owner name or nil } of type `ty` as node `via` sees it.
 function M.owners(via, ty)
     local out = {}
@@ -100,8 +111,7 @@ function M.running(opts)
     return helpers.wait_until(function()
         local own = M.owners(live[1], ty)
         for i = 2, #live do
-            if helpers.json.encode(M.owners(live[i], ty))
-                ~= helpers.json.encode(own) then
+            if not M.same(M.owners(live[i], ty), own) then
                 return nil, live[i].name .. " sees other owners"
             end
         end
