@@ -505,7 +505,9 @@ describe("remember-entities, fail_closed, a move on one machine", function()
     -- of the shard's STOPPED is released; the new owner's listing meets
     -- the lock (MS_EBUSY), counts a load error and, with fail_closed,
     -- refuses the shard's messages with remember_store_failed until its
-    -- retry a second later. A move is not a store failure.
+    -- retry a second later. A move is not a store failure. A race: it
+    -- fails in some runs only (1 of 3 here; every move of the first
+    -- file-store describe hit it in its logs), never on a correct node.
     it("delivers the moved shard's messages at once", function()
         local dir = helpers.tmpdir()
         local out = dir .. "/starts.log"
