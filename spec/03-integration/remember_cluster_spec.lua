@@ -415,11 +415,10 @@ describe("remember-entities, a stop while the shard's listing waits",
         assert.same({}, helpers.leaks())
     end)
 
-    -- BUG (found by this spec, left failing for the lead): the listing
-    -- that arrives after the stop still holds the id (it was read, or
-    -- asked for, before the stop was written) and the eager start
-    -- activates it again, recording it as running: an explicit stop is
-    -- undone. See the report of branch is12-specs.
+    -- Found by this spec (fixed): the listing that arrives after the stop
+    -- still held the id, and the eager start activated it again,
+    -- recording it as running: an explicit stop was undone. The machine
+    -- now skips an id that left the set after the listing.
     it("does not start again an id stopped before the listing came in",
        function()
         local dir = helpers.tmpdir()
@@ -500,14 +499,12 @@ describe("remember-entities, fail_closed, a move on one machine", function()
         assert.same({}, helpers.leaks())
     end)
 
-    -- BUG (found by this spec, left failing for the lead): the old owner
-    -- closes the log (and its lock) only at a later tick, after the hold
-    -- of the shard's STOPPED is released; the new owner's listing meets
-    -- the lock (MS_EBUSY), counts a load error and, with fail_closed,
-    -- refuses the shard's messages with remember_store_failed until its
-    -- retry a second later. A move is not a store failure. A race: it
-    -- fails in some runs only (1 of 3 here; every move of the first
-    -- file-store describe hit it in its logs), never on a correct node.
+    -- Found by this spec (fixed): the old owner closed the log (and its
+    -- lock) only at a later tick, so the new owner's listing met the
+    -- lock (MS_EBUSY), counted a load error and, with fail_closed,
+    -- refused the shard's messages until its retry a second later. The
+    -- old owner now unlocks the log before it reports the shard stopped.
+    -- A race: it failed in some runs only.
     it("delivers the moved shard's messages at once", function()
         local dir = helpers.tmpdir()
         local out = dir .. "/starts.log"
