@@ -7,8 +7,11 @@
  * (cluster.h).
  *
  * Two entity types on the `counter` behavior:
- *   Counter  S shards, remembered in the file store (fsync "always"),
- *            idle_timeout false;
+ *   Counter  S shards, remembered in the file store (fsync "always",
+ *            the default) or the postgres store (--store postgres: a
+ *            throwaway server of its own, `.ci/pg start PID` as for
+ *            `moonshard-bench persist`, stopped at the end), idle_timeout
+ *            false;
  *   Ping     64 shards, not remembered: the other traffic.
  * Both are placed by a strategy the bench writes beside the config
  * (bench_pcounter.lua, the file of the temporary folder meant for a
@@ -36,6 +39,7 @@
 #include <ftw.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +54,8 @@
 #define STEADY_S 3.0
 #define RECORD_WAIT_S 120   /* n1 recorded the N activations */
 #define EAGER_WAIT_S 300    /* n2 started them all again */
+#define MIGRATE_WAIT_S 60   /* n1 migrated the schema (postgres) */
+#define PG_SCRIPT MS_BENCH_DIR "/../.ci/pg"
 
 /* The strategy module: pure, deterministic, its id names its option. */
 static const char STRATEGY[] =
@@ -82,7 +88,60 @@ static const char STRATEGY[] =
 struct rem_args {
     long entities;
     int shards, callers;
+    int pg;                     /* the postgres store, else file */
 };
+
+/* ---- a throwaway PostgreSQL (--store postgres) ------------------------ */
+
+struct pgsrv {
+    char dir[512];
+    char conninfo[512];
+};
+
+/* The first `len`-1 bytes of the stdout of `cmd` (sh) into out; its exit
+ * status, or -1. */
+static int capture(const char *cmd, char *out, size_t len)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t n = fread(out, 1, len - 1, p);
+    out[n] = 0;
+    while (fgetc(p) != EOF)
+        ;
+    int st = pclose(p);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* `.ci/pg start PID`: its folder and connection string into s; 0 or -1
+ * (said). The script's guard stops the server if this process dies. */
+static int pg_up(struct pgsrv *s)
+{
+    char cmd[1024], out[2048], port[32], pid[32];
+    snprintf(cmd, sizeof cmd, "%s start %d", PG_SCRIPT, (int)getpid());
+    fprintf(stderr, "moonshard bench remember: starting a throwaway "
+            "PostgreSQL (%s) ...\n", PG_SCRIPT);
+    if (capture(cmd, out, sizeof out) != 0 ||
+        sscanf(out, "%511[^\n]\n%31[^\n]\n%31[^\n]\n%511[^\n]", s->dir,
+               port, pid, s->conninfo) != 4) {
+        fprintf(stderr, "moonshard bench remember: %s start failed\n",
+                PG_SCRIPT);
+        s->dir[0] = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/* `.ci/pg stop DIR` (DIR is mkdtemp's: no quote in it). */
+static void pg_down(struct pgsrv *s)
+{
+    char cmd[1024], out[256];
+    if (!s->dir[0] || strchr(s->dir, '\''))
+        return;
+    snprintf(cmd, sizeof cmd, "%s stop '%s'", PG_SCRIPT, s->dir);
+    capture(cmd, out, sizeof out);
+    s->dir[0] = 0;
+}
 
 /* What n<i>'s /v1/stats "remember" object says. */
 struct rstats {
@@ -274,8 +333,29 @@ static double activate(struct cluster *cl, const struct reqs *act, long n,
     return t;
 }
 
+/* Waits until n1 says its schema is migrated (postgres); 0 or -1. */
+static int wait_migrated(struct cluster *cl)
+{
+    double until = ms__bench_now_s() + MIGRATE_WAIT_S;
+    while (ms__bench_now_s() < until) {
+        char *body;
+        int st = ms__bench_http_call(cl->http[0], "GET", "/v1/stats", NULL,
+                                     &body);
+        long long v = st == 200 ? ms__bench_json_num(body, "schema_version")
+                                : -1;
+        free(body);
+        if (v >= 1)
+            return 0;
+        usleep(100000);
+    }
+    fprintf(stderr, "moonshard bench remember: n1 did not migrate the "
+            "schema within %d s\n", MIGRATE_WAIT_S);
+    return -1;
+}
+
 static int bench_remember(struct cluster *cl, const struct rem_args *a,
-                          const char *dir, char ids[][24], struct reqs *act,
+                          const char *dir, const struct pgsrv *pg,
+                          char ids[][24], struct reqs *act,
                           struct reqs *pings)
 {
     FILE *m = fopen(ms__bench_file(F_MODULE), "w");
@@ -283,25 +363,34 @@ static int bench_remember(struct cluster *cl, const struct rem_args *a,
         perror("moonshard bench remember: cannot write the strategy");
         return -1;
     }
-    char entities[1024];
+    char entities[1024], store[256], extra[700];
+    if (a->pg)
+        snprintf(store, sizeof store, "store = \"postgres\"");
+    else
+        snprintf(store, sizeof store, "store = \"file\", dir = \"%s\", "
+                 "fsync = \"always\"", dir);
+    /* the connection string as a Lua long string: .ci/pg's holds no
+     * "]]" */
+    snprintf(extra, sizeof extra, "    handoff_timeout = 10,\n%s%s%s",
+             a->pg ? "    database = [[" : "", a->pg ? pg->conninfo : "",
+             a->pg ? "]],\n" : "");
     snprintf(entities, sizeof entities,
              "        Counter = { module = \"counter\", shard_count = %d,\n"
              "                    idle_timeout = false,\n"
-             "                    remember = { store = \"file\", dir = "
-             "\"%s\", fsync = \"always\" },\n"
+             "                    remember = { %s },\n"
              "                    allocation = require(\"bench_pcounter\")"
              ".on(\"n2\") },\n"
              "        Ping = { module = \"counter\", shard_count = %d,\n"
              "                 idle_timeout = false,\n"
              "                 allocation = require(\"bench_pcounter\")"
-             ".on(\"n2\") },\n", a->shards, dir, PING_SHARDS);
-    if (ms__bench_write_config(cl, entities, "    handoff_timeout = 10,\n")
-        < 0) {
+             ".on(\"n2\") },\n", a->shards, store, PING_SHARDS);
+    if (ms__bench_write_config(cl, entities, extra) < 0) {
         perror("moonshard bench: cannot write the cluster config");
         return -1;
     }
     fprintf(stderr, "moonshard bench remember: starting n1 ...\n");
-    if (ms__bench_start_node(cl, 0) < 0 || ms__bench_wait_up(cl, 1) < 0)
+    if (ms__bench_start_node(cl, 0) < 0 || ms__bench_wait_up(cl, 1) < 0 ||
+        (a->pg && wait_migrated(cl) < 0))
         return -1;
     if (ms__bench_build_reqs(act, cl->http[0], ids, (int)a->entities,
                              "activate", "") < 0 ||
@@ -356,13 +445,15 @@ static int bench_remember(struct cluster *cl, const struct rem_args *a,
 
     printf("moonshard bench remember: eager start of remembered entities "
            "after a move\n"
-           "  Counter: %d shards, %ld entities, remember store \"file\" "
-           "(fsync \"always\"), 127.0.0.1\n"
+           "  Counter: %d shards, %ld entities, remember store %s, "
+           "127.0.0.1\n"
            "  activation through n1, %d callers: %.2f s (%.0f/s); recorded "
            "%.2f s later\n"
            "  move requests: %d (%lld refused); n2 owned every shard after "
            "%.2f s\n\n",
-           a->shards, a->entities, a->callers, act_s,
+           a->shards, a->entities,
+           a->pg ? "\"postgres\" (.ci/pg)" : "\"file\" (fsync \"always\")",
+           a->callers, act_s,
            (double)a->entities / act_s, record_s, a->shards, mv.refused,
            mv.t_owned ? (double)(mv.t_owned - mv.t_start) / 1e9 : -1.0);
     printf("  eager start on n2: %lld entities in %.2f s = %.0f entities/s "
@@ -390,19 +481,29 @@ static int rm_entry(const char *path, const struct stat *sb, int flag,
 static int remember_usage(void)
 {
     fprintf(stderr, "usage: moonshard-bench remember [--entities N] "
-            "[--shards S] [--callers C]\n");
+            "[--shards S] [--callers C] [--store file|postgres]\n"
+            "  N: 1..1000000 (100000), S: 1..4096 (256), C: 1..%d (50)\n",
+            REM_MAX_CALLERS);
     return 2;
 }
 
 /*
- * `moonshard-bench remember [--entities N] [--shards S] [--callers C]`;
- * argv[0] is "remember". Defaults 100000, 256, 50. Prints the figures;
+ * `moonshard-bench remember [--entities N] [--shards S] [--callers C]
+ * [--store file|postgres]`; argv[0] is "remember". Defaults 100000, 256,
+ * 50, file. Prints the figures;
  * returns the exit code: 0, or 1 when a step or check failed.
  */
 int ms_bench_remember_main(int argc, char **argv)
 {
-    struct rem_args a = {100000, 256, 50};
+    struct rem_args a = {100000, 256, 50, 0};
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--store") == 0 && i + 1 < argc &&
+            (strcmp(argv[i + 1], "file") == 0 ||
+             strcmp(argv[i + 1], "postgres") == 0)) {
+            a.pg = strcmp(argv[i + 1], "postgres") == 0;
+            i++;
+            continue;
+        }
         char *end;
         long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
         int ok = i + 1 < argc && *end == 0;
@@ -432,18 +533,24 @@ int ms_bench_remember_main(int argc, char **argv)
     }
     char (*ids)[24] = calloc((size_t)a.entities, sizeof *ids);
     struct reqs act = {NULL, NULL, 0}, pings = {NULL, NULL, 0};
+    struct pgsrv pg;
+    memset(&pg, 0, sizeof pg);
     int rc = -1;
-    if (ids) {
+    if (a.pg && pg_up(&pg) < 0) {
+        free(ids);
+        ids = NULL; /* said */
+    } else if (ids) {
         for (long i = 0; i < a.entities; i++)
             snprintf(ids[i], sizeof ids[i], "r%ld", i + 1);
-        rc = bench_remember(&cl, &a, dir, ids, &act, &pings);
+        rc = bench_remember(&cl, &a, dir, &pg, ids, &act, &pings);
         if (rc < 0)
             ms__bench_show_node_logs(&cl);
-    } else {
+    } else if (!a.pg || pg.dir[0]) {
         fprintf(stderr, "moonshard bench: out of memory\n");
     }
     fflush(stdout);
     ms__bench_cleanup_all();
+    pg_down(&pg);
     if (nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) < 0)
         fprintf(stderr, "moonshard bench remember: cannot remove %s: %s\n",
                 dir, strerror(errno));
