@@ -301,7 +301,9 @@ describe("remember file store", function()
         local log = dir .. "/Keeper.0.rlog"
         local biggest, shrunk = 0, false
         for i = 1, 3000 do
-            -- a start (activation) and a stop (ctx:stop())
+            -- a start (activation), then a stop (ctx:stop()) in another
+            -- message, so that the two are seldom coalesced in the queue
+            n:call("Keeper", "e" .. i, { type = "get" })
             n:call("Keeper", "e" .. i, { type = "stop" })
             if i % 25 == 0 then
                 wait_idle(n)
@@ -388,9 +390,10 @@ describe("remember file store failures", function()
         assert.is_true(r.errors > 0)
         -- another shard (its log open) is served
         assert.equal(0, n:call("Keeper", y4, { type = "get" }).seen)
-        -- the store works again: still refused until the operator clears
+        -- the store works again and the retried write goes through: the
+        -- shard is still refused until the operator clears it
         undo()
-        helpers.sleep(1.5)
+        wait_idle(n)
         assert.is_true((refused(n, x1)))
         local status, body, raw = clear(n, 1)
         assert.equal(200, status, raw)
