@@ -289,6 +289,33 @@ describe("remember file store", function()
         assert.is_true(logs_set(dir, 8)[a2])
     end)
 
+    it("resets a torn header, refuses (never cuts) a foreign file",
+       function()
+        -- shard 7: the first bytes of a header (a creation torn by a
+        -- crash); shard 4: not a remember log at all
+        helpers.write_file(dir .. "/Keeper.7.rlog", "MSRL")
+        local foreign = "NOTALOG!\1\2\3 some bytes of another program"
+        helpers.write_file(dir .. "/Keeper.4.rlog", foreign)
+        local n = helpers.start(opts(dir, out, { on_failure = "fail_open" }))
+        helpers.wait_until(function()
+            local r = rem(n)
+            return r.loads >= 7 and r.load_errors > 0, r.loads
+        end, 10, "the shards listed")
+        -- the foreign file is left as it was
+        assert.equal(foreign, helpers.read_file(dir .. "/Keeper.4.rlog"))
+        -- the reset log takes records again
+        local x7 = id_in_shard(n, 7)
+        n:call("Keeper", x7, { type = "get" })
+        wait_idle(n)
+        assert.same({ [x7] = true }, (replay(helpers.read_file(
+            dir .. "/Keeper.7.rlog"))))
+        -- shard 4 is served (fail_open), its writes fail and are counted
+        local x4 = id_in_shard(n, 4)
+        assert.equal(0, n:call("Keeper", x4, { type = "get" }).seen)
+        assert.equal(foreign, helpers.read_file(dir .. "/Keeper.4.rlog"))
+        assert.is_true(n:alive())
+    end)
+
     it("compaction keeps the set", function()
         local o = opts(dir, out, { fsync = "never" }, 1)
         local n = helpers.start(o)
