@@ -26,4 +26,10 @@ int ms_bench_handoff_main(int argc, char **argv);
  * code. */
 int ms_bench_persist_main(int argc, char **argv);
 
+/* Runs `moonshard-bench remember [--entities N] [--shards S]
+ * [--callers C]`; argv[0] is "remember": the eager start of remembered
+ * entities whose shards move to another node, under another type's
+ * traffic (remember.c). Prints the figures; returns the exit code. */
+int ms_bench_remember_main(int argc, char **argv);
+
 #endif

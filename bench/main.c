@@ -7,6 +7,7 @@
  *   cluster  2 node processes vs redis-benchmark INCR
  *   handoff  shards moving from 2 node processes to 3
  *   persist  committed asks of an event-sourced counter vs pgbench
+ *   remember eager start of remembered entities after a move
  *
  * cluster, handoff and persist run `moonshard node` from the `moonshard` binary
  * beside this one, or $MOONSHARD_BIN.
@@ -37,7 +38,10 @@ static int usage(FILE *f)
         "  persist [--seconds S] [--ids N]\n"
         "                                 committed asks vs pgbench INSERTs\n"
         "                                 on a throwaway PostgreSQL (.ci/pg)\n"
-        "cluster, handoff and persist start nodes from the moonshard binary beside\n"
+        "  remember [--entities N] [--shards S] [--callers C]\n"
+        "                                 eager start after a move, under\n"
+        "                                 another type's traffic\n"
+        "cluster, handoff, persist and remember start nodes from the moonshard binary beside\n"
         "this one, or $MOONSHARD_BIN.\n");
     return f == stdout ? 0 : 2;
 }
@@ -74,6 +78,8 @@ int main(int argc, char **argv)
         return ms_bench_handoff_main(argc - 1, argv + 1);
     if (strcmp(cmd, "persist") == 0)
         return ms_bench_persist_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "remember") == 0)
+        return ms_bench_remember_main(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0)
         return usage(stdout);
     fprintf(stderr, "moonshard-bench: unknown command '%s'\n", cmd);
