@@ -171,6 +171,12 @@ struct ms_node_remember {
     uint64_t loads, load_errors, early_drops, eager_failed;
 };
 
+/* The file store answers -errno as well as MS_* codes (<= -4096). */
+static const char *errstr(int err)
+{
+    return err <= -4096 || err >= 0 ? ms_strerror(err) : strerror(-err);
+}
+
 static uint64_t now_of(const struct ms_node_remember *nr)
 {
     return uv_now(nr->loop);
@@ -312,7 +318,7 @@ static void loaded(struct ms_node_remember *nr, int type, uint32_t shard,
         if (!s->load_failed)
             ms_log(MS_LOG_ERROR, NULL, "remember: cannot list the ids of %s "
                    "shard %u: %s%s%s; retried every %d ms (%s)", t->tc->name,
-                   shard, ms_strerror(err), message && *message ? ": " : "",
+                   shard, errstr(err), message && *message ? ": " : "",
                    message ? message : "", MS_NODE_REMEMBER_LOAD_RETRY_MS,
                    t->tc->remember_fail_closed
                        ? "fail_closed: its messages are refused"
@@ -529,7 +535,7 @@ static void written(struct ms_node_remember *nr, int type, uint32_t shard,
         if (ms_log_due(n))
             ms_log(MS_LOG_WARN, NULL, "remember: a write to the store of %s "
                    "shard %u failed: %s%s%s (%llu so far; retried, %s)",
-                   nr->types[type].tc->name, shard, ms_strerror(err),
+                   nr->types[type].tc->name, shard, errstr(err),
                    message && *message ? ": " : "", message ? message : "",
                    (unsigned long long)n,
                    nr->types[type].tc->remember_fail_closed ? "fail_closed"
@@ -816,7 +822,7 @@ int ms_node_remember_new(struct ms_node_remember **out, uv_loop_t *loop,
             if (rc < 0) {
                 snprintf(err, errlen, "entities.%s.remember.dir: cannot "
                          "open the file store '%s': %s", tc->name,
-                         tc->remember_dir, ms_strerror(rc));
+                         tc->remember_dir, errstr(rc));
                 goto fail;
             }
         }

@@ -58,6 +58,27 @@ describe("remember-entities under attack", function()
         assert.is_true(owned(n) > 0)
     end)
 
+    -- The file store answers errno codes, which the node printed as
+    -- "unknown error".
+    it("a file store whose dir cannot be opened stops the node with "
+       .. "the cause", function()
+        local file = dir .. "/a-file"
+        assert(io.open(file, "w")):close()
+        local o = keeper(8, dir .. "/starts.log")
+        o.entities.Keeper.remember = { store = "file", dir = file .. "/x" }
+        local config = helpers.write_config(o, helpers.free_port(),
+                                            helpers.free_port())
+        local log = dir .. "/node.log"
+        local proc = helpers.spawn({ helpers.bin, "node", config },
+                                   { stdout = log, stderr = "stdout" })
+        wait_for("the node to exit", function() return proc:poll() end)
+        assert.is_not.equal(0, proc.code)
+        local text = helpers.read_file(log) or ""
+        assert.truthy(text:find("entities.Keeper.remember.dir", 1, true),
+                      text)
+        assert.truthy(text:lower():find("not a directory", 1, true), text)
+    end)
+
     it("a remembered type of 512 shards is still allocated without "
        .. "a message", function()
         local n = helpers.start(keeper(512, dir .. "/starts.log"))
