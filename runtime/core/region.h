@@ -347,10 +347,18 @@ int ms_region_shard_serving(const struct ms_region *r, int type,
 int ms_region_shard_stopping(const struct ms_region *r, int type,
                              uint32_t shard);
 
-/* Asks the coordinator to allocate every shard of `type` that has no
- * owner in this node's plan (each at most every MS_REGION_ALLOC_RETRY_MS):
- * a remembered type's shards start, and their entities with them,
- * without waiting for a message. */
+/* Asks the coordinator to allocate shards of `type` that have no owner
+ * in this node's plan (each at most every MS_REGION_ALLOC_RETRY_MS): a
+ * remembered type's shards start, and their entities with them, without
+ * waiting for a message. One call asks for at most
+ * MS_REGION_ALLOC_UNOWNED_WORK / (owned shards + 1) of them, within
+ * [MS_REGION_ALLOC_UNOWNED_MIN, MS_REGION_ALLOC_UNOWNED_MAX]: the
+ * coordinator's strategy costs a view of the type's allocations per
+ * shard, so a type of 65,536 shards asked at once would hold its loop
+ * for minutes. */
+#define MS_REGION_ALLOC_UNOWNED_WORK 524288
+#define MS_REGION_ALLOC_UNOWNED_MIN 4
+#define MS_REGION_ALLOC_UNOWNED_MAX 1024
 void ms_region_allocate_unowned(struct ms_region *r, int type,
                                 uint64_t now_ms);
 

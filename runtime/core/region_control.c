@@ -365,9 +365,33 @@ void ms_region_allocate_unowned(struct ms_region *r, int type,
     if (type < 0 || type >= r->ntypes || !r->coordinator)
         return;
     r->now = now_ms;
-    for (uint32_t i = 0; i < r->cfg->types[type].shard_count; i++)
-        if (!ms_plan_owner(r->types[type].plan, i, NULL))
-            ms__region_request_alloc(r, type, i);
+    struct rtype *rt = &r->types[type];
+    uint32_t n = r->cfg->types[type].shard_count, owned = 0;
+    for (uint32_t i = 0; i < n; i++)
+        owned += ms_plan_owner(rt->plan, i, NULL) != 0;
+    if (owned == n)
+        return;
+    /* the coordinator's strategy sees every allocation of the type for
+     * each shard it places: the batch shrinks as the type fills, so that
+     * one batch stays a bounded amount of its work (and of its loop) */
+    uint32_t most = MS_REGION_ALLOC_UNOWNED_WORK / (owned + 1);
+    most = most < MS_REGION_ALLOC_UNOWNED_MIN ? MS_REGION_ALLOC_UNOWNED_MIN
+           : most > MS_REGION_ALLOC_UNOWNED_MAX ? MS_REGION_ALLOC_UNOWNED_MAX
+                                                : most;
+    /* from a cursor that moves on, so that a shard the coordinator never
+     * places does not hold back the ones behind it */
+    uint32_t asked = 0, first = n;
+    for (uint32_t j = 0; j < n && asked < most; j++) {
+        uint32_t i = (rt->alloc_next + j) % n;
+        if (ms_plan_owner(rt->plan, i, NULL))
+            continue;
+        if (first == n)
+            first = i;
+        ms__region_request_alloc(r, type, i); /* not again within
+                                                 MS_REGION_ALLOC_RETRY_MS */
+        asked++;
+    }
+    rt->alloc_next = first < n ? (first + 1) % n : 0;
 }
 
 void ms_region_set_stop_hold(struct ms_region *r, ms_region_hold_cb hold,

@@ -62,6 +62,7 @@ struct rtype {
     char fingerprint[640];
     int refused;             /* the coordinator refused our settings */
     int persistent;          /* its shards hold leases */
+    uint32_t alloc_next;     /* ms_region_allocate_unowned's cursor */
 };
 
 /* A queued action and its bytes. */

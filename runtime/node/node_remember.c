@@ -24,6 +24,9 @@
 #define ALLOC_EVERY_MS 1000
 /* open logs of one file store */
 #define FILE_MAX_OPEN 256
+/* shards of a type the tick looks at (a slice; the next tick goes on):
+ * a type of 65,536 shards is gone through every 16 ticks (160 ms) */
+#define SCAN_PER_TICK 4096
 
 /* ---- the memory store: a set of ids per shard ------------------------- */
 
@@ -126,6 +129,7 @@ struct ntype {
     struct ms_remember_file *file;
     struct mset *mem;             /* [shard_count] */
     struct nshard *sh;            /* [shard_count] */
+    uint32_t scan_next;           /* where the tick's slice starts */
 };
 
 /* A record of a shard whose listing is not in yet. */
@@ -720,7 +724,13 @@ static void on_tick(uv_timer_t *timer)
         struct ntype *t = &nr->types[type];
         if (ask_alloc && t->store)
             ms_router_allocate_unowned(nr->router, type);
-        for (uint32_t i = 0; t->store && i < t->tc->shard_count; i++) {
+        uint32_t n = t->tc->shard_count;
+        uint32_t k = n < SCAN_PER_TICK ? n : SCAN_PER_TICK;
+        uint32_t i = t->scan_next;
+        if (t->store)
+            t->scan_next = (uint32_t)(((uint64_t)i + k) % n);
+        for (uint32_t j = 0; t->store && j < k;
+             j++, i = i + 1 < n ? i + 1 : 0) {
             struct nshard *s = &t->sh[i];
             int serving = ms_region_shard_serving(nr->rg, type, i);
             if (serving && !s->draining &&
