@@ -28,6 +28,7 @@
 
 static void conn_start(struct conn *c);
 static void pump(struct ms_pg *pg);
+static void on_kick(uv_timer_t *t);
 
 /* -- small helpers ------------------------------------------------------ */
 
@@ -360,6 +361,11 @@ static void finish(struct conn *c)
     job_done(pg, j, &r);
     if (res)
         PQclear(res);
+    /* the connection is free: the next queued job starts on the next
+     * loop turn (not inside this callback's caller), not at the next
+     * tick; a burst of jobs runs at the pace of the server */
+    if (pg->head && !pg->closing && !uv_is_active((uv_handle_t *)&pg->kick))
+        uv_timer_start(&pg->kick, on_kick, 0, 0);
 }
 
 /* One step's results are all read: the next step, ROLLBACK, or the end. */
