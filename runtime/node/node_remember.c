@@ -582,28 +582,11 @@ static void do_write(struct ms_node_remember *nr,
         return;
     }
     if (t->store == MS_REMEMBER_FILE) {
-        /* a resync rewrites the log: stops of what it holds beyond the set
-         * are not known here, so the log is emptied first */
+        /* the records in order; for a resync (the shard's whole set),
+         * the starts first and then stops of what the log holds beyond
+         * the set, so a crash in between leaves extra ids, never loses
+         * one of the set */
         struct ms_remember_rec recs[64];
-        if (a->replace) {
-            struct idlist l;
-            memset(&l, 0, sizeof l);
-            rc = ms_remember_file_list(t->file, t->tc->name, a->shard,
-                                       idlist_add, &l);
-            rc = rc ? rc : l.err;
-            for (uint32_t i = 0; !rc && i < l.n; i += 64) {
-                uint32_t k = l.n - i < 64 ? l.n - i : 64;
-                for (uint32_t j = 0; j < k; j++)
-                    recs[j] = (struct ms_remember_rec){
-                        MS_REMEMBER_STOP, l.bytes + l.offs[i + j],
-                        l.lens[i + j]};
-                rc = ms_remember_file_append_batch(t->file, t->tc->name,
-                                                   a->shard, recs, k);
-            }
-            free(l.bytes);
-            free(l.offs);
-            free(l.lens);
-        }
         for (uint32_t i = 0; !rc && i < a->nrecords; i += 64) {
             uint32_t k = a->nrecords - i < 64 ? a->nrecords - i : 64;
             for (uint32_t j = 0; j < k; j++)
@@ -612,6 +595,39 @@ static void do_write(struct ms_node_remember *nr,
                     a->records[i + j].id_len};
             rc = ms_remember_file_append_batch(t->file, t->tc->name, a->shard,
                                                recs, k);
+        }
+        if (!rc && a->replace) {
+            struct mset keep;
+            memset(&keep, 0, sizeof keep);
+            for (uint32_t i = 0; !rc && i < a->nrecords; i++)
+                rc = mset_apply(&keep, MS_REMEMBER_START, a->records[i].id,
+                                a->records[i].id_len);
+            struct idlist l;
+            memset(&l, 0, sizeof l);
+            if (!rc)
+                rc = ms_remember_file_list(t->file, t->tc->name, a->shard,
+                                           idlist_add, &l);
+            rc = rc ? rc : l.err;
+            uint32_t k = 0;
+            for (uint32_t i = 0; !rc && i < l.n; i++) {
+                const char *id = l.bytes + l.offs[i];
+                if (keep.b && *mset_slot(&keep, id, l.lens[i]))
+                    continue;
+                recs[k++] = (struct ms_remember_rec){MS_REMEMBER_STOP, id,
+                                                     l.lens[i]};
+                if (k == 64 || i + 1 == l.n) {
+                    rc = ms_remember_file_append_batch(t->file, t->tc->name,
+                                                       a->shard, recs, k);
+                    k = 0;
+                }
+            }
+            if (!rc && k)
+                rc = ms_remember_file_append_batch(t->file, t->tc->name,
+                                                   a->shard, recs, k);
+            mset_clear(&keep);
+            free(l.bytes);
+            free(l.offs);
+            free(l.lens);
         }
         written(nr, a->type, a->shard, a->req, rc, NULL);
         return;
