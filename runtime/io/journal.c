@@ -185,15 +185,6 @@ struct group {
     struct op *ops[MS_JOURNAL_MAX_GROUP];
 };
 
-static char *dupstr(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 struct ms_journal *ms_journal_new(uv_loop_t *loop, struct ms_pg *pg,
                                   const char *cluster, const char *owner,
                                   int max_groups)
@@ -204,8 +195,8 @@ struct ms_journal *ms_journal_new(uv_loop_t *loop, struct ms_pg *pg,
     j->loop = loop;
     j->pg = pg;
     j->max_groups = max_groups > 0 ? max_groups : 2;
-    j->cluster = dupstr(cluster ? cluster : "");
-    j->owner = dupstr(owner ? owner : "");
+    j->cluster = ms_pg_dupstr(cluster ? cluster : "");
+    j->owner = ms_pg_dupstr(owner ? owner : "");
     if (!j->cluster || !j->owner) {
         free(j->cluster);
         free(j->owner);
@@ -494,7 +485,7 @@ static int write_tx(struct ms_journal *j, const struct ms_journal_entity *e,
         o->np[i] = first + np[i];
         for (int k = 0; k < o->np[i]; k++) {
             const char *v = k < first ? lease[k] : params[i][k - first];
-            if (v && !(o->params[i][k] = dupstr(v))) {
+            if (v && !(o->params[i][k] = ms_pg_dupstr(v))) {
                 op_free(o);
                 return MS_ENOMEM;
             }
@@ -507,9 +498,9 @@ static int write_tx(struct ms_journal *j, const struct ms_journal_entity *e,
         if (rc == 0 && e->op_reply &&
             !(reply = text_of(e->op_reply, e->op_reply_len)))
             rc = MS_EINVAL;
-        char *opid = rc == 0 ? dupstr(e->op_id) : NULL;
-        char *cl = rc == 0 ? dupstr(j->cluster) : NULL;
-        char *ty = rc == 0 ? dupstr(e->type) : NULL;
+        char *opid = rc == 0 ? ms_pg_dupstr(e->op_id) : NULL;
+        char *cl = rc == 0 ? ms_pg_dupstr(j->cluster) : NULL;
+        char *ty = rc == 0 ? ms_pg_dupstr(e->type) : NULL;
         if (rc == 0 && (!opid || !cl || !ty))
             rc = MS_ENOMEM;
         if (rc < 0) {

@@ -50,7 +50,7 @@ void ms_pg_one_line(char *s)
         s[--n] = 0;
 }
 
-static char *dupstr(const char *s)
+char *ms_pg_dupstr(const char *s)
 {
     size_t n = strlen(s) + 1;
     char *d = malloc(n);
@@ -649,8 +649,8 @@ int ms_pg_new(uv_loop_t *loop, const struct ms_pg_config *cfg,
     struct ms_pg *pg = calloc(1, sizeof *pg);
     char masked[512];
     ms_pg_mask_conninfo(d.conninfo, masked, sizeof masked);
-    if (!pg || !(pg->conninfo = dupstr(d.conninfo)) ||
-        !(pg->masked = dupstr(masked)) ||
+    if (!pg || !(pg->conninfo = ms_pg_dupstr(d.conninfo)) ||
+        !(pg->masked = ms_pg_dupstr(masked)) ||
         !(pg->conns = calloc((size_t)d.connections, sizeof *pg->conns))) {
         if (pg) {
             free(pg->conninfo);
@@ -720,14 +720,14 @@ static int stmt_set(struct stmt *s, const char *sql, int np,
                     const char *const *params)
 {
     s->nparams = np;
-    if (!(s->sql = dupstr(sql)))
+    if (!(s->sql = ms_pg_dupstr(sql)))
         return MS_ENOMEM;
     if (np == 0)
         return 0;
     if (!(s->params = calloc((size_t)np, sizeof *s->params)))
         return MS_ENOMEM;
     for (int i = 0; i < np; i++)
-        if (params[i] && !(s->params[i] = dupstr(params[i])))
+        if (params[i] && !(s->params[i] = ms_pg_dupstr(params[i])))
             return MS_ENOMEM;
     return 0;
 }

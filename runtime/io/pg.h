@@ -184,6 +184,10 @@ long ms_pg_result_affected(const struct ms_pg_result *res);
 const char *ms_pg_errname(int code);
 const char *ms_pg_strerror(int code);
 
+/* A malloc'd copy of the NUL-terminated `s`, or NULL (no memory); for
+ * the pool's users (journal, remember store) that keep parameters. */
+char *ms_pg_dupstr(const char *s);
+
 /* Puts an error text on one line in place: newlines, tabs and runs of
  * blanks become one space, none at the end (libpq's and a server's
  * messages hold newlines and tabs). */

@@ -105,15 +105,6 @@ struct group {
     struct wr *w[MS_REMEMBER_SQL_GROUP];
 };
 
-static char *dupstr(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 struct ms_remember_sql *ms_remember_sql_new(uv_loop_t *loop, struct ms_pg *pg,
                                             const char *cluster,
                                             const char *owner)
@@ -123,8 +114,8 @@ struct ms_remember_sql *ms_remember_sql_new(uv_loop_t *loop, struct ms_pg *pg,
         return NULL;
     s->loop = loop;
     s->pg = pg;
-    s->cluster = dupstr(cluster ? cluster : "");
-    s->owner = dupstr(owner ? owner : "");
+    s->cluster = ms_pg_dupstr(cluster ? cluster : "");
+    s->owner = ms_pg_dupstr(owner ? owner : "");
     if (!s->cluster || !s->owner) {
         free(s->cluster);
         free(s->owner);
@@ -416,12 +407,12 @@ static int statement(struct ms_remember_sql *s, struct wr *w, int k,
     int rc = arrays(rec, n, &p[5], &p[6]);
     if (rc < 0)
         return rc;
-    p[0] = dupstr(s->cluster);
-    p[1] = dupstr(type);
-    p[2] = dupstr(num[0]);
-    p[3] = dupstr(s->owner);
-    p[4] = dupstr(num[1]);
-    p[7] = dupstr(replace ? "true" : "false");
+    p[0] = ms_pg_dupstr(s->cluster);
+    p[1] = ms_pg_dupstr(type);
+    p[2] = ms_pg_dupstr(num[0]);
+    p[3] = ms_pg_dupstr(s->owner);
+    p[4] = ms_pg_dupstr(num[1]);
+    p[7] = ms_pg_dupstr(replace ? "true" : "false");
     if (lo && (p[8] = malloc(lo->id_len + 1))) {
         memcpy(p[8], lo->id, lo->id_len);
         p[8][lo->id_len] = 0;
