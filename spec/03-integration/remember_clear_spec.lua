@@ -2,8 +2,9 @@
 -- failed (issue 12, on_failure = "fail_closed"): POST
 -- /v1/remember/clear/{type}/{shard} with the admin token, and `moonshard
 -- remember clear TYPE SHARD`. The clear applies on the node that receives
--- it. Until the node fails shards, no shard is failed, so every clear of a
--- known type answers {"cleared":false}.
+-- it. No shard fails here (the memory store does not fail), so a clear of
+-- a remembered type answers {"cleared":false}; the clears of failed shards
+-- are in remember_file_spec and remember_fail_spec.
 
 local helpers = require "helpers.node"
 
@@ -20,6 +21,7 @@ describe("remember clear", function()
                 Counter = { module = "counter", shard_count = 16,
                             remember = { store = "memory",
                                          on_failure = "fail_closed" } },
+                Plain = { module = "counter", shard_count = 4 },
             },
             settings = { secret = "spec-secret-7f3a9c2e41b8",
                          admin_token = TOKEN },
@@ -57,6 +59,16 @@ describe("remember clear", function()
         local status, body, raw = clear("Nope/3", TOKEN)
         assert.equal(404, status, raw)
         assert.equal("unknown_type", body.error.code)
+    end)
+
+    it("answers 404 for a type that is not remembered, 400 for a shard "
+       .. "out of range", function()
+        local status, body, raw = clear("Plain/1", TOKEN)
+        assert.equal(404, status, raw)
+        assert.equal("not_remembered", body.error.code)
+        status, body, raw = clear("Counter/16", TOKEN)
+        assert.equal(400, status, raw)
+        assert.equal("bad_request", body.error.code)
     end)
 
     it("answers 400 for a shard that is not a number", function()
