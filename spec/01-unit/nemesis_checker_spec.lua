@@ -1,0 +1,340 @@
+-- The nemesis history checker (nemesis/checker.lua): a clean history
+-- passes, each doctored one is found, tricky linearizable ones pass.
+package.path = "./?.lua;" .. package.path
+
+local checker = require "nemesis.checker"
+local errors = require "moonshard.error"
+
+-- A call of the history: kind, op id, window, outcome, args, reply.
+local function call(kind, op, s, e, outcome, args, value, err)
+    return { client = "c1", op_id = op, kind = kind, type = "Reg",
+             id = "r1", start = s, ["end"] = e, outcome = outcome,
+             args = args, value = value, error = err }
+end
+
+local function cas(op, s, e, expect, new, swapped, outcome)
+    return call("cas", op, s, e, outcome or "ok",
+                { expect = expect, value = new },
+                (outcome or "ok") == "ok" and { ok = swapped } or nil)
+end
+
+local function ev(id, seq, epoch, op, typ)
+    return { table = "events", type = typ or "Reg", id = id,
+             sequence = seq, epoch = epoch,
+             payload = op and ('{"op_id":"' .. op .. '"}') or "{}" }
+end
+
+local function checks(report)
+    local out = {}
+    for _, v in ipairs(report.violations) do
+        out[#out + 1] = v.check
+    end
+    table.sort(out)
+    return out
+end
+
+-- A clean run: a register's CAS chain, a counter's adds, a sequence
+-- entity, activations around a fault, failed calls with documented
+-- codes.
+local function clean()
+    local history = {
+        cas("o1", 0, 10, nil, 1, true),
+        cas("o2", 12, 20, 1, 2, true),
+        cas("o3", 15, 25, 1, 3, false),
+        call("read", "o4", 30, 31, "ok", {}, { value = 2 }),
+        call("add", "o5", 0, 5, "ok", { n = 1 }, { count = 1 }),
+        call("add", "o6", 6, 9, "fail", { n = 1 }, nil, "stale_owner"),
+        call("add", "o7", 10, 90, "unknown", { n = 1 }),
+        call("seq_tell", "o8", 0, 1, "ok", { sender = "c1", n = 1 }),
+        { kind = "seq_seen", type = "Seq", id = "s1",
+          value = { c1 = { 1, 2, 3 }, c2 = { 1, 5 } } },
+        { kind = "seq_report", type = "Seq", id = "s1",
+          value = { reorders = 0, gaps = 1 } },
+        { kind = "activation", type = "Seq", id = "s1", node = "n1",
+          start = 0, ["end"] = 50 },
+        { kind = "activation", type = "Seq", id = "s1", node = "n2",
+          start = 40, ["end"] = 100 },
+        { kind = "fault", fault = "partition", start = 35, ["end"] = 55 },
+    }
+    for _, c in ipairs(history) do
+        if c.kind == "add" then c.type, c.id = "Tally", "t1" end
+    end
+    local journal = {
+        ev("r1", 1, 1, "o1"), ev("r1", 2, 2, "o2"),
+        ev("t1", 1, 1, "o5", "Tally"), ev("t1", 2, 1, nil, "Tally"),
+        { table = "operations", type = "Tally", id = "t1", op_id = "o5" },
+    }
+    return history, journal
+end
+
+describe("nemesis checker", function()
+    it("passes a clean history", function()
+        local report = checker.check(clean())
+        assert.same({}, checks(report))
+        assert.same({}, report.undecided)
+        assert.is_true(report.ok)
+        assert.equal(1, report.stats.registers)
+    end)
+
+    it("finds a lost acknowledged write", function()
+        local history, journal = clean()
+        table.remove(journal, 3) -- o5's event
+        local report = checker.check(history, journal)
+        assert.same({ "lost_write" }, checks(report))
+        assert.equal("Tally/t1", report.violations[1].entity)
+        assert.equal("o5", report.violations[1].evidence[1].op_id)
+    end)
+
+    it("finds an acknowledged CAS whose event is missing", function()
+        local history, journal = clean()
+        table.remove(journal, 2) -- o2's event
+        assert.same({ "lost_write" }, checks(checker.check(history,
+                                                           journal)))
+    end)
+
+    it("finds a stale write: an older epoch after a newer", function()
+        local history, journal = clean()
+        journal[#journal + 1] = ev("r1", 3, 1)
+        local report = checker.check(history, journal)
+        assert.same({ "single_writer" }, checks(report))
+        assert.matches("epoch 1 at sequence 3 after epoch 2",
+                       report.violations[1].message)
+    end)
+
+    it("finds epochs that interleave (A B A)", function()
+        local report = checker.check({}, {
+            ev("x", 1, 4), ev("x", 2, 5), ev("x", 3, 4), ev("x", 4, 5) })
+        assert.same({ "single_writer" }, checks(report))
+        assert.matches("interleaves", report.violations[1].message)
+    end)
+
+    it("finds a hole in an entity's sequence", function()
+        local report = checker.check({}, { ev("x", 3, 1), ev("x", 5, 1) })
+        assert.same({ "single_writer" }, checks(report))
+    end)
+
+    it("finds a reorder of one sender's messages", function()
+        local history, journal = clean()
+        history[9].value.c2 = { 1, 3, 2 }
+        local report = checker.check(history, journal)
+        assert.same({ "fifo" }, checks(report))
+        assert.equal("Seq/s1", report.violations[1].entity)
+        assert.same({ 3, 2 }, report.violations[1].evidence.around)
+    end)
+
+    it("finds a reorder the seqcheck entity counted", function()
+        local history, journal = clean()
+        history[10].value.reorders = 2
+        assert.same({ "fifo" }, checks(checker.check(history, journal)))
+    end)
+
+    it("finds a double application of an op id", function()
+        local history, journal = clean()
+        journal[#journal + 1] = ev("t1", 3, 2, "o5", "Tally")
+        local report = checker.check(history, journal)
+        assert.same({ "double_application" }, checks(report))
+        assert.matches("o5 applied twice", report.violations[1].message)
+    end)
+
+    it("counts the events of one multi-event op once", function()
+        local journal = {
+            { table = "events", type = "T", id = "x", sequence = 1,
+              epoch = 1, payload = { op_id = "a", op_part = 1 } },
+            { table = "events", type = "T", id = "x", sequence = 2,
+              epoch = 1, payload = { op_id = "a", op_part = 2 } } }
+        assert.is_true(checker.check({}, journal).ok)
+    end)
+
+    it("finds a write applied although its call was refused", function()
+        local history, journal = clean()
+        journal[#journal + 1] = ev("t1", 3, 1, "o6", "Tally")
+        assert.same({ "refused_write_applied" },
+                    checks(checker.check(history, journal)))
+    end)
+
+    it("finds two successful CAS from the same expected value", function()
+        local history = { cas("a", 0, 10, 0, 1, true),
+                          cas("b", 20, 30, 0, 2, true) }
+        local journal = { ev("r1", 1, 1, "a"), ev("r1", 2, 1, "b") }
+        local report = checker.check(history, journal, { initial = 0 })
+        assert.same({ "linearizable_cas" }, checks(report))
+        assert.equal("Reg/r1", report.violations[1].entity)
+        assert.matches("^b cas", report.violations[1].evidence.blocked)
+    end)
+
+    it("finds a read of a value no write could have left", function()
+        local history = { cas("a", 0, 10, nil, 1, true),
+                          call("read", "b", 20, 30, "ok", {},
+                               { value = 7 }) }
+        local report = checker.check(history, { ev("r1", 1, 1, "a") })
+        assert.same({ "linearizable_cas" }, checks(report))
+    end)
+
+    it("finds a refused CAS that expected the only value", function()
+        -- the register held 1 for the whole window of b, which says it
+        -- did not hold 1
+        local history = { cas("a", 0, 10, nil, 1, true),
+                          cas("b", 20, 30, 1, 5, false) }
+        local report = checker.check(history, { ev("r1", 1, 1, "a") })
+        assert.same({ "linearizable_cas" }, checks(report))
+    end)
+
+    it("passes concurrent overlapping CAS in either order", function()
+        -- b and c overlap; only the order c, b explains the read
+        local history = {
+            cas("a", 0, 5, nil, 1, true),
+            cas("b", 10, 40, 3, 2, true),
+            cas("c", 12, 30, 1, 3, true),
+            call("read", "d", 50, 60, "ok", {}, { value = 2 }),
+        }
+        local journal = { ev("r1", 1, 1, "a"), ev("r1", 2, 1, "c"),
+                          ev("r1", 3, 1, "b") }
+        local report = checker.check(history, journal)
+        assert.same({}, checks(report))
+        assert.is_true(report.ok)
+    end)
+
+    it("passes a read explained only by an unknown CAS", function()
+        local history = {
+            cas("a", 0, 5, nil, 1, true),
+            cas("b", 10, nil, 1, 9, nil, "unknown"),
+            call("read", "c", 100, 110, "ok", {}, { value = 9 }),
+            call("read", "d", 120, 130, "ok", {}, { value = 9 }),
+        }
+        local report = checker.check(history, { ev("r1", 1, 1, "a") })
+        assert.is_true(report.ok)
+    end)
+
+    it("passes an unknown CAS that never took effect", function()
+        local history = {
+            cas("a", 0, 5, nil, 1, true),
+            cas("b", 10, nil, 1, 9, nil, "unknown"),
+            call("read", "c", 100, 110, "ok", {}, { value = 1 }),
+        }
+        assert.is_true(checker.check(history, { ev("r1", 1, 1, "a") }).ok)
+    end)
+
+    it("treats an ambiguous error as unknown, a refusal as none", function()
+        local base = {
+            cas("a", 0, 5, nil, 1, true),
+            call("cas", "b", 10, 20, "fail", { expect = 1, value = 9 },
+                 nil, "timeout"),
+            call("read", "c", 100, 110, "ok", {}, { value = 9 }),
+        }
+        assert.is_true(checker.check(base, { ev("r1", 1, 1, "a") }).ok)
+        base[2].error = "stale_owner"
+        assert.same({ "linearizable_cas" },
+                    checks(checker.check(base, { ev("r1", 1, 1, "a") })))
+    end)
+
+    it("places an unknown CAS the journal holds after its start", function()
+        -- b's event is in the journal, so b took effect: the read of 1
+        -- after b's start but before any later write is then a violation
+        -- only if b must precede it; it need not, so this passes, and a
+        -- second read of 1 after a read of 9 does not
+        local history = {
+            cas("a", 0, 5, nil, 1, true),
+            cas("b", 10, nil, 1, 9, nil, "unknown"),
+            call("read", "c", 20, 30, "ok", {}, { value = 1 }),
+            call("read", "d", 40, 50, "ok", {}, { value = 9 }),
+        }
+        local journal = { ev("r1", 1, 1, "a"), ev("r1", 2, 1, "b") }
+        assert.is_true(checker.check(history, journal).ok)
+        history[#history + 1] = call("read", "e", 60, 70, "ok", {},
+                                     { value = 1 })
+        assert.same({ "linearizable_cas" },
+                    checks(checker.check(history, journal)))
+    end)
+
+    it("reports undecided, not a pass, when the bound is hit", function()
+        local history, journal = {}, {}
+        for i = 1, 12 do
+            -- twelve concurrent writes, then a read no order explains
+            history[i] = call("write", "w" .. i, 0, 100, "ok",
+                              { value = i })
+            journal[i] = ev("r1", i, 1, "w" .. i)
+        end
+        history[13] = call("read", "r", 200, 210, "ok", {},
+                           { value = 99 })
+        local report = checker.check(history, journal, { max_steps = 50 })
+        assert.is_false(report.ok)
+        assert.same({}, report.violations)
+        assert.equal(1, #report.undecided)
+        assert.matches("search bound of 50 steps",
+                       report.undecided[1].message)
+        -- with room to search, the same history is refuted
+        assert.same({ "linearizable_cas" },
+                    checks(checker.check(history, journal)))
+    end)
+
+    it("finds two activations at once outside any fault", function()
+        local history, journal = clean()
+        history[#history] = nil -- the fault that covered the overlap
+        local report = checker.check(history, journal)
+        assert.same({ "single_activation" }, checks(report))
+        assert.matches("from 40 to 50", report.violations[1].message)
+    end)
+
+    it("takes settle_ms into the fault windows", function()
+        local history, journal = clean()
+        history[#history]["end"] = 47
+        assert.same({ "single_activation" },
+                    checks(checker.check(history, journal)))
+        assert.is_true(checker.check(history, journal,
+                                     { settle_ms = 5 }).ok)
+    end)
+
+    it("finds a failed call with an undocumented error code", function()
+        local history, journal = clean()
+        history[6].error = "oops"
+        local report = checker.check(history, journal)
+        assert.same({ "undocumented_error" }, checks(report))
+        assert.matches("'oops'", report.violations[1].message)
+        history[6].error = nil
+        assert.same({ "undocumented_error" },
+                    checks(checker.check(history, journal)))
+        history[6].error = "oops"
+        assert.is_true(checker.check(history, journal,
+                                     { extra_codes = { "oops" } }).ok)
+    end)
+
+    it("knows every code of moonshard.error", function()
+        local mine = {}
+        for _, c in ipairs(checker.runtime_codes) do mine[c] = true end
+        local theirs = {}
+        for c in pairs(errors.codes) do theirs[c] = true end
+        assert.same(theirs, mine)
+    end)
+
+    it("names the record of a malformed input", function()
+        local history = { call("cas", "a", 0, 5, "maybe", {}, {}) }
+        history[1]._line = 7
+        assert.has_error(function() checker.check(history, {}) end,
+            "history record at line 7: 'outcome' must be ok, fail or "
+            .. "unknown")
+        local dup = { cas("a", 0, 5, nil, 1, true),
+                      cas("a", 6, 9, 1, 2, true) }
+        assert.has_error(function() checker.check(dup, {}) end)
+    end)
+
+    it("checks 10,000 calls over 100 registers", function()
+        -- correctness at scale (the speed is measured by a command in
+        -- nemesis/README.md, not here)
+        local history, journal, t = {}, {}, 0
+        for k = 1, 100 do
+            local v = 0
+            for i = 1, 100 do
+                local op = "k" .. k .. "-" .. i
+                local c = cas(op, t, t + 15, v, i, true)
+                c.id = "r" .. k
+                history[#history + 1] = c
+                journal[#journal + 1] = ev("r" .. k, i, 1, op)
+                v = i
+                t = t + 10 -- each call overlaps the next
+            end
+        end
+        local report = checker.check(history, journal, { initial = 0 })
+        assert.is_true(report.ok)
+        assert.equal(100, report.stats.registers)
+    end)
+end)
