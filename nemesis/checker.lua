@@ -191,6 +191,49 @@ local function check_call(rec)
     end
 end
 
+-- The attempts of one operation (a client retried it with the same op
+-- id, as README "What stays ambiguous" says to) as one call: it took
+-- effect at most once, between the first start and the first ok end.
+-- Ok if an attempt was ok (its reply is the operation's), failed if
+-- every attempt was refused, else unknown.
+local function merge(list, no_effect)
+    local first = list[1]
+    if #list == 1 then
+        return first
+    end
+    local m = {}
+    for k, v in pairs(first) do m[k] = v end
+    m.attempts = #list
+    local ok, open, last_end = nil, false, first["end"]
+    for _, a in ipairs(list) do
+        if a.kind ~= first.kind or a.type ~= first.type
+           or tostring(a.id) ~= tostring(first.id)
+           or canon(a.args) ~= canon(first.args) then
+            bad(a, "history", "op_id " .. tostring(a.op_id) .. " names "
+                .. "another call before (an op id's retries must repeat "
+                .. "its kind, type, id and args)")
+        end
+        if a.start < m.start then m.start = a.start end
+        if a.outcome == "ok" then
+            if not ok or a["end"] < ok["end"] then ok = a end
+        elseif a.outcome == "unknown" or not no_effect[a.error] then
+            open = true
+        end
+        if a["end"] and (not last_end or a["end"] > last_end) then
+            last_end = a["end"]
+        end
+    end
+    if ok then
+        m.outcome, m.value, m.error, m["end"] = "ok", ok.value, nil,
+                                               ok["end"]
+    elseif open then
+        m.outcome, m.value, m.error, m["end"] = "unknown", nil, nil, nil
+    else
+        m.outcome, m.error, m["end"] = "fail", list[#list].error, last_end
+    end
+    return m
+end
+
 -- ------------------------------------------------------- report helpers
 
 local function add(report, check, entity, message, evidence)
@@ -706,7 +749,12 @@ local function check_activations(report, acts, fault_recs, opts, t_end)
             names[#names + 1] = e
         end
         local stop = a["end"]
-        if stop == nil or stop == NULL then stop = t_end end
+        if stop == nil or stop == NULL then
+            stop = t_end
+        elseif type(stop) ~= "number" or stop < a.start then
+            bad(a, "history", "an activation's 'end' must be a number "
+                .. "not before its 'start'")
+        end
         local list = by_entity[e]
         list[#list + 1] = { rec = a, s = a.start, e = stop }
     end
@@ -805,7 +853,7 @@ function M.check(history, journal, options)
 
     local calls, acts, faults, seqs = {}, {}, {}, {}
     local t_end = 0
-    local op_seen = {}
+    local attempts, order = {}, {}
     for _, rec in ipairs(history) do
         local k = rec.kind
         if k == "activation" then
@@ -817,11 +865,12 @@ function M.check(history, journal, options)
         else
             check_call(rec)
             local op = tostring(rec.op_id)
-            if op_seen[op] then
-                bad(rec, "history", "op_id " .. op .. " is used twice "
-                    .. "(op ids must be unique across the run)")
+            if not attempts[op] then
+                attempts[op] = {}
+                order[#order + 1] = op
             end
-            op_seen[op] = true
+            local list = attempts[op]
+            list[#list + 1] = rec
             calls[#calls + 1] = rec
         end
         for _, t in ipairs({ rec.start, rec["end"] }) do
@@ -835,8 +884,13 @@ function M.check(history, journal, options)
         registers = 0, search_steps = 0, activations = #acts,
         faults = #faults } }
     check_single_writer(report, events)
-    check_ops(report, calls, events, ops, no_effect)
-    check_registers(report, calls, events, opts, no_effect)
+    local logical = {}
+    for i, op in ipairs(order) do
+        logical[i] = merge(attempts[op], no_effect)
+    end
+    report.stats.operations_called = #logical
+    check_ops(report, logical, events, ops, no_effect)
+    check_registers(report, logical, events, opts, no_effect)
     check_fifo(report, seqs)
     check_activations(report, acts, faults, opts, t_end)
     check_errors(report, calls, known)

@@ -312,9 +312,41 @@ describe("nemesis checker", function()
         assert.has_error(function() checker.check(history, {}) end,
             "history record at line 7: 'outcome' must be ok, fail or "
             .. "unknown")
-        local dup = { cas("a", 0, 5, nil, 1, true),
-                      cas("a", 6, 9, 1, 2, true) }
-        assert.has_error(function() checker.check(dup, {}) end)
+        local other = { cas("a", 0, 5, nil, 1, true),
+                        cas("a", 6, 9, 1, 2, true) }
+        assert.has_error(function() checker.check(other, {}) end)
+    end)
+
+    it("takes the retries of one op id as one operation", function()
+        -- a timed out, its retry got the stored reply: one write
+        local history = {
+            call("cas", "a", 0, 50, "fail", { expect = 0, value = 1 },
+                 nil, "timeout"),
+            cas("b", 10, 20, 0, 2, false),
+            cas("a", 60, 70, 0, 1, true),
+            call("read", "c", 80, 90, "ok", {}, { value = 1 }),
+        }
+        local journal = { ev("r1", 1, 1, "a") }
+        local report = checker.check(history, journal, { initial = 0 })
+        assert.same({}, checks(report))
+        assert.equal(3, report.stats.operations_called)
+        -- b saw the register at 1 before a's first attempt began: the
+        -- retry's window does not stretch back before the first start
+        history[2].start, history[2]["end"] = -20, -10
+        history[2].value.current = 1
+        assert.same({ "linearizable_cas" },
+                    checks(checker.check(history, journal,
+                                         { initial = 0 })))
+    end)
+
+    it("finds a retried write that landed twice", function()
+        local history = {
+            call("add", "a", 0, 50, "unknown", { n = 1 }),
+            call("add", "a", 60, 70, "ok", { n = 1 }, { count = 1 }),
+        }
+        local journal = { ev("r1", 1, 1, "a"), ev("r1", 2, 1, "a") }
+        assert.same({ "double_application" },
+                    checks(checker.check(history, journal)))
     end)
 
     it("checks 10,000 calls over 100 registers", function()
