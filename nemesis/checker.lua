@@ -73,6 +73,7 @@ M.defaults = {
     op_field = "op_id",  -- the field of an event's payload with its op id
     part_field = "op_part", -- optional: which event of a multi-event op
     initial = nil,       -- a register's value before any write (null)
+    journal_order = true, -- a register with events: take their order
     extra_codes = {},    -- more documented codes (the workload's own)
 }
 
@@ -394,7 +395,7 @@ end
 -- (end, huge when unknown), a, b (canonical args), res (canonical
 -- observed value or false), swapped (cas: true, false or nil = unknown),
 -- definite (it must be linearized) }.
-local function register_op(call, no_effect, applied)
+local function register_op(call, no_effect, applied, covered)
     local args = type(call.args) == "table" and call.args or {}
     local value = type(call.value) == "table" and call.value or {}
     local op = { call = call, kind = call.kind, cs = call.start,
@@ -407,8 +408,9 @@ local function register_op(call, no_effect, applied)
     elseif call.outcome == "unknown" then
         op.definite = false
     end
-    if not op.definite and call.kind ~= "read"
-       and applied[tostring(call.op_id)] then
+    local seq = call.kind ~= "read" and applied[tostring(call.op_id)]
+    op.seq = seq or nil
+    if not op.definite and seq then
         -- the journal holds its event: it took effect, at some time
         -- after its start
         op.definite, op.ce = true, huge
@@ -417,6 +419,8 @@ local function register_op(call, no_effect, applied)
                                      true
             return op
         end
+    elseif not op.definite and covered then
+        return nil -- the journal is the truth: it never took effect
     elseif not op.definite then
         op.ce = huge
         if call.kind == "read" then
@@ -489,6 +493,13 @@ end
 -- pending end, back up when an end is reached first. Returns "ok",
 -- "violation" or "undecided", and the evidence.
 local function search(ops, initial, max_steps)
+    -- the journal's order of the register's writes: op.rank 1, 2, ...
+    local ranked = {}
+    for _, op in ipairs(ops) do
+        if op.seq then ranked[#ranked + 1] = op end
+    end
+    sort(ranked, function(x, y) return x.seq < y.seq end)
+    for i, op in ipairs(ranked) do op.rank = i end
     local n = #ops
     local nodes = {}
     for i, op in ipairs(ops) do
@@ -539,7 +550,7 @@ local function search(ops, initial, max_steps)
 
     local cache, stack, depth = {}, {}, 0
     local best, best_fail = {}, nil
-    local state = initial
+    local state, pos = initial, 0 -- pos: rank of the last write placed
     local entry = head.next
     local steps = 0
     while remaining > 0 do
@@ -549,7 +560,10 @@ local function search(ops, initial, max_steps)
         end
         if entry ~= nil and entry.call then
             local op = entry.op
-            local nstate = step(state, op)
+            local nstate = nil
+            if not op.rank or op.rank == pos + 1 then
+                nstate = step(state, op)
+            end
             local linearized = false
             if nstate ~= nil then
                 flip(op.index, true)
@@ -557,8 +571,10 @@ local function search(ops, initial, max_steps)
                 if not cache[key] then
                     cache[key] = true
                     depth = depth + 1
-                    stack[depth] = { node = entry, state = state }
+                    stack[depth] = { node = entry, state = state,
+                                     pos = pos }
                     state = nstate
+                    pos = op.rank or pos
                     unlink(entry)
                     if entry.ret then
                         unlink(entry.ret)
@@ -592,7 +608,7 @@ local function search(ops, initial, max_steps)
             stack[depth] = nil
             depth = depth - 1
             local node = top.node
-            state = top.state
+            state, pos = top.state, top.pos
             flip(node.op.index, false)
             if node.ret then
                 relink(node.ret)
@@ -609,12 +625,15 @@ local REGISTER_KINDS = { cas = true, read = true, write = true }
 
 local function check_registers(report, calls, events, opts, no_effect)
     local regs, names = {}, {}
-    local applied = {} -- "type/id" -> set of op ids in its journal
+    local applied = {} -- "type/id" -> op id -> its first sequence
     for _, ev in ipairs(events) do
         if ev.op_id then
             local e = entity_of(ev)
-            applied[e] = applied[e] or {}
-            applied[e][ev.op_id] = true
+            local t = applied[e] or {}
+            applied[e] = t
+            if not t[ev.op_id] or ev.sequence < t[ev.op_id] then
+                t[ev.op_id] = ev.sequence
+            end
         end
     end
     for _, call in ipairs(calls) do
@@ -629,15 +648,27 @@ local function check_registers(report, calls, events, opts, no_effect)
                 regs[key] = list
                 names[#names + 1] = key
             end
-            local op = register_op(call, no_effect,
-                                   applied[entity_of(call)] or {})
-            if op then list[#list + 1] = op end
+            list[#list + 1] = call
         end
     end
     sort(names)
     local initial = canon(opts.initial)
     for _, name in ipairs(names) do
-        local ops = regs[name]
+        local ops, covered = {}, false
+        local mine = applied[entity_of(regs[name][1])] or {}
+        if opts.journal_order then
+            for _, call in ipairs(regs[name]) do
+                if call.kind ~= "read" and mine[tostring(call.op_id)] then
+                    covered = true
+                end
+            end
+        else
+            mine = {}
+        end
+        for _, call in ipairs(regs[name]) do
+            local op = register_op(call, no_effect, mine, covered)
+            if op then ops[#ops + 1] = op end
+        end
         report.stats.registers = report.stats.registers + 1
         local verdict, ev = search(ops, initial, opts.max_steps)
         report.stats.search_steps = report.stats.search_steps + ev.steps

@@ -35,7 +35,9 @@ for r = 1, nreg do
     local calls = {}
     for c = 1, nclients do
         local t = random(0, 20)
-        for i = 1, math.floor(per / nclients) do
+        local mine = math.floor(per / nclients)
+            + (c <= per % nclients and 1 or 0)
+        for i = 1, mine do
             local dur = random(1, 30)
             calls[#calls + 1] = { client = "c" .. c, start = t,
                                   ["end"] = t + dur,
