@@ -714,6 +714,12 @@ local function check_fifo(report, records)
                 if type(list) ~= "table" then
                     bad(rec, "history", "value." .. s .. " must be a list")
                 end
+                for _, n in ipairs(list) do
+                    if type(n) ~= "number" then
+                        bad(rec, "history", "value." .. s .. " must be "
+                            .. "a list of numbers")
+                    end
+                end
                 for i = 2, #list do
                     if list[i] <= list[i - 1] then
                         add(report, "fifo", e, format(

@@ -328,6 +328,54 @@ describe("nemesis checker", function()
         assert.has_error(function() checker.check(other, {}) end)
     end)
 
+    it("refuses a sequence record with a number that is no number",
+       function()
+        local history = { { kind = "seq_seen", type = "Seq", id = "s",
+                            value = { c1 = { 1, "2" } }, _line = 3 } }
+        assert.has_error(function() checker.check(history, {}) end,
+            "history record at line 3: value.c1 must be a list of numbers")
+    end)
+
+    it("exits 0 on a clean run, 1 on a violation, 2 on bad input",
+       function()
+        local dir = os.tmpname()
+        os.remove(dir)
+        assert(os.execute("mkdir -p " .. dir) == 0)
+        local function write(name, lines)
+            local f = assert(io.open(dir .. "/" .. name, "w"))
+            f:write(table.concat(lines, "\n"), "\n")
+            f:close()
+            return dir .. "/" .. name
+        end
+        local function run(...)
+            local p = io.popen("nemesis/check " .. table.concat({ ... },
+                               " ") .. " 2>&1; echo \"rc=$?\"")
+            local out = p:read("*a")
+            p:close()
+            return tonumber(out:match("rc=(%d+)%s*$")), out
+        end
+        local h = write("h.jsonl", {
+            '{"client":"c","op_id":"a","kind":"add","type":"T","id":"x",'
+            .. '"start":0,"end":1,"outcome":"ok","value":{}}' })
+        local j = write("j.jsonl", {
+            '{"table":"events","type":"T","id":"x","sequence":1,'
+            .. '"epoch":1,"payload":"{\\"op_id\\":\\"a\\"}"}' })
+        local empty = write("e.jsonl", {})
+        local bad_file = write("b.jsonl", { "{", "" })
+        local rc, out = run(h, j)
+        assert.equal(0, rc, out)
+        assert.matches("^OK: 1 calls", out)
+        rc, out = run(h, empty)
+        assert.equal(1, rc, out)
+        assert.matches("VIOLATION lost_write T/x", out, 1, true)
+        rc, out = run(bad_file)
+        assert.equal(2, rc, out)
+        assert.matches("b.jsonl:1:", out, 1, true)
+        rc = run("--max-steps", "x", h)
+        assert.equal(2, rc)
+        os.execute("rm -r " .. dir)
+    end)
+
     it("takes the retries of one op id as one operation", function()
         -- a timed out, its retry got the stored reply: one write
         local history = {
