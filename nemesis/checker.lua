@@ -762,7 +762,12 @@ local function check_activations(report, acts, fault_recs, opts, t_end)
             bad(f, "history", "a fault needs 'start' (ms)")
         end
         local stop = f["end"]
-        if stop == nil or stop == NULL then stop = huge end
+        if stop == nil or stop == NULL then
+            stop = huge
+        elseif type(stop) ~= "number" or stop < f.start then
+            bad(f, "history", "a fault's 'end' must be a number not "
+                .. "before its 'start'")
+        end
         faults[#faults + 1] = { f.start, stop + opts.settle_ms }
     end
     sort(faults, function(x, y) return x[1] < y[1] end)
