@@ -12,9 +12,13 @@
  * taken away from it first; what is left is what the loader must survive:
  * any syntax, any error, any value returned, any amount of it. The
  * script's instructions are counted by a hook (the JIT is off, so every
- * instruction runs in the interpreter, where hooks fire) and it is
- * stopped with an error after MAX_INSTRUCTIONS; string.rep, the one call
- * that builds a huge value in one instruction, is bounded.
+ * instruction runs in the interpreter, where hooks fire), which stops it
+ * with an error after MAX_INSTRUCTIONS or once the VM's heap passes
+ * MAX_HEAP_KB; string.rep, which builds a huge value in one instruction,
+ * is bounded. Loading bytecode (load, loadstring, loadfile, dofile,
+ * string.dump) is taken away from the script too: LuaJIT does not verify
+ * bytecode, so a bad chunk crashes it by design. The loader's own
+ * loadfile of the config file is left as it is.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -29,11 +33,12 @@
 #include "../runtime/core/log.h"
 #include "../runtime/lua/bridge_int.h"
 
-#define MAX_INSTRUCTIONS 2000000
-#define HOOK_EVERY 1000
+#define MAX_INSTRUCTIONS 1000000
+#define HOOK_EVERY 10     /* instructions between two checks */
 #define MAX_REP (1 << 20) /* bytes string.rep may build */
+#define MAX_HEAP_KB (64 * 1024) /* the VM's heap, checked by the hook */
 
-static char path[256];
+static char path[256], folder[64];
 static long count;
 
 static void hook(lua_State *L, lua_Debug *ar)
@@ -42,6 +47,11 @@ static void hook(lua_State *L, lua_Debug *ar)
     count += HOOK_EVERY;
     if (count > MAX_INSTRUCTIONS)
         luaL_error(L, "fuzz: instruction limit");
+    /* a string doubled in a loop outgrows any limit in a few dozen
+     * instructions: checked every HOOK_EVERY, it stops within a few
+     * doublings of the limit */
+    if (lua_gc(L, LUA_GCCOUNT, 0) > MAX_HEAP_KB)
+        luaL_error(L, "fuzz: heap limit");
 }
 
 static int bounded_rep(lua_State *L)
@@ -58,6 +68,12 @@ static int bounded_rep(lua_State *L)
     lua_insert(L, 1);
     lua_call(L, lua_gettop(L) - 1, 1);
     return 1;
+}
+
+static void cleanup(void)
+{
+    unlink(path);
+    rmdir(folder);
 }
 
 /* Runs `code` in L, for the setup below; aborts when it fails. */
@@ -86,7 +102,8 @@ static void confine(lua_State *L)
            "package.loaded.ffi, package.preload.ffi = nil\n"
            "package.loaded.jit, package.loaded.debug = nil\n"
            "package.loaded.io = nil\n"
-           "jit, debug, ffi, collectgarbage = nil\n"
+           "jit, debug, ffi, collectgarbage, newproxy = nil\n"
+           "load, loadstring, loadfile, dofile, string.dump = nil\n"
            "print = function() end\n");
     count = 0;
     lua_sethook(L, hook, LUA_MASKCOUNT, HOOK_EVERY);
@@ -100,6 +117,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!mkdtemp(dir))
             abort();
         snprintf(path, sizeof path, "%s/cluster.lua", dir);
+        snprintf(folder, sizeof folder, "%s", dir);
+        atexit(cleanup);
     }
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
@@ -115,6 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     count = 0;
     char names[8][64];
     (void)ms_bridge_node_names(b, path, names, 8, err, sizeof err);
+    lua_sethook(b->L, NULL, 0, 0); /* closing runs no script code */
     ms_bridge_free(b);
     return 0;
 }
