@@ -1022,8 +1022,14 @@ function M.load(path)
         error("bad 'path' argument (string expected, got " .. type(path)
               .. ")", 2)
     end
-    local chunk, err = loadfile(path)
+    -- source text only: LuaJIT runs bytecode unverified, and a damaged
+    -- chunk crashes the node (found by fuzz/fuzz_config.c)
+    local chunk, err = loadfile(path, "t")
     if not chunk then
+        if find(err, "wrong mode", 1, true) then
+            err = path .. ": a config file must be Lua source text, not"
+                  .. " compiled bytecode"
+        end
         return nil, err
     end
     local source
