@@ -256,7 +256,9 @@ local CRASH_SIGNALS = { [4] = true, [6] = true, [7] = true, [8] = true,
 -- Stops every node this spec file started, and every other process it
 -- started that still runs, by PID: SIGTERM to all of them at once, then
 -- SIGKILL to those still running after `grace` seconds (5). Removes the
--- temp dirs. Returns those that had crashed, as "pid N (signal S)".
+-- temp dirs. Returns those that had crashed, as "pid N (signal S)", and
+-- the sanitizer reports found in the temp dirs' files before they went
+-- (node_proc.sanitizer_reports: a build of .ci/sanitize).
 function M.stop_all(grace)
     local procs, seen = {}, {}
     for _, n in ipairs(nodes) do
@@ -288,6 +290,7 @@ function M.stop_all(grace)
         end
     end
     nodes = {}
+    local reports = node_proc.sanitizer_reports()
     M.cleanup()
     local crashed = {}
     for _, p in ipairs(procs) do
@@ -296,14 +299,20 @@ function M.stop_all(grace)
                                            p.signal)
         end
     end
-    return crashed
+    return crashed, reports
 end
 
 -- For a spec file's teardown: stops every process it started (stop_all)
 -- and raises, naming them, when one of them outlived that or had crashed
--- (a signal of a fault, whenever it came: a crash at any stop fails).
+-- (a signal of a fault, whenever it came: a crash at any stop fails), or
+-- when a sanitizer report was written into a node's log.
 function M.stop_all_checked(grace)
-    local crashed = M.stop_all(grace)
+    local crashed, reports = M.stop_all(grace)
+    if #reports > 0 then
+        error("sanitizer reports" .. (#crashed > 0 and " (crashed: "
+              .. concat(crashed, ", ") .. ")" or "") .. ":\n"
+              .. concat(reports, "\n"), 2)
+    end
     if #crashed > 0 then
         error("processes crashed: " .. concat(crashed, ", "), 2)
     end

@@ -177,6 +177,51 @@ function P.cleanup()
     scratch_dir = nil
 end
 
+-- What a sanitizer prints when it finds an error in an instrumented
+-- process (.ci/sanitize): ASan's and LSan's "ERROR: AddressSanitizer" /
+-- "ERROR: LeakSanitizer", UBSan's "file.c:LINE:COL: runtime error: "
+-- (an extended regex for grep, then the same two as Lua patterns).
+local SANITIZER_ERE =
+    [[ERROR: [A-Za-z]+Sanitizer|\.c:[0-9]+:[0-9]+: runtime error: ]]
+local SANITIZER_LUA = { "ERROR: %a+Sanitizer",
+                        "%.c:%d+:%d+: runtime error: " }
+
+-- Sanitizer reports in the files of the temp dirs not yet cleaned up
+-- (node logs, of every incarnation, and the last run's output): a list
+-- of "FILE:\n<the report, from its first line, 4 KiB at most>", {} when
+-- there is none. node.lua's stop_all calls it before cleanup(), so that a
+-- report fails the spec file (stop_all_checked) even when the process
+-- that wrote it ended by itself or was stopped by the spec.
+function P.sanitizer_reports()
+    local found = {}
+    if #tmpdirs == 0 then
+        return found
+    end
+    local quoted = {}
+    for i, dir in ipairs(tmpdirs) do
+        quoted[i] = "'" .. dir .. "'"
+    end
+    local f = io.popen("grep -rlaE '" .. SANITIZER_ERE .. "' "
+                       .. concat(quoted, " ") .. " 2>/dev/null")
+    for path in f:lines() do
+        local text = P.read_file(path) or ""
+        local at
+        for _, pat in ipairs(SANITIZER_LUA) do
+            local i = string.find(text, pat)
+            if i and (not at or i < at) then
+                at = i
+            end
+        end
+        at = at or 1
+        while at > 1 and string.sub(text, at - 1, at - 1) ~= "\n" do
+            at = at - 1
+        end
+        found[#found + 1] = path .. ":\n" .. string.sub(text, at, at + 4095)
+    end
+    f:close()
+    return found
+end
+
 -------------------------------------------------------------------------------
 -- Processes
 local children = {} -- [pid] = proc, until reaped
