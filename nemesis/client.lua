@@ -7,7 +7,8 @@
 -- comma-separated HTTP ports on 127.0.0.1) with a fresh Idempotency-Key
 -- per operation: Register cas/read/write, Counter add, Seq tells, and
 -- appends one call record per attempt to HISTORY in the checker's format
--- (nemesis/README.md). No retries: an unknown call stays unknown.
+-- (nemesis/README.md). No retries: an unknown call stays unknown. The
+-- Seq tells of one client all go through one node (one sender, G2).
 
 local root = (arg[0]:match("^(.*)/nemesis/[^/]*$") or ".")
 package.path = root .. "/spec/?.lua;" .. package.path
@@ -33,6 +34,10 @@ local MAX_TIME = 5         -- the socket's, seconds
 local seq_n = {}           -- per Seq entity, the last number sent
 local known = {}           -- per register, the last value seen
 local serial = 0
+-- G2 orders the messages of one sender, and the sender of an HTTP tell is
+-- the gateway's node: each client sends its Seq tells through one node
+-- (while that node is down they fail with connection_refused: gaps)
+local seq_port = ports[(tonumber(name:match("%d+")) or 0) % #ports + 1]
 
 local function ms() return node.now() * 1000 end
 
@@ -43,8 +48,8 @@ local function stopped()
 end
 
 -- one attempt: the call record, filled in with outcome, value, error
-local function call(rec, path, body)
-    local port = ports[random(#ports)]
+local function call(rec, path, body, port)
+    port = port or ports[random(#ports)]
     rec.client, rec.start = name, ms()
     local status, reply, _, why = node.request(port, "POST", path,
         cjson.encode(body), { max_time = MAX_TIME,
@@ -120,7 +125,8 @@ while not stopped() do
         seq_n[id] = (seq_n[id] or 0) + 1
         call({ op_id = op, kind = "seq_tell", type = "Seq", id = id,
                args = { n = seq_n[id] } }, path("Seq", id, "tell"),
-             { type = "seq", sender = name, g = serial, n = seq_n[id] })
+             { type = "seq", sender = name, g = serial, n = seq_n[id] },
+             seq_port)
     end
 end
 out:close()
