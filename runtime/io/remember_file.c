@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../core/errors.h"
+#include "../core/idset.h"
 #include "../core/log.h"
 
 #define MAGIC "MSRLOG1\n"
@@ -49,112 +50,6 @@ static uint32_t crc32c(const unsigned char *p, size_t n)
     return c ^ 0xFFFFFFFFu;
 }
 
-/* ---- a set of ids: open addressing, linear probing, tombstones ------ */
-
-struct slot {
-    char *id; /* NULL: empty; TOMB: deleted */
-    uint32_t len;
-    uint32_t hash;
-};
-
-static char tomb_mark;
-#define TOMB (&tomb_mark)
-
-struct idset {
-    struct slot *slots;
-    size_t cap;   /* a power of two, or 0 */
-    size_t count; /* live ids */
-    size_t used;  /* live ids and tombstones */
-    uint64_t id_bytes; /* bytes of the live ids */
-};
-
-static void set_free(struct idset *s)
-{
-    for (size_t i = 0; i < s->cap; i++)
-        if (s->slots[i].id && s->slots[i].id != TOMB)
-            free(s->slots[i].id);
-    free(s->slots);
-    memset(s, 0, sizeof *s);
-}
-
-/* The slot holding the id, or -1. */
-static long set_find(const struct idset *s, const char *id, size_t len,
-                     uint32_t h)
-{
-    if (!s->cap)
-        return -1;
-    for (size_t i = h & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-        const struct slot *e = &s->slots[i];
-        if (!e->id)
-            return -1;
-        if (e->id != TOMB && e->hash == h && e->len == len &&
-            memcmp(e->id, id, len) == 0)
-            return (long)i;
-    }
-}
-
-static int set_resize(struct idset *s, size_t cap)
-{
-    struct slot *n = calloc(cap, sizeof *n);
-    if (!n)
-        return MS_ENOMEM;
-    for (size_t i = 0; i < s->cap; i++) {
-        struct slot *e = &s->slots[i];
-        if (!e->id || e->id == TOMB)
-            continue;
-        size_t j = e->hash & (cap - 1);
-        while (n[j].id)
-            j = (j + 1) & (cap - 1);
-        n[j] = *e;
-    }
-    free(s->slots);
-    s->slots = n;
-    s->cap = cap;
-    s->used = s->count;
-    return 0;
-}
-
-/* Adds the id (copied): 1 when added, 0 when already there, MS_ENOMEM. */
-static int set_add(struct idset *s, const char *id, size_t len)
-{
-    uint32_t h = (uint32_t)ms_fnv1a64(id, len);
-    if (set_find(s, id, len, h) >= 0)
-        return 0;
-    if ((s->used + 1) * 4 > s->cap * 3) {
-        size_t cap = s->cap ? s->cap : 16;
-        while ((s->count + 1) * 2 > cap)
-            cap *= 2;
-        if (set_resize(s, cap) < 0)
-            return MS_ENOMEM;
-    }
-    char *copy = malloc(len ? len : 1);
-    if (!copy)
-        return MS_ENOMEM;
-    memcpy(copy, id, len);
-    size_t i = h & (s->cap - 1);
-    while (s->slots[i].id && s->slots[i].id != TOMB)
-        i = (i + 1) & (s->cap - 1);
-    if (!s->slots[i].id)
-        s->used++;
-    s->slots[i] = (struct slot){ copy, (uint32_t)len, h };
-    s->count++;
-    s->id_bytes += len;
-    return 1;
-}
-
-/* Removes the id: 1 when removed, 0 when absent. */
-static int set_del(struct idset *s, const char *id, size_t len)
-{
-    long i = set_find(s, id, len, (uint32_t)ms_fnv1a64(id, len));
-    if (i < 0)
-        return 0;
-    free(s->slots[i].id);
-    s->slots[i].id = TOMB;
-    s->count--;
-    s->id_bytes -= len;
-    return 1;
-}
-
 /* ---- the store ------------------------------------------------------ */
 
 struct rlog {
@@ -165,7 +60,7 @@ struct rlog {
     uint64_t size;    /* bytes of the file */
     uint64_t records; /* records in the file */
     uint64_t last_use;
-    struct idset set;
+    struct ms_idset set;
 };
 
 struct ms_remember_file {
@@ -278,7 +173,7 @@ static void log_close(struct rlog *l)
 {
     if (l->fd >= 0)
         close(l->fd);
-    set_free(&l->set);
+    ms_idset_free(&l->set);
     memset(l, 0, sizeof *l);
     l->fd = -1;
 }
@@ -377,17 +272,16 @@ static int replay(struct rlog *l, uint64_t *good)
             }
             if (r[0] == MS_REMEMBER_START) {
                 if (l->set.count >= MS_REMEMBER_FILE_MAX_LIVE &&
-                    set_find(&l->set, (char *)r + REC_HEAD, len,
-                             (uint32_t)ms_fnv1a64(r + REC_HEAD, len)) < 0) {
+                    !ms_idset_has(&l->set, (char *)r + REC_HEAD, len)) {
                     rc = MS_E2BIG;
                     goto out;
                 }
-                if (set_add(&l->set, (char *)r + REC_HEAD, len) < 0) {
+                if (ms_idset_add(&l->set, (char *)r + REC_HEAD, len) < 0) {
                     rc = MS_ENOMEM;
                     goto out;
                 }
             } else {
-                set_del(&l->set, (char *)r + REC_HEAD, len);
+                ms_idset_del(&l->set, (char *)r + REC_HEAD, len);
             }
             l->records++;
             at += n;
@@ -562,14 +456,15 @@ static int compact(struct ms_remember_file *s, struct rlog *l)
         n = MAGIC_LEN;
     }
     for (size_t i = 0; !rc && i < l->set.cap; i++) {
-        const struct slot *e = &l->set.slots[i];
-        if (!e->id || e->id == TOMB)
+        const char *id;
+        size_t idlen;
+        if (!ms_idset_at(&l->set, i, &id, &idlen))
             continue;
         if (IO_CHUNK - n < REC_MAX) {
             rc = write_all(fd, buf, n);
             n = 0;
         }
-        size_t k = encode(buf + n, MS_REMEMBER_START, e->id, e->len);
+        size_t k = encode(buf + n, MS_REMEMBER_START, id, idlen);
         n += k;
         size += k;
     }
@@ -648,16 +543,15 @@ int ms_remember_file_append_batch(struct ms_remember_file *s,
     for (size_t i = 0; i < n && !rc; i++) {
         const struct ms_remember_rec *r = &recs[i];
         if (r->op == MS_REMEMBER_START) {
-            uint32_t h = (uint32_t)ms_fnv1a64(r->id, r->idlen);
-            if (set_find(&l->set, r->id, r->idlen, h) >= 0)
+            if (ms_idset_has(&l->set, r->id, r->idlen))
                 continue;
             if (l->set.count >= MS_REMEMBER_FILE_MAX_LIVE)
                 rc = MS_E2BIG;
-            else if (set_add(&l->set, r->id, r->idlen) < 0)
+            else if (ms_idset_add(&l->set, r->id, r->idlen) < 0)
                 rc = MS_ENOMEM;
             if (rc)
                 break;
-        } else if (!set_del(&l->set, r->id, r->idlen)) {
+        } else if (!ms_idset_del(&l->set, r->id, r->idlen)) {
             continue;
         }
         len += encode(buf + len, (int)r->op, r->id, r->idlen);
@@ -713,11 +607,11 @@ int ms_remember_file_list(struct ms_remember_file *s, const char *type,
     struct rlog *l = log_get(s, type, shard, 0, &rc);
     if (!l)
         return rc;
-    for (size_t i = 0; i < l->set.cap; i++) {
-        const struct slot *e = &l->set.slots[i];
-        if (e->id && e->id != TOMB && fn(data, e->id, e->len))
+    const char *id;
+    size_t idlen;
+    for (size_t i = 0; i < l->set.cap; i++)
+        if (ms_idset_at(&l->set, i, &id, &idlen) && fn(data, id, idlen))
             break;
-    }
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../core/errors.h"
+#include "../core/idset.h"
 #include "../core/log.h"
 #include "../core/region.h"
 #include "../core/remember.h"
@@ -28,87 +29,6 @@
  * a type of 65,536 shards is gone through every 16 ticks (160 ms) */
 #define SCAN_PER_TICK 4096
 
-/* ---- the memory store: a set of ids per shard ------------------------- */
-
-struct mnode {
-    struct mnode *next;
-    uint32_t len;
-    char id[];
-};
-
-struct mset {
-    struct mnode **b;
-    uint32_t mask; /* buckets - 1; 0 with no buckets */
-    uint32_t n;
-};
-
-static struct mnode **mset_slot(struct mset *s, const char *id, size_t len)
-{
-    struct mnode **pp = &s->b[ms_fnv1a64(id, len) & s->mask];
-    while (*pp && ((*pp)->len != len || memcmp((*pp)->id, id, len) != 0))
-        pp = &(*pp)->next;
-    return pp;
-}
-
-static int mset_grow(struct mset *s)
-{
-    uint32_t nb = s->b ? (s->mask + 1) * 2 : 16;
-    struct mnode **b = calloc(nb, sizeof *b);
-    if (!b)
-        return MS_ENOMEM;
-    for (uint32_t i = 0; s->b && i <= s->mask; i++) {
-        struct mnode *x = s->b[i];
-        while (x) {
-            struct mnode *next = x->next;
-            uint64_t j = ms_fnv1a64(x->id, x->len) & (nb - 1);
-            x->next = b[j];
-            b[j] = x;
-            x = next;
-        }
-    }
-    free(s->b);
-    s->b = b;
-    s->mask = nb - 1;
-    return 0;
-}
-
-static int mset_apply(struct mset *s, int op, const char *id, size_t len)
-{
-    if (!s->b || (op == MS_REMEMBER_START && s->n > s->mask)) {
-        if (mset_grow(s) < 0)
-            return MS_ENOMEM;
-    }
-    struct mnode **pp = mset_slot(s, id, len);
-    if (op == MS_REMEMBER_START && !*pp) {
-        struct mnode *x = malloc(sizeof *x + len);
-        if (!x)
-            return MS_ENOMEM;
-        x->next = NULL;
-        x->len = (uint32_t)len;
-        memcpy(x->id, id, len);
-        *pp = x;
-        s->n++;
-    } else if (op == MS_REMEMBER_STOP && *pp) {
-        struct mnode *x = *pp;
-        *pp = x->next;
-        free(x);
-        s->n--;
-    }
-    return 0;
-}
-
-static void mset_clear(struct mset *s)
-{
-    for (uint32_t i = 0; s->b && i <= s->mask; i++)
-        while (s->b[i]) {
-            struct mnode *x = s->b[i];
-            s->b[i] = x->next;
-            free(x);
-        }
-    free(s->b);
-    memset(s, 0, sizeof *s);
-}
-
 /* ---- state ---------------------------------------------------------------- */
 
 enum { SH_DOWN = 0, SH_LOADING, SH_STARTED };
@@ -127,7 +47,7 @@ struct ntype {
     int store;                    /* MS_REMEMBER_*; NONE: not remembered */
     const struct ms_type_config *tc;
     struct ms_remember_file *file;
-    struct mset *mem;             /* [shard_count] */
+    struct ms_idset *mem;         /* [shard_count]: the memory store */
     struct nshard *sh;            /* [shard_count] */
     uint32_t scan_next;           /* where the tick's slice starts */
 };
@@ -443,10 +363,12 @@ static void start_load(struct ms_node_remember *nr, int type, uint32_t shard)
     int rc = 0;
     switch (t->store) {
     case MS_REMEMBER_MEMORY: {
-        struct mset *m = &t->mem[shard];
-        for (uint32_t i = 0; m->b && i <= m->mask && !l.err; i++)
-            for (struct mnode *x = m->b[i]; x && !l.err; x = x->next)
-                idlist_add(&l, x->id, x->len);
+        const struct ms_idset *m = &t->mem[shard];
+        const char *id;
+        size_t len;
+        for (size_t i = 0; i < m->cap && !l.err; i++)
+            if (ms_idset_at(m, i, &id, &len))
+                idlist_add(&l, id, len);
         idlist_done(nr, type, shard, gen, 0, &l);
         return;
     }
@@ -572,12 +494,18 @@ static void do_write(struct ms_node_remember *nr,
     struct ntype *t = &nr->types[a->type];
     int rc = 0;
     if (t->store == MS_REMEMBER_MEMORY) {
-        struct mset *m = &t->mem[a->shard];
+        struct ms_idset *m = &t->mem[a->shard];
         if (a->replace)
-            mset_clear(m);
-        for (uint32_t i = 0; !rc && i < a->nrecords; i++)
-            rc = mset_apply(m, a->records[i].op, a->records[i].id,
-                            a->records[i].id_len);
+            ms_idset_free(m);
+        for (uint32_t i = 0; i < a->nrecords; i++) {
+            const struct ms_remember_record *x = &a->records[i];
+            rc = x->op == MS_REMEMBER_START
+                     ? ms_idset_add(m, x->id, x->id_len)
+                     : ms_idset_del(m, x->id, x->id_len);
+            if (rc < 0)
+                break;
+            rc = 0;
+        }
         written(nr, a->type, a->shard, a->req, rc, NULL);
         return;
     }
@@ -597,11 +525,11 @@ static void do_write(struct ms_node_remember *nr,
                                                recs, k);
         }
         if (!rc && a->replace) {
-            struct mset keep;
+            struct ms_idset keep;
             memset(&keep, 0, sizeof keep);
             for (uint32_t i = 0; !rc && i < a->nrecords; i++)
-                rc = mset_apply(&keep, MS_REMEMBER_START, a->records[i].id,
-                                a->records[i].id_len);
+                rc = ms_idset_add(&keep, a->records[i].id,
+                                  a->records[i].id_len) < 0 ? MS_ENOMEM : 0;
             struct idlist l;
             memset(&l, 0, sizeof l);
             if (!rc)
@@ -611,7 +539,7 @@ static void do_write(struct ms_node_remember *nr,
             uint32_t k = 0;
             for (uint32_t i = 0; !rc && i < l.n; i++) {
                 const char *id = l.bytes + l.offs[i];
-                if (keep.b && *mset_slot(&keep, id, l.lens[i]))
+                if (ms_idset_has(&keep, id, l.lens[i]))
                     continue;
                 recs[k++] = (struct ms_remember_rec){MS_REMEMBER_STOP, id,
                                                      l.lens[i]};
@@ -624,7 +552,7 @@ static void do_write(struct ms_node_remember *nr,
             if (!rc && k)
                 rc = ms_remember_file_append_batch(t->file, t->tc->name,
                                                    a->shard, recs, k);
-            mset_clear(&keep);
+            ms_idset_free(&keep);
             free(l.bytes);
             free(l.offs);
             free(l.lens);
@@ -926,7 +854,7 @@ void ms_node_remember_free(struct ms_node_remember *nr)
         struct ntype *t = &nr->types[i];
         ms_remember_file_free(t->file);
         for (uint32_t s = 0; t->mem && s < t->tc->shard_count; s++)
-            mset_clear(&t->mem[s]);
+            ms_idset_free(&t->mem[s]);
         free(t->mem);
         free(t->sh);
     }
