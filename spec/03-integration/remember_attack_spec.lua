@@ -4,14 +4,9 @@
 local helpers = require "helpers.node"
 local cjson = require "cjson"
 
+-- helpers.wait_until with the arguments in this file's order
 local function wait_for(what, fn, timeout)
-    local deadline = helpers.now() + (timeout or 10)
-    while helpers.now() < deadline do
-        local v = fn()
-        if v then return v end
-        helpers.sleep(0.05)
-    end
-    error("timed out waiting for " .. what, 2)
+    return helpers.wait_until(fn, timeout or 10, what, 0.05)
 end
 
 local function keeper(shards, out)
