@@ -110,4 +110,100 @@ static inline void idle_for(int ms)
     wait_for(&never, ms);
 }
 
+/* -- pools and plain SQL, for the setup and the checks ------------------ */
+
+#include "check.h"
+#include "../../runtime/io/pg.h"
+
+static inline void pg_on_closed(void *data) { *(int *)data = 1; }
+
+/* A pool on `ci` (0: the pool's default for the other settings). */
+static inline struct ms_pg *pg_pool(const char *ci, int stmt_ms,
+                                    int deadline_ms, int connections,
+                                    int queue_max)
+{
+    struct ms_pg_config cfg = {0};
+    struct ms_pg *p = NULL;
+    char err[256];
+    cfg.conninfo = ci;
+    cfg.statement_timeout_ms = stmt_ms;
+    cfg.deadline_ms = deadline_ms;
+    cfg.connections = connections;
+    cfg.queue_max = queue_max;
+    cfg.backoff_min_ms = 50;
+    cfg.backoff_max_ms = 400;
+    int rc = ms_pg_new(loop, &cfg, &p, err, sizeof err);
+    CHECK(rc == 0);
+    if (rc != 0)
+        fprintf(stderr, "ms_pg_new: %s\n", err);
+    return p;
+}
+
+static inline void pg_close_pool(struct ms_pg *p)
+{
+    int closed = 0;
+    CHECK(ms_pg_close(p, pg_on_closed, &closed) == 0);
+    CHECK(wait_for(&closed, 5000));
+}
+
+/* What pg_on_done keeps of a result. */
+struct pg_got {
+    int done;     /* callbacks so far */
+    int order;    /* when it ended, among the callbacks of a case */
+    int err;
+    int index;
+    char sqlstate[6];
+    char msg[MS_PG_MESSAGE_MAX];
+    int rows, cols;
+    char v0[4096], v1[64], name0[64];
+    int null2;
+    long affected;
+};
+
+static int pg_ended; /* callbacks ended so far (for `order`) */
+
+static inline void pg_on_done(const struct ms_pg_result *r, void *data)
+{
+    struct pg_got *g = data;
+    g->done++;
+    g->order = ++pg_ended;
+    g->err = ms_pg_result_error(r);
+    g->index = ms_pg_result_index(r);
+    snprintf(g->sqlstate, sizeof g->sqlstate, "%s", ms_pg_result_sqlstate(r));
+    snprintf(g->msg, sizeof g->msg, "%s", ms_pg_result_message(r));
+    g->rows = ms_pg_result_rows(r);
+    g->cols = ms_pg_result_cols(r);
+    const char *v = ms_pg_result_value(r, 0, 0);
+    snprintf(g->v0, sizeof g->v0, "%s", v ? v : "(null)");
+    v = ms_pg_result_value(r, 0, 1);
+    snprintf(g->v1, sizeof g->v1, "%s", v ? v : "(null)");
+    v = ms_pg_result_colname(r, 0);
+    snprintf(g->name0, sizeof g->name0, "%s", v ? v : "");
+    g->null2 = ms_pg_result_cols(r) > 2 && !ms_pg_result_value(r, 0, 2);
+    g->affected = ms_pg_result_affected(r);
+}
+
+/* The query `sql` on pg, waited for (one callback). */
+static inline void pg_run(struct ms_pg *pg, const char *sql, int np,
+                          const char *const *params, struct pg_got *g,
+                          int timeout_ms)
+{
+    memset(g, 0, sizeof *g);
+    CHECK(ms_pg_query(pg, sql, np, params, pg_on_done, g) == 0);
+    CHECK(wait_for(&g->done, timeout_ms));
+    CHECK(g->done == 1);
+}
+
+/* `text` on pg, waited for and expected to succeed; returns its first
+ * value ("(null)" if none), valid until the next call. */
+static inline const char *pg_sql(struct ms_pg *pg, const char *text)
+{
+    static struct pg_got g;
+    pg_run(pg, text, 0, NULL, &g, 20000);
+    if (g.err)
+        fprintf(stderr, "sql: %s\n", g.msg);
+    CHECK(g.err == 0);
+    return g.v0;
+}
+
 #endif

@@ -17,66 +17,7 @@
 
 #include "pg_harness.h"
 
-static void on_closed(void *data) { *(int *)data = 1; }
-
-static void close_pool(struct ms_pg *pg)
-{
-    int closed = 0;
-    CHECK(ms_pg_close(pg, on_closed, &closed) == 0);
-    CHECK(wait_for(&closed, 5000));
-}
-
-static struct ms_pg *pool(int connections)
-{
-    struct ms_pg_config cfg = {0};
-    struct ms_pg *pg = NULL;
-    char err[256];
-    cfg.conninfo = conninfo;
-    cfg.connections = connections;
-    cfg.backoff_min_ms = 50;
-    cfg.backoff_max_ms = 400;
-    int rc = ms_pg_new(loop, &cfg, &pg, err, sizeof err);
-    CHECK(rc == 0);
-    if (rc != 0)
-        fprintf(stderr, "ms_pg_new: %s\n", err);
-    return pg;
-}
-
 /* -- plain SQL for the setup and the checks ----------------------------- */
-
-struct got {
-    int done;
-    int err;
-    char v0[256];
-    int rows;
-    int order; /* when it ended, among the callbacks of a case */
-};
-
-static int ended; /* callbacks ended so far (for `order`) */
-
-static void on_sql(const struct ms_pg_result *r, void *data)
-{
-    struct got *g = data;
-    g->done = 1;
-    g->order = ++ended;
-    g->err = ms_pg_result_error(r);
-    if (g->err)
-        fprintf(stderr, "sql: %s\n", ms_pg_result_message(r));
-    g->rows = ms_pg_result_rows(r);
-    const char *v = ms_pg_result_value(r, 0, 0);
-    snprintf(g->v0, sizeof g->v0, "%s", v ? v : "(null)");
-}
-
-/* `sql` on pg, waited for; returns its first value ("(null)" if none) */
-static const char *sql(struct ms_pg *pg, const char *text)
-{
-    static struct got g;
-    memset(&g, 0, sizeof g);
-    CHECK(ms_pg_query(pg, text, 0, NULL, on_sql, &g) == 0);
-    CHECK(wait_for(&g.done, 10000));
-    CHECK(g.err == 0);
-    return g.v0;
-}
 
 static void on_migrated(int err, int version, int applied,
                         const char *message, void *data)
@@ -101,7 +42,7 @@ static void on_wrote(int err, const char *message, void *data)
 {
     struct wrote *w = data;
     w->done++;
-    w->order = ++ended;
+    w->order = ++pg_ended;
     w->err = err;
     snprintf(w->msg, sizeof w->msg, "%s", message);
 }
@@ -211,7 +152,7 @@ static void test_events(void)
     CHECK(o.seq[0] == 1 && o.seq[1] == 2);
     CHECK(strcmp(o.ev[0], e12[0]) == 0);
     CHECK(strcmp(o.ev[1], e12[1]) == 0); /* quotes and backslashes exact */
-    CHECK(strcmp(sql(pg, "SELECT string_agg(epoch::text, ',' ORDER BY "
+    CHECK(strcmp(pg_sql(pg, "SELECT string_agg(epoch::text, ',' ORDER BY "
                          "sequence) FROM moonshard_events WHERE id='a1'"),
                  "5,5") == 0);
 
@@ -220,13 +161,13 @@ static void test_events(void)
     CHECK(append("a1", 4, 3, 1, e3, NULL, 0) == MS_ESTALE);
     /* epoch 0 never holds a lease */
     CHECK(append("a1", 0, 3, 1, e3, NULL, 0) == MS_ESTALE);
-    CHECK(strcmp(sql(pg, "SELECT count(*) FROM moonshard_events "
+    CHECK(strcmp(pg_sql(pg, "SELECT count(*) FROM moonshard_events "
                          "WHERE id='a1'"), "2") == 0);
 
     /* a sequence that exists: revision_conflict, nothing written */
     const char *e2b[] = {"{\"n\":22}", "{\"n\":33}"};
     CHECK(append("a1", 5, 2, 2, e2b, NULL, 0) == MS_ECONFLICT);
-    CHECK(strcmp(sql(pg, "SELECT count(*) FROM moonshard_events "
+    CHECK(strcmp(pg_sql(pg, "SELECT count(*) FROM moonshard_events "
                          "WHERE id='a1'"), "2") == 0);
 
     /* a snapshot after event 3, with the events it covers deleted */
@@ -239,13 +180,13 @@ static void test_events(void)
     CHECK(strcmp(o.snapshot, "{\"total\":3}") == 0);
     CHECK(o.nevents == 1 && o.seq[0] == 4 && o.last_seq == 4);
     CHECK(strcmp(o.ev[0], e4[0]) == 0);
-    CHECK(strcmp(sql(pg, "SELECT string_agg(sequence::text, ',') FROM "
+    CHECK(strcmp(pg_sql(pg, "SELECT string_agg(sequence::text, ',') FROM "
                          "moonshard_events WHERE id='a1'"), "4") == 0);
 
     /* a snapshot that keeps the events */
     const char *e5[] = {"{\"n\":5}"};
     CHECK(append("a1", 5, 5, 1, e5, "{\"total\":5}", 0) == 0);
-    CHECK(strcmp(sql(pg, "SELECT count(*) FROM moonshard_events "
+    CHECK(strcmp(pg_sql(pg, "SELECT count(*) FROM moonshard_events "
                          "WHERE id='a1'"), "2") == 0);
     load("a1", 0, &o);
     CHECK(o.has_snapshot && o.snapshot_seq == 5 && o.nevents == 0);
@@ -257,16 +198,16 @@ static void test_events(void)
           o.last_seq == 0);
 
     /* an expired lease refuses writes */
-    sql(pg, "UPDATE moonshard_leases SET expires_at = now() - interval "
+    pg_sql(pg, "UPDATE moonshard_leases SET expires_at = now() - interval "
             "'1 second' WHERE shard = 3");
     const char *e6[] = {"{\"n\":6}"};
     CHECK(append("a1", 5, 6, 1, e6, NULL, 0) == MS_ESTALE);
-    sql(pg, "UPDATE moonshard_leases SET expires_at = now() + interval "
+    pg_sql(pg, "UPDATE moonshard_leases SET expires_at = now() + interval "
             "'1 hour' WHERE shard = 3");
     /* another owner at the same epoch is not us */
-    sql(pg, "UPDATE moonshard_leases SET owner = 'n2' WHERE shard = 3");
+    pg_sql(pg, "UPDATE moonshard_leases SET owner = 'n2' WHERE shard = 3");
     CHECK(append("a1", 5, 6, 1, e6, NULL, 0) == MS_ESTALE);
-    sql(pg, "UPDATE moonshard_leases SET owner = 'n1' WHERE shard = 3");
+    pg_sql(pg, "UPDATE moonshard_leases SET owner = 'n1' WHERE shard = 3");
     CHECK(append("a1", 5, 6, 1, e6, NULL, 0) == 0);
 
     /* bad input */
@@ -289,19 +230,19 @@ static void test_recovery_bounds(void)
              "INSERT INTO moonshard_events (cluster, type, id, sequence, "
              "epoch, payload) SELECT 'c1', 'acct', 'big', g, 5, '{}' FROM "
              "generate_series(1, %d) g", MS_JOURNAL_MAX_RECOVERY + 1);
-    sql(pg, q);
+    pg_sql(pg, q);
     struct loaded o;
     load("big", 0, &o);
     CHECK(o.err == MS_E2BIG);
     CHECK(strstr(o.msg, "snapshot_every") != NULL);
     /* exactly the maximum is fine */
-    sql(pg, "DELETE FROM moonshard_events WHERE id = 'big' AND sequence = "
+    pg_sql(pg, "DELETE FROM moonshard_events WHERE id = 'big' AND sequence = "
             "(SELECT max(sequence) FROM moonshard_events WHERE id = 'big')");
     load("big", 0, &o);
     CHECK(o.err == 0);
     CHECK(o.last_seq == MS_JOURNAL_MAX_RECOVERY);
     /* a gap in the history is refused */
-    sql(pg, "INSERT INTO moonshard_events (cluster, type, id, sequence, "
+    pg_sql(pg, "INSERT INTO moonshard_events (cluster, type, id, sequence, "
             "epoch, payload) VALUES ('c1','acct','gap',1,5,'{}'), "
             "('c1','acct','gap',3,5,'{}')");
     load("gap", 0, &o);
@@ -334,7 +275,7 @@ static void test_state(void)
  * old epoch, and a write after the bump is stale. */
 static void test_bump_waits(void)
 {
-    struct ms_pg *other = pool(1);
+    struct ms_pg *other = pg_pool(conninfo, 0, 0, 1, 0);
     const char *tx[3] = {
         "SELECT 1 / count(*) FROM (SELECT 1 FROM moonshard_leases WHERE "
         "cluster = 'c1' AND type = 'acct' AND shard = 3 AND owner = 'n1' "
@@ -344,15 +285,15 @@ static void test_bump_waits(void)
         "payload) VALUES ('c1', 'acct', 'w1', 1, 5, '{}')",
     };
     const int np[3] = {0, 0, 0};
-    struct got writer = {0}, bump = {0};
-    CHECK(ms_pg_transaction(pg, 3, tx, np, NULL, on_sql, &writer) == 0);
+    struct pg_got writer = {0}, bump = {0};
+    CHECK(ms_pg_transaction(pg, 3, tx, np, NULL, pg_on_done, &writer) == 0);
     /* the writer holds the row once its pause runs */
     int sleeping = 0;
     for (int i = 0; i < 200 && !sleeping; i++) {
-        struct got g = {0};
+        struct pg_got g = {0};
         CHECK(ms_pg_query(other, "SELECT count(*) FROM pg_stat_activity "
                           "WHERE state = 'active' AND query = "
-                          "'SELECT pg_sleep(1)'", 0, NULL, on_sql,
+                          "'SELECT pg_sleep(1)'", 0, NULL, pg_on_done,
                           &g) == 0);
         CHECK(wait_for(&g.done, 10000));
         sleeping = strcmp(g.v0, "1") == 0;
@@ -361,10 +302,10 @@ static void test_bump_waits(void)
     }
     CHECK(sleeping);
     CHECK(!writer.done);
-    ended = 0;
+    pg_ended = 0;
     CHECK(ms_pg_query(other, "UPDATE moonshard_leases SET epoch = epoch + 1,"
                       " owner = 'n2' WHERE cluster = 'c1' AND type = 'acct' "
-                      "AND shard = 3 RETURNING epoch", 0, NULL, on_sql,
+                      "AND shard = 3 RETURNING epoch", 0, NULL, pg_on_done,
                       &bump) == 0);
     CHECK(wait_for(&bump.done, 10000));
     CHECK(writer.done && writer.err == 0);
@@ -372,8 +313,8 @@ static void test_bump_waits(void)
     CHECK(writer.order == 1 && bump.order == 2);
     const char *ev[] = {"{}"};
     CHECK(append("w1", 5, 2, 1, ev, NULL, 0) == MS_ESTALE);
-    close_pool(other);
-    sql(pg, "UPDATE moonshard_leases SET epoch = 5, owner = 'n1' "
+    pg_close_pool(other);
+    pg_sql(pg, "UPDATE moonshard_leases SET epoch = 5, owner = 'n1' "
             "WHERE shard = 3");
 }
 
@@ -404,7 +345,7 @@ static void on_grouped(const struct ms_pg_result *r, void *data)
 
 static void test_pg_group(void)
 {
-    sql(pg, "CREATE TABLE g (k integer PRIMARY KEY)");
+    pg_sql(pg, "CREATE TABLE g (k integer PRIMARY KEY)");
     const char *st[5] = {
         "INSERT INTO g VALUES (1)", "INSERT INTO g VALUES (1)", /* unit 0 */
         "INSERT INTO g VALUES (2)",                             /* unit 1 */
@@ -422,7 +363,7 @@ static void test_pg_group(void)
     CHECK(g.uerr[1] == 0 && g.uindex[1] == -1);
     CHECK(g.uerr[2] == MS_PG_EQUERY && g.uindex[2] == 1);
     CHECK(strcmp(g.ustate[2], "22012") == 0);
-    CHECK(strcmp(sql(pg, "SELECT string_agg(k::text, ',') FROM g"), "2")
+    CHECK(strcmp(pg_sql(pg, "SELECT string_agg(k::text, ',') FROM g"), "2")
           == 0);
     /* bad shapes are refused */
     const int zero[1] = {0};
@@ -440,7 +381,7 @@ static void test_pg_group(void)
  * each fails alone, the others commit. */
 static void test_pipeline_failures(void)
 {
-    sql(pg, "CREATE TABLE pf (k integer PRIMARY KEY)");
+    pg_sql(pg, "CREATE TABLE pf (k integer PRIMARY KEY)");
     const char *st[9] = {
         "INSERT INTO pf VALUES (10)",                          /* u0 */
         "SELECT 1 / 0",                                        /* u1 */
@@ -468,11 +409,11 @@ static void test_pipeline_failures(void)
     CHECK(strcmp(g.ustate[5], "42703") == 0);
     /* what the transaction saw before its COMMIT: u3's first row undone */
     CHECK(strcmp(g.v0, "10,12,14,16") == 0);
-    CHECK(strcmp(sql(pg, "SELECT string_agg(k::text, ',' ORDER BY k) "
+    CHECK(strcmp(pg_sql(pg, "SELECT string_agg(k::text, ',' ORDER BY k) "
                          "FROM pf"), "10,12,14,16") == 0);
     /* the same texts again (now prepared, or re-prepared where a Parse
      * was skipped): the same outcomes on an empty table */
-    sql(pg, "TRUNCATE pf");
+    pg_sql(pg, "TRUNCATE pf");
     memset(&g, 0, sizeof g);
     g.n = GMAX;
     CHECK(ms_pg_group(pg, GMAX, unit_n, st, NULL, NULL, on_grouped, &g)
@@ -489,7 +430,7 @@ static void test_pipeline_failures(void)
  * there once. */
 static void test_pipeline_edges(void)
 {
-    sql(pg, "CREATE TABLE pe (k integer PRIMARY KEY)");
+    pg_sql(pg, "CREATE TABLE pe (k integer PRIMARY KEY)");
     const char *bad[3] = {"SELECT 1 / 0", "SELECT 1 / 0", "SELECT 1 / 0"};
     const int unit_n[3] = {1, 1, 1};
     struct grouped g = {0};
@@ -510,7 +451,7 @@ static void test_pipeline_edges(void)
     CHECK(wait_for(&g.done, 10000));
     CHECK(g.err == 0 && g.uerr[0] == 0 && g.uerr[1] == 0);
     CHECK(g.uerr[2] == MS_PG_EQUERY && strcmp(g.ustate[2], "23505") == 0);
-    CHECK(strcmp(sql(pg, "SELECT string_agg(k::text, ',' ORDER BY k) "
+    CHECK(strcmp(pg_sql(pg, "SELECT string_agg(k::text, ',' ORDER BY k) "
                          "FROM pe"), "1,2") == 0);
 }
 
@@ -519,7 +460,7 @@ static void test_pipeline_edges(void)
  * job (the pipeline is left, the transaction rolled back). */
 static void test_pipeline_commit_fails(void)
 {
-    sql(pg, "CREATE TABLE pd (k integer, CONSTRAINT pd_k UNIQUE (k) "
+    pg_sql(pg, "CREATE TABLE pd (k integer, CONSTRAINT pd_k UNIQUE (k) "
             "DEFERRABLE INITIALLY DEFERRED)");
     const char *st[2] = {"INSERT INTO pd VALUES (1)",
                          "INSERT INTO pd VALUES (1)"};
@@ -532,7 +473,7 @@ static void test_pipeline_commit_fails(void)
     CHECK(g.uerr[0] == MS_PG_EQUERY && g.uerr[1] == MS_PG_EQUERY);
     CHECK(strcmp(g.ustate[0], "23505") == 0);
     for (int i = 0; i < 4; i++) /* both connections, twice */
-        CHECK(strcmp(sql(pg, "SELECT count(*) FROM pd"), "0") == 0);
+        CHECK(strcmp(pg_sql(pg, "SELECT count(*) FROM pd"), "0") == 0);
 }
 
 /* The statements of a group are prepared on its connection (once per
@@ -540,7 +481,7 @@ static void test_pipeline_commit_fails(void)
  * its successor prepares them again. */
 static void test_prepared_reconnect(void)
 {
-    struct ms_pg *one = pool(1);
+    struct ms_pg *one = pg_pool(conninfo, 0, 0, 1, 0);
     const char *st[2] = {
         "SELECT 1",
         "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE "
@@ -562,14 +503,14 @@ static void test_prepared_reconnect(void)
             fprintf(stderr, "prepared statements: %s\n", g.v0);
     }
     /* the server ends the pool's session */
-    struct got pid = {0};
-    CHECK(ms_pg_query(one, "SELECT pg_backend_pid()", 0, NULL, on_sql,
+    struct pg_got pid = {0};
+    CHECK(ms_pg_query(one, "SELECT pg_backend_pid()", 0, NULL, pg_on_done,
                       &pid) == 0);
     CHECK(wait_for(&pid.done, 10000) && pid.err == 0);
     char kill[128];
     snprintf(kill, sizeof kill, "SELECT pg_terminate_backend(%.20s)",
              pid.v0);
-    CHECK(strcmp(sql(pg, kill), "t") == 0);
+    CHECK(strcmp(pg_sql(pg, kill), "t") == 0);
     int ok = 0;
     for (int tries = 0; tries < 20 && !ok; tries++) {
         memset(&g, 0, sizeof g);
@@ -589,8 +530,8 @@ static void test_prepared_reconnect(void)
     CHECK(ms_pg_attempts(one) >= 2); /* it did reconnect */
     /* the session loses its prepared statements (DEALLOCATE by hand):
      * the group that finds out fails, the next prepares them again */
-    struct got gone = {0};
-    CHECK(ms_pg_query(one, "DEALLOCATE ALL", 0, NULL, on_sql, &gone) == 0);
+    struct pg_got gone = {0};
+    CHECK(ms_pg_query(one, "DEALLOCATE ALL", 0, NULL, pg_on_done, &gone) == 0);
     CHECK(wait_for(&gone.done, 10000) && gone.err == 0);
     memset(&g, 0, sizeof g);
     g.n = 2;
@@ -607,7 +548,7 @@ static void test_prepared_reconnect(void)
         CHECK(g.err == 0 && g.uerr[0] == 0 && g.uerr[1] == 0);
         CHECK(strcmp(g.v0, "2") == 0);
     }
-    close_pool(one);
+    pg_close_pool(one);
 }
 
 /* A journal sends at most MS_JOURNAL_MAX_GROUP writes in one group: more
@@ -640,7 +581,7 @@ static void test_group_bound(void)
     CHECK(after.commits == before.commits + 2);
     CHECK(after.writes == before.writes + N);
     int closed = 0;
-    ms_journal_close(jn, on_closed, &closed);
+    ms_journal_close(jn, pg_on_closed, &closed);
     CHECK(wait_for(&closed, 5000));
     jn = all;
     /* a group above the pool's bound is refused */
@@ -700,12 +641,12 @@ static void test_group_commit(void)
     CHECK(after.writes == before.writes + 3);
     CHECK(after.stale_refused == before.stale_refused + 1);
     CHECK(after.conflicts == before.conflicts + 1);
-    CHECK(strcmp(sql(pg, "SELECT string_agg(id || ':' || sequence, ',' "
+    CHECK(strcmp(pg_sql(pg, "SELECT string_agg(id || ':' || sequence, ',' "
                          "ORDER BY id, sequence) FROM moonshard_events "
                          "WHERE id IN ('g1', 'g2', 'g3')"),
                  "g1:1,g1:2,g3:1") == 0);
     int closed = 0;
-    ms_journal_close(jn, on_closed, &closed);
+    ms_journal_close(jn, pg_on_closed, &closed);
     CHECK(wait_for(&closed, 5000));
     jn = all;
 }
@@ -747,11 +688,11 @@ int main(void)
     }
     atexit(server_cleanup);
     loop = uv_default_loop();
-    pg = pool(2);
+    pg = pg_pool(conninfo, 0, 0, 2, 0);
     int migrated = 0;
     CHECK(ms_pg_migrate(pg, on_migrated, &migrated) == 0);
     CHECK(wait_for(&migrated, 20000));
-    sql(pg, "INSERT INTO moonshard_leases (cluster, type, shard, owner, "
+    pg_sql(pg, "INSERT INTO moonshard_leases (cluster, type, shard, owner, "
             "epoch, expires_at) VALUES ('c1', 'acct', 3, 'n1', 5, now() + "
             "interval '1 hour'), ('c1', 'doc', 3, 'n1', 5, now() + "
             "interval '1 hour')");
@@ -774,9 +715,9 @@ int main(void)
     CHECK(st.commits > 0 && st.events > 0 && st.snapshots == 2);
     CHECK(st.stale_refused > 0 && st.conflicts > 0);
     CHECK(st.latency_count == st.writes);
-    close_pool(pg);
+    pg_close_pool(pg);
     int closed = 0;
-    ms_journal_close(jn, on_closed, &closed);
+    ms_journal_close(jn, pg_on_closed, &closed);
     CHECK(wait_for(&closed, 5000));
     CHECK(uv_loop_close(loop) == 0);
     server_cleanup();

@@ -16,84 +16,13 @@
 
 #include "pg_harness.h"
 
-struct got {
-    int done;
-    int err;
-    int index;
-    char sqlstate[6];
-    char msg[MS_PG_MESSAGE_MAX];
-    int rows, cols;
-    char v0[64], v1[64], name0[64];
-    int null2;
-    long affected;
-};
-
-static void on_done(const struct ms_pg_result *r, void *data)
-{
-    struct got *g = data;
-    g->done++;
-    g->err = ms_pg_result_error(r);
-    g->index = ms_pg_result_index(r);
-    snprintf(g->sqlstate, sizeof g->sqlstate, "%s", ms_pg_result_sqlstate(r));
-    snprintf(g->msg, sizeof g->msg, "%s", ms_pg_result_message(r));
-    g->rows = ms_pg_result_rows(r);
-    g->cols = ms_pg_result_cols(r);
-    const char *v = ms_pg_result_value(r, 0, 0);
-    snprintf(g->v0, sizeof g->v0, "%s", v ? v : "(null)");
-    v = ms_pg_result_value(r, 0, 1);
-    snprintf(g->v1, sizeof g->v1, "%s", v ? v : "(null)");
-    v = ms_pg_result_colname(r, 0);
-    snprintf(g->name0, sizeof g->name0, "%s", v ? v : "");
-    g->null2 = ms_pg_result_cols(r) > 2 && !ms_pg_result_value(r, 0, 2);
-    g->affected = ms_pg_result_affected(r);
-}
-
 static struct ms_pg *close_from_cb_pool;
 static int close_from_cb_rc;
 
 static void on_done_close(const struct ms_pg_result *r, void *data)
 {
-    on_done(r, data);
+    pg_on_done(r, data);
     close_from_cb_rc = ms_pg_close(close_from_cb_pool, NULL, NULL);
-}
-
-static void on_closed(void *data) { *(int *)data = 1; }
-
-static void close_pool(struct ms_pg *pg)
-{
-    int closed = 0;
-    CHECK(ms_pg_close(pg, on_closed, &closed) == 0);
-    CHECK(wait_for(&closed, 5000));
-}
-
-static struct ms_pg *pool(const char *ci, int stmt_ms, int deadline_ms,
-                          int connections, int queue_max)
-{
-    struct ms_pg_config cfg = {0};
-    struct ms_pg *pg = NULL;
-    char err[256];
-    cfg.conninfo = ci;
-    cfg.statement_timeout_ms = stmt_ms;
-    cfg.deadline_ms = deadline_ms;
-    cfg.connections = connections;
-    cfg.queue_max = queue_max;
-    cfg.backoff_min_ms = 50;
-    cfg.backoff_max_ms = 400;
-    int rc = ms_pg_new(loop, &cfg, &pg, err, sizeof err);
-    CHECK(rc == 0);
-    if (rc != 0)
-        fprintf(stderr, "ms_pg_new: %s\n", err);
-    return pg;
-}
-
-/* the query `sql` on pg, waited for */
-static void run(struct ms_pg *pg, const char *sql, int np,
-                const char *const *params, struct got *g, int timeout_ms)
-{
-    memset(g, 0, sizeof *g);
-    CHECK(ms_pg_query(pg, sql, np, params, on_done, g) == 0);
-    CHECK(wait_for(&g->done, timeout_ms));
-    CHECK(g->done == 1);
 }
 
 /* -- the cases ---------------------------------------------------------- */
@@ -134,12 +63,12 @@ static void test_config(void)
 
 static void test_queries(void)
 {
-    struct ms_pg *pg = pool(conninfo, 0, 0, 2, 0);
-    struct got g;
+    struct ms_pg *pg = pg_pool(conninfo, 0, 0, 2, 0);
+    struct pg_got g;
     if (!pg)
         return;
     const char *p[] = {"41", "h\xc3\xa9 'x'"};
-    run(pg, "SELECT $1::int + 1 AS n, $2::text AS t, NULL AS z", 2, p, &g,
+    pg_run(pg, "SELECT $1::int + 1 AS n, $2::text AS t, NULL AS z", 2, p, &g,
         10000);
     CHECK(g.err == 0);
     CHECK(g.rows == 1 && g.cols == 3);
@@ -150,12 +79,12 @@ static void test_queries(void)
     CHECK(ms_pg_connected(pg) >= 1);
 
     /* an error with its SQLSTATE; the connection stays usable */
-    run(pg, "SELECT * FROM no_such_table", 0, NULL, &g, 5000);
+    pg_run(pg, "SELECT * FROM no_such_table", 0, NULL, &g, 5000);
     CHECK(g.err == MS_PG_EQUERY);
     CHECK(strcmp(g.sqlstate, "42P01") == 0);
     CHECK(strstr(g.msg, "no_such_table") != NULL);
     CHECK(strcmp(ms_pg_errname(g.err), "db_query") == 0);
-    run(pg, "SELECT 7", 0, NULL, &g, 5000);
+    pg_run(pg, "SELECT 7", 0, NULL, &g, 5000);
     CHECK(g.err == 0 && strcmp(g.v0, "7") == 0);
 
     /* a transaction commits as a whole... */
@@ -166,22 +95,22 @@ static void test_queries(void)
     const char *a[] = {"1", "one"}, *b[] = {"2", "two"}, *c[] = {"3", "x"};
     const char *const *ps[] = {NULL, a, b};
     memset(&g, 0, sizeof g);
-    CHECK(ms_pg_transaction(pg, 3, sql, np, ps, on_done, &g) == 0);
+    CHECK(ms_pg_transaction(pg, 3, sql, np, ps, pg_on_done, &g) == 0);
     CHECK(wait_for(&g.done, 5000));
     CHECK(g.err == 0 && g.affected == 1 && g.index == -1);
     /* ...or not at all: the second insert fails, the first is undone */
     const char *const *ps2[] = {NULL, c, a};
     memset(&g, 0, sizeof g);
-    CHECK(ms_pg_transaction(pg, 2, sql + 1, np + 1, ps2 + 1, on_done, &g)
+    CHECK(ms_pg_transaction(pg, 2, sql + 1, np + 1, ps2 + 1, pg_on_done, &g)
           == 0);
     CHECK(wait_for(&g.done, 5000));
     CHECK(g.err == MS_PG_EQUERY);
     CHECK(strcmp(g.sqlstate, "23505") == 0);
     CHECK(g.index == 1);
-    run(pg, "SELECT count(*), max(k) FROM kv", 0, NULL, &g, 5000);
+    pg_run(pg, "SELECT count(*), max(k) FROM kv", 0, NULL, &g, 5000);
     CHECK(g.err == 0 && strcmp(g.v0, "2") == 0 && strcmp(g.v1, "2") == 0);
     /* no connection was left inside a transaction (ROLLBACK was sent) */
-    run(pg, "SELECT count(*) FROM pg_stat_activity WHERE "
+    pg_run(pg, "SELECT count(*) FROM pg_stat_activity WHERE "
             "state LIKE 'idle in transaction%'", 0, NULL, &g, 5000);
     CHECK(g.err == 0 && strcmp(g.v0, "0") == 0);
     /* a callback never runs inside the submit, and may not close */
@@ -192,7 +121,7 @@ static void test_queries(void)
     CHECK(g.done == 0);
     CHECK(wait_for(&g.done, 5000));
     CHECK(close_from_cb_rc == MS_EBUSY);
-    run(pg, "SELECT 8", 0, NULL, &g, 5000);
+    pg_run(pg, "SELECT 8", 0, NULL, &g, 5000);
     CHECK(g.err == 0 && strcmp(g.v0, "8") == 0);
     /* a statement above its size limit is refused at once */
     char *big = malloc(MS_PG_STATEMENT_MAX);
@@ -200,16 +129,16 @@ static void test_queries(void)
         memset(big, 'x', MS_PG_STATEMENT_MAX - 1);
         big[MS_PG_STATEMENT_MAX - 1] = '\0';
         const char *bp[] = {big, "y"};
-        CHECK(ms_pg_query(pg, "SELECT $1, $2", 2, bp, on_done, &g)
+        CHECK(ms_pg_query(pg, "SELECT $1, $2", 2, bp, pg_on_done, &g)
               == MS_E2BIG);
         free(big);
     }
     /* misuse is refused at once, without a callback */
-    CHECK(ms_pg_query(pg, NULL, 0, NULL, on_done, &g) == MS_EINVAL);
-    CHECK(ms_pg_query(pg, "SELECT 1", MS_PG_MAX_PARAMS + 1, p, on_done, &g)
+    CHECK(ms_pg_query(pg, NULL, 0, NULL, pg_on_done, &g) == MS_EINVAL);
+    CHECK(ms_pg_query(pg, "SELECT 1", MS_PG_MAX_PARAMS + 1, p, pg_on_done, &g)
           == MS_EINVAL);
-    CHECK(ms_pg_transaction(pg, 0, sql, np, ps, on_done, &g) == MS_EINVAL);
-    close_pool(pg);
+    CHECK(ms_pg_transaction(pg, 0, sql, np, ps, pg_on_done, &g) == MS_EINVAL);
+    pg_close_pool(pg);
 }
 
 /* a connection string with two addresses, the first refused: libpq
@@ -219,63 +148,63 @@ static void test_queries(void)
 static void test_second_address(void)
 {
     char ci[700];
-    struct got g;
+    struct pg_got g;
     snprintf(ci, sizeof ci, "host=127.0.0.1,127.0.0.1 port=%d,%s user=ms "
              "password=%s dbname=moonshard_test", free_port(), port,
              password);
-    struct ms_pg *pg = pool(ci, 0, 3000, 1, 0);
+    struct ms_pg *pg = pg_pool(ci, 0, 3000, 1, 0);
     if (!pg)
         return;
-    run(pg, "SELECT 'second'", 0, NULL, &g, 8000);
+    pg_run(pg, "SELECT 'second'", 0, NULL, &g, 8000);
     CHECK(g.err == 0 && strcmp(g.v0, "second") == 0);
-    close_pool(pg);
+    pg_close_pool(pg);
 }
 
 static void test_timeouts(void)
 {
     /* the server's statement_timeout cancels a long statement */
-    struct ms_pg *pg = pool(conninfo, 300, 5000, 1, 0);
-    struct got g;
+    struct ms_pg *pg = pg_pool(conninfo, 300, 5000, 1, 0);
+    struct pg_got g;
     if (!pg)
         return;
-    run(pg, "SELECT pg_sleep(10)", 0, NULL, &g, 8000);
+    pg_run(pg, "SELECT pg_sleep(10)", 0, NULL, &g, 8000);
     CHECK(g.err == MS_ETIMEDOUT);
     CHECK(strcmp(g.sqlstate, "57014") == 0);
     /* the idle-in-transaction timeout is set on the connection */
-    run(pg, "SHOW idle_in_transaction_session_timeout", 0, NULL, &g, 5000);
+    pg_run(pg, "SHOW idle_in_transaction_session_timeout", 0, NULL, &g, 5000);
     CHECK(g.err == 0 && strcmp(g.v0, "5s") == 0);
-    close_pool(pg);
+    pg_close_pool(pg);
 
     /* a statement the server does not cancel hits the local deadline: the
      * connection is dropped and opened again */
-    pg = pool(conninfo, 300, 1000, 1, 0);
+    pg = pg_pool(conninfo, 300, 1000, 1, 0);
     if (!pg)
         return;
     const char *sql[] = {"SET LOCAL statement_timeout = 0",
                          "SELECT pg_sleep(30)"};
     memset(&g, 0, sizeof g);
-    CHECK(ms_pg_transaction(pg, 2, sql, NULL, NULL, on_done, &g) == 0);
+    CHECK(ms_pg_transaction(pg, 2, sql, NULL, NULL, pg_on_done, &g) == 0);
     CHECK(wait_for(&g.done, 8000));
     CHECK(g.err == MS_ETIMEDOUT);
     CHECK(strcmp(g.sqlstate, "") == 0);
     CHECK(strstr(g.msg, "deadline") != NULL);
-    run(pg, "SELECT 'again'", 0, NULL, &g, 5000);
+    pg_run(pg, "SELECT 'again'", 0, NULL, &g, 5000);
     CHECK(g.err == 0 && strcmp(g.v0, "again") == 0);
-    close_pool(pg);
+    pg_close_pool(pg);
 }
 
 static void test_queue_bound(void)
 {
     /* the connection is not open before the loop runs: jobs queue up */
-    struct ms_pg *pg = pool(conninfo, 0, 0, 1, 3);
-    struct got g[4];
+    struct ms_pg *pg = pg_pool(conninfo, 0, 0, 1, 3);
+    struct pg_got g[4];
     memset(g, 0, sizeof g);
     if (!pg)
         return;
     for (int i = 0; i < 3; i++)
-        CHECK(ms_pg_query(pg, "SELECT 1", 0, NULL, on_done, &g[i]) == 0);
+        CHECK(ms_pg_query(pg, "SELECT 1", 0, NULL, pg_on_done, &g[i]) == 0);
     CHECK(ms_pg_queued(pg) == 3);
-    CHECK(ms_pg_query(pg, "SELECT 1", 0, NULL, on_done, &g[3])
+    CHECK(ms_pg_query(pg, "SELECT 1", 0, NULL, pg_on_done, &g[3])
           == MS_PG_EFULL);
     CHECK(strcmp(ms_pg_errname(MS_PG_EFULL), "db_queue_full") == 0);
     CHECK(wait_for(&g[2].done, 10000));
@@ -286,25 +215,25 @@ static void test_queue_bound(void)
 
     /* closing fails what is still queued, once */
     memset(g, 0, sizeof g);
-    CHECK(ms_pg_query(pg, "SELECT pg_sleep(1)", 0, NULL, on_done, &g[0])
+    CHECK(ms_pg_query(pg, "SELECT pg_sleep(1)", 0, NULL, pg_on_done, &g[0])
           == 0);
-    CHECK(ms_pg_query(pg, "SELECT 1", 0, NULL, on_done, &g[1]) == 0);
-    close_pool(pg);
+    CHECK(ms_pg_query(pg, "SELECT 1", 0, NULL, pg_on_done, &g[1]) == 0);
+    pg_close_pool(pg);
     CHECK(g[0].done == 1 && g[0].err == MS_ECANCELED);
     CHECK(g[1].done == 1 && g[1].err == MS_ECANCELED);
 }
 
 static void test_restart(void)
 {
-    struct ms_pg *pg = pool(conninfo, 0, 10000, 1, 0);
-    struct got g, g2;
+    struct ms_pg *pg = pg_pool(conninfo, 0, 10000, 1, 0);
+    struct pg_got g, g2;
     if (!pg)
         return;
-    run(pg, "SELECT 1", 0, NULL, &g, 10000);
+    pg_run(pg, "SELECT 1", 0, NULL, &g, 10000);
     CHECK(g.err == 0);
     CHECK(server_do("pause") == 0);
     /* the open connection is gone: the job fails, clearly */
-    run(pg, "SELECT 2", 0, NULL, &g, 15000);
+    pg_run(pg, "SELECT 2", 0, NULL, &g, 15000);
     CHECK(g.err == MS_PG_ECONN);
     if (g.err != MS_PG_ECONN)
         fprintf(stderr, "got %d %s\n", g.err, g.msg);
@@ -320,38 +249,38 @@ static void test_restart(void)
         fprintf(stderr, "attempts in 1.5 s: %llu\n", tried);
     CHECK(ms_pg_connected(pg) == 0);
     memset(&g2, 0, sizeof g2);
-    CHECK(ms_pg_query(pg, "SELECT 'back'", 0, NULL, on_done, &g2) == 0);
+    CHECK(ms_pg_query(pg, "SELECT 'back'", 0, NULL, pg_on_done, &g2) == 0);
     CHECK(server_do("resume") == 0);
     /* the queued job runs once a retry connects */
     CHECK(wait_for(&g2.done, 9000));
     CHECK(g2.err == 0 && strcmp(g2.v0, "back") == 0);
     CHECK(ms_pg_connected(pg) == 1);
-    close_pool(pg);
+    pg_close_pool(pg);
 }
 
 static void test_bad_login(void)
 {
     char ci[600];
-    struct got g;
+    struct pg_got g;
     snprintf(ci, sizeof ci, "host=127.0.0.1 port=%s user=ms "
              "password=wrong-pw-4d1c dbname=moonshard_test", port);
-    struct ms_pg *pg = pool(ci, 0, 1500, 1, 0);
+    struct ms_pg *pg = pg_pool(ci, 0, 1500, 1, 0);
     if (pg) {
-        run(pg, "SELECT 1", 0, NULL, &g, 8000);
+        pg_run(pg, "SELECT 1", 0, NULL, &g, 8000);
         CHECK(g.err == MS_PG_ECONN);
         CHECK(strstr(g.msg, "password authentication failed") != NULL);
         CHECK(ms_pg_connected(pg) == 0);
-        close_pool(pg);
+        pg_close_pool(pg);
     }
     snprintf(ci, sizeof ci, "host=127.0.0.1 port=%s user=ms password=%s "
              "dbname=no_such_db", port, password);
-    pg = pool(ci, 0, 1500, 1, 0);
+    pg = pg_pool(ci, 0, 1500, 1, 0);
     if (pg) {
-        run(pg, "SELECT 1", 0, NULL, &g, 8000);
+        pg_run(pg, "SELECT 1", 0, NULL, &g, 8000);
         CHECK(g.err == MS_PG_ECONN);
         CHECK(strstr(g.msg, "no_such_db") != NULL);
         CHECK(strstr(g.msg, "does not exist") != NULL);
-        close_pool(pg);
+        pg_close_pool(pg);
     }
 }
 

@@ -21,66 +21,11 @@
 
 #include "pg_harness.h"
 
-static void on_closed(void *data) { *(int *)data = 1; }
-
-static struct ms_pg *pool_on(const char *ci)
-{
-    struct ms_pg_config cfg = {0};
-    struct ms_pg *p = NULL;
-    char err[256];
-    cfg.conninfo = ci;
-    cfg.connections = 2;
-    cfg.backoff_min_ms = 50;
-    cfg.backoff_max_ms = 400;
-    int rc = ms_pg_new(loop, &cfg, &p, err, sizeof err);
-    CHECK(rc == 0);
-    if (rc != 0) {
-        fprintf(stderr, "ms_pg_new: %s\n", err);
-        exit(1);
-    }
-    return p;
-}
-
-static void close_pool(struct ms_pg *p)
-{
-    int closed = 0;
-    CHECK(ms_pg_close(p, on_closed, &closed) == 0);
-    CHECK(wait_for(&closed, 5000));
-}
-
 /* -- plain SQL for the setup and the checks ----------------------------- */
-
-struct got {
-    int done;
-    int err;
-    char v0[4096];
-};
-
-static void on_sql(const struct ms_pg_result *r, void *data)
-{
-    struct got *g = data;
-    g->done = 1;
-    g->err = ms_pg_result_error(r);
-    if (g->err)
-        fprintf(stderr, "sql: %s\n", ms_pg_result_message(r));
-    const char *v = ms_pg_result_value(r, 0, 0);
-    snprintf(g->v0, sizeof g->v0, "%s", v ? v : "(null)");
-}
-
-/* `text` on p, waited for; returns its first value ("(null)" if none) */
-static const char *sql_on(struct ms_pg *p, const char *text)
-{
-    static struct got g;
-    memset(&g, 0, sizeof g);
-    CHECK(ms_pg_query(p, text, 0, NULL, on_sql, &g) == 0);
-    CHECK(wait_for(&g.done, 20000));
-    CHECK(g.err == 0);
-    return g.v0;
-}
 
 static struct ms_pg *pg;
 
-static const char *sql(const char *text) { return sql_on(pg, text); }
+static const char *sql(const char *text) { return pg_sql(pg, text); }
 
 /* the ids of (cluster, type, shard) in the table, sorted bytewise and
  * joined by '|' */
@@ -298,7 +243,7 @@ static void test_replace(void)
     CHECK(write_("T", 2, 5, 0, NULL, 0) == MS_EINVAL);
 
     int closed = 0;
-    ms_remember_sql_close(other, on_closed, &closed);
+    ms_remember_sql_close(other, pg_on_closed, &closed);
     CHECK(wait_for(&closed, 5000));
 }
 
@@ -328,7 +273,7 @@ static void test_fenced(void)
     struct ms_remember_sql *c3 = ms_remember_sql_new(loop, pg, "c3", "n1");
     CHECK(write_on(c3, "T", 0, 5, 0, x, 1) == MS_ESTALE);
     int closed = 0;
-    ms_remember_sql_close(c3, on_closed, &closed);
+    ms_remember_sql_close(c3, pg_on_closed, &closed);
     CHECK(wait_for(&closed, 5000));
 
     /* an expired lease: neither a write nor a replace goes through */
@@ -636,29 +581,29 @@ static void test_migrate_v1(void)
     const char *after = strchr(db, ' ');
     snprintf(rest, sizeof rest, "%s", after ? after : "");
     snprintf(db, sizeof ci - (size_t)(db - ci), "dbname=from_v1%s", rest);
-    struct ms_pg *p = pool_on(ci);
+    struct ms_pg *p = pg_pool(ci, 0, 0, 2, 0);
     struct migrated m = migrate(p);
     CHECK(m.err == 0 && m.version == 2 && m.applied == 2);
-    sql_on(p, "DROP TABLE moonshard_remembered");
-    sql_on(p, "DELETE FROM moonshard_schema WHERE version = 2");
-    sql_on(p, "INSERT INTO moonshard_leases VALUES ('c1', 'T', 0, 'n1', 5, "
+    pg_sql(p, "DROP TABLE moonshard_remembered");
+    pg_sql(p, "DELETE FROM moonshard_schema WHERE version = 2");
+    pg_sql(p, "INSERT INTO moonshard_leases VALUES ('c1', 'T', 0, 'n1', 5, "
               "now() + interval '1 hour')");
-    sql_on(p, "INSERT INTO moonshard_events (cluster, type, id, sequence, "
+    pg_sql(p, "INSERT INTO moonshard_events (cluster, type, id, sequence, "
               "epoch, payload) VALUES ('c1', 'T', 'x', 1, 5, '{}')");
-    sql_on(p, "INSERT INTO moonshard_states (cluster, type, id, revision, "
+    pg_sql(p, "INSERT INTO moonshard_states (cluster, type, id, revision, "
               "epoch, state) VALUES ('c1', 'T', 'x', 3, 5, '{\"v\":1}')");
-    CHECK(strcmp(sql_on(p, "SELECT string_agg(version::text, ',') FROM "
+    CHECK(strcmp(pg_sql(p, "SELECT string_agg(version::text, ',') FROM "
                            "moonshard_schema"), "1") == 0);
 
     m = migrate(p);
     CHECK(m.err == 0 && m.version == 2 && m.applied == 1);
-    CHECK(strcmp(sql_on(p, "SELECT string_agg(version::text, ',' ORDER BY "
+    CHECK(strcmp(pg_sql(p, "SELECT string_agg(version::text, ',' ORDER BY "
                            "version) FROM moonshard_schema"), "1,2") == 0);
-    CHECK(strcmp(sql_on(p, "SELECT count(*) FROM moonshard_events"), "1")
+    CHECK(strcmp(pg_sql(p, "SELECT count(*) FROM moonshard_events"), "1")
           == 0);
-    CHECK(strcmp(sql_on(p, "SELECT state FROM moonshard_states"),
+    CHECK(strcmp(pg_sql(p, "SELECT state FROM moonshard_states"),
                  "{\"v\":1}") == 0);
-    CHECK(strcmp(sql_on(p, "SELECT owner || epoch FROM moonshard_leases"),
+    CHECK(strcmp(pg_sql(p, "SELECT owner || epoch FROM moonshard_leases"),
                  "n15") == 0);
     /* and the new table works there */
     struct ms_remember_sql *s = ms_remember_sql_new(loop, p, "c1", "n1");
@@ -668,9 +613,9 @@ static void test_migrate_v1(void)
     /* again: nothing to apply */
     m = migrate(p);
     CHECK(m.err == 0 && m.version == 2 && m.applied == 0);
-    close_pool(p);
+    pg_close_pool(p);
     int closed = 0;
-    ms_remember_sql_close(s, on_closed, &closed);
+    ms_remember_sql_close(s, pg_on_closed, &closed);
     CHECK(wait_for(&closed, 5000));
 }
 
@@ -683,7 +628,7 @@ static void test_close(void)
     struct wrote w = {0};
     CHECK(ms_remember_sql_write(s, "T", 0, 5, 0, &r, 1, on_wrote, &w) == 0);
     int closed = 0;
-    ms_remember_sql_close(s, on_closed, &closed);
+    ms_remember_sql_close(s, pg_on_closed, &closed);
     CHECK(w.done == 1 && w.err == MS_ECANCELED);
     CHECK(wait_for(&closed, 5000));
     idle_for(100);
@@ -744,7 +689,7 @@ int main(void)
     }
     atexit(server_cleanup);
     loop = uv_default_loop();
-    pg = pool_on(conninfo);
+    pg = pg_pool(conninfo, 0, 0, 2, 0);
     struct migrated m = migrate(pg);
     CHECK(m.err == 0 && m.version == MS_PG_SCHEMA_VERSION);
     CHECK(MS_PG_SCHEMA_VERSION == 2);
@@ -786,9 +731,9 @@ int main(void)
     const char *b = getenv("MS_BENCH");
     if (b && strcmp(b, "1") == 0)
         bench();
-    close_pool(pg);
+    pg_close_pool(pg);
     int closed = 0;
-    ms_remember_sql_close(rs, on_closed, &closed);
+    ms_remember_sql_close(rs, pg_on_closed, &closed);
     CHECK(wait_for(&closed, 5000));
     CHECK(uv_loop_close(loop) == 0);
     server_cleanup();
