@@ -887,7 +887,7 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
     if (o + sizeof rkey - 1 < buflen)
         memcpy(buf + o, rkey, sizeof rkey - 1);
     o += sizeof rkey - 1;
-    o += ms_node_remember_stats_json(n->remember, &n->cfg,
+    o += ms_node_remember_stats_json(n->remember,
                                      o < buflen ? buf + o : NULL,
                                      o < buflen ? buflen - o : 0);
     if (o + 1 < buflen) {

@@ -919,10 +919,8 @@ static void put(struct out *w, const char *fmt, ...)
 }
 
 size_t ms_node_remember_stats_json(const struct ms_node_remember *nr,
-                                   const struct ms_config *cfg, char *buf,
-                                   size_t len)
+                                   char *buf, size_t len)
 {
-    (void)cfg;
     struct out w = {buf, len, 0};
     if (buf && len)
         buf[0] = 0;

@@ -79,7 +79,6 @@ int ms_node_remember_clear_shard(struct ms_node_remember *nr, const char *type,
  * entities"); {"types":{}} with zeros when nr is NULL. Returns the length
  * it needs, like snprintf. */
 size_t ms_node_remember_stats_json(const struct ms_node_remember *nr,
-                                   const struct ms_config *cfg, char *buf,
-                                   size_t len);
+                                   char *buf, size_t len);
 
 #endif
