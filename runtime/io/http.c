@@ -371,43 +371,6 @@ static void post_admin(struct conn *c, int leave, const char *query,
         respond(c, 202, JSON, OK_BODY, strlen(OK_BODY));
 }
 
-/* POST /v1/move/{type}/{shard} (admin token): the coordinator starts
- * moving that shard away from its owner through handoff; the strategy
- * places it. 202 when the move began; 409 on a node that does not
- * coordinate, or when the shard is moving already. */
-static void post_move(struct conn *c, const char *rest, size_t len)
-{
-    if (!admin_ok(c))
-        return;
-    int rc;
-    const char *slash = memchr(rest, '/', len);
-    char *end = NULL;
-    char num[16];
-    size_t nl = slash ? len - (size_t)(slash + 1 - rest) : 0;
-    if (!slash || nl == 0 || nl >= sizeof num) {
-        respond_error(c, 404, "not_found", "use /v1/move/{type}/{shard}");
-        return;
-    }
-    memcpy(num, slash + 1, nl);
-    num[nl] = 0;
-    unsigned long shard = strtoul(num, &end, 10);
-    if (*end || num[0] == '-' || shard > UINT32_MAX) {
-        respond_error(c, 400, "bad_request", "the shard must be a number");
-        return;
-    }
-    rc = c->h->gw.move(c->h->gw.data, rest, (size_t)(slash - rest),
-                       (uint32_t)shard);
-    if (rc == MS_ENOTYPE)
-        respond_error(c, 404, "unknown_type", "unknown entity type");
-    else if (rc == MS_EBUSY)
-        respond_error(c, 409, "busy", "the shard is moving already");
-    else if (rc < 0)
-        respond_error(c, 409, "conflict", "this node is not the ready "
-                      "coordinator, or the shard has no owner");
-    else
-        respond(c, 202, JSON, OK_BODY, strlen(OK_BODY));
-}
-
 /* The shard number of a path segment: decimal digits only (no sign, no
  * blanks), at most UINT32_MAX. 0, or -1 when it is not such a number. */
 static int shard_number(const char *s, size_t n, uint32_t *shard)
@@ -425,6 +388,38 @@ static int shard_number(const char *s, size_t n, uint32_t *shard)
         return -1;
     *shard = (uint32_t)v;
     return 0;
+}
+
+/* POST /v1/move/{type}/{shard} (admin token): the coordinator starts
+ * moving that shard away from its owner through handoff; the strategy
+ * places it. 202 when the move began; 409 on a node that does not
+ * coordinate, or when the shard is moving already. */
+static void post_move(struct conn *c, const char *rest, size_t len)
+{
+    if (!admin_ok(c))
+        return;
+    const char *slash = memchr(rest, '/', len);
+    size_t nl = slash ? len - (size_t)(slash + 1 - rest) : 0;
+    if (!slash || nl == 0) {
+        respond_error(c, 404, "not_found", "use /v1/move/{type}/{shard}");
+        return;
+    }
+    uint32_t shard;
+    if (shard_number(slash + 1, nl, &shard) < 0) {
+        respond_error(c, 400, "bad_request", "the shard must be a number");
+        return;
+    }
+    int rc = c->h->gw.move(c->h->gw.data, rest, (size_t)(slash - rest),
+                           shard);
+    if (rc == MS_ENOTYPE)
+        respond_error(c, 404, "unknown_type", "unknown entity type");
+    else if (rc == MS_EBUSY)
+        respond_error(c, 409, "busy", "the shard is moving already");
+    else if (rc < 0)
+        respond_error(c, 409, "conflict", "this node is not the ready "
+                      "coordinator, or the shard has no owner");
+    else
+        respond(c, 202, JSON, OK_BODY, strlen(OK_BODY));
 }
 
 /* POST /v1/remember/clear/{type}/{shard} (admin token): clears the failed

@@ -451,6 +451,17 @@ int main(void)
                   "POST /v1/move/Counter/12 HTTP/1.1\r\nHost: x\r\n"
                   "Connection: close\r\nContent-Length: 0\r\n\r\n") == 202);
     CHECK(f.moves == 1 && strcmp(f.body, "Counter/12") == 0);
+    /* the shard of a move is read like a clear's: digits only */
+#define MOVE(path) "POST /v1/move/" path " HTTP/1.1\r\nHost: x" \
+                   "\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    static const char *const bad_moves[] = {
+        MOVE("Counter/x"), MOVE("Counter/+1"), MOVE("Counter/%201"),
+        MOVE("Counter/4294967296"), MOVE("Counter/1x"),
+    };
+    for (size_t i = 0; i < sizeof bad_moves / sizeof bad_moves[0]; i++)
+        CHECK(request(loop, port, &c, bad_moves[i]) == 400);
+    CHECK(request(loop, port, &c, MOVE("Counter/")) == 404);
+    CHECK(f.moves == 1);
 
     /* remember clear: the node's answer as 200 {"cleared":...} */
 #define CLEAR(path) "POST /v1/remember/clear/" path " HTTP/1.1\r\nHost: x" \
