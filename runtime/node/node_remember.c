@@ -21,8 +21,10 @@
 #define DRAIN_MAX_MS (MS_REGION_RELEASE_WAIT_MS + 2000)
 /* eager activations out at once; past it the machine's tick waits */
 #define ACTIVATE_OUT_MAX 4096
-/* unowned shards of remembered types are asked for this often */
-#define ALLOC_EVERY_MS 1000
+/* unowned shards of remembered types are asked for this often (small
+ * batches often rather than large ones rarely: a batch holds the
+ * coordinator's loop, see MS_REGION_ALLOC_UNOWNED_WORK) */
+#define ALLOC_EVERY_MS 100
 /* open logs of one file store */
 #define FILE_MAX_OPEN 256
 /* shards of a type the tick looks at (a slice; the next tick goes on):

@@ -63,6 +63,14 @@ describe("a node stopped during its join", function()
                     caught_joining = caught_joining + 1
                 end
             else
+                -- from the moment n3's loop runs (its gateway answers):
+                -- before that it has accepted nothing and has not caught
+                -- the signals yet, and a slow start (a sanitizer build)
+                -- would turn the moment into a kill at startup
+                helpers.wait_until(function()
+                    return n3:http("GET", "/v1/stats", nil,
+                                   { max_time = 0.5 }) ~= 0 or nil
+                end, 15, "n3's gateway to answer", 0.002)
                 helpers.sleep(moment)
             end
             n3:signal(round % 2 == 0 and SIGINT or helpers.SIGTERM)
