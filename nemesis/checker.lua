@@ -29,6 +29,7 @@ local format = string.format
 local huge = math.huge
 local floor = math.floor
 local bor, band, bnot, lshift = bit.bor, bit.band, bit.bnot, bit.lshift
+local bxor, rshift, tobit = bit.bxor, bit.rshift, bit.tobit
 
 local M = {}
 
@@ -492,7 +493,29 @@ end
 -- calls in time order, linearize a call whose start precedes every
 -- pending end, back up when an end is reached first. Returns "ok",
 -- "violation" or "undecided", and the evidence.
-local function search(ops, initial, max_steps)
+-- The last calls of the deepest prefix kept as a violation's evidence
+-- (the whole prefix can hold tens of thousands).
+local PREFIX_SHOWN = 20
+
+-- Two 32-bit Zobrist words per call, from a fixed xorshift: the cache
+-- key of a set of linearized calls is their XOR (O(1) per step, where
+-- the set's bit string costs O(calls) and made long histories quadratic).
+local function zobrist(n)
+    local z1, z2, x = {}, {}, 0x2545F491
+    local function nextr()
+        x = bxor(x, lshift(x, 13))
+        x = bxor(x, rshift(x, 17))
+        x = bxor(x, lshift(x, 5))
+        return tobit(x)
+    end
+    for i = 1, n do z1[i], z2[i] = nextr(), nextr() end
+    return z1, z2
+end
+
+-- exact: the cache key is the set's bit string itself (no collision; a
+-- violation found with the hashed key is confirmed this way, since a
+-- collision can only prune a branch, never make a false pass).
+local function search(ops, initial, max_steps, exact)
     -- the journal's order of the register's writes: op.rank 1, 2, ...
     local ranked = {}
     for _, op in ipairs(ops) do
@@ -534,10 +557,13 @@ local function search(ops, initial, max_steps)
     end
     local words = {}
     for w = 1, floor((n - 1) / 30) + 1 do words[w] = 0 end
+    local z1, z2 = zobrist(n)
+    local h1, h2 = 0, 0
     local function flip(i, on)
         local w = floor((i - 1) / 30) + 1
         local m = lshift(1, (i - 1) % 30)
         words[w] = on and bor(words[w], m) or band(words[w], bnot(m))
+        h1, h2 = bxor(h1, z1[i]), bxor(h2, z2[i])
     end
     local function unlink(node)
         node.prev.next = node.next
@@ -549,14 +575,14 @@ local function search(ops, initial, max_steps)
     end
 
     local cache, stack, depth = {}, {}, 0
-    local best, best_fail = {}, nil
+    local best, best_depth, best_fail = {}, 0, nil
     local state, pos = initial, 0 -- pos: rank of the last write placed
     local entry = head.next
     local steps = 0
     while remaining > 0 do
         steps = steps + 1
         if steps > max_steps then
-            return "undecided", { steps = steps - 1, depth = #best }
+            return "undecided", { steps = steps - 1, depth = best_depth }
         end
         if entry ~= nil and entry.call then
             local op = entry.op
@@ -567,7 +593,12 @@ local function search(ops, initial, max_steps)
             local linearized = false
             if nstate ~= nil then
                 flip(op.index, true)
-                local key = concat(words, ",") .. "|" .. nstate
+                local key
+                if exact then
+                    key = concat(words, ",") .. "|" .. nstate
+                else
+                    key = h1 .. ":" .. h2 .. "|" .. nstate
+                end
                 if not cache[key] then
                     cache[key] = true
                     depth = depth + 1
@@ -581,9 +612,13 @@ local function search(ops, initial, max_steps)
                         remaining = remaining - 1
                     end
                     linearized = true
-                    if depth > #best then
-                        for i = 1, depth do best[i] = stack[i].node.op end
-                        best[depth + 1] = nil
+                    if depth > best_depth then
+                        best_depth = depth
+                        local from = math.max(1, depth - PREFIX_SHOWN + 1)
+                        for i = from, depth do
+                            best[i - from + 1] = stack[i].node.op
+                        end
+                        for i = depth - from + 2, #best do best[i] = nil end
                     end
                     entry = head.next
                 else
@@ -597,12 +632,12 @@ local function search(ops, initial, max_steps)
             -- an end came before its call could be placed (nil: only
             -- unknown calls were ahead, which cannot happen while a
             -- definite call is left, but backing up is safe): back up
-            if entry ~= nil and depth == #best then
+            if entry ~= nil and depth == best_depth then
                 best_fail = entry.op
             end
             if depth == 0 then
-                return "violation", { prefix = best, blocked = best_fail,
-                                      steps = steps }
+                return "violation", { prefix = best, depth = best_depth,
+                                      blocked = best_fail, steps = steps }
             end
             local top = stack[depth]
             stack[depth] = nil
@@ -671,6 +706,10 @@ local function check_registers(report, calls, events, opts, no_effect)
         end
         report.stats.registers = report.stats.registers + 1
         local verdict, ev = search(ops, initial, opts.max_steps)
+        if verdict == "violation" then
+            report.stats.search_steps = report.stats.search_steps + ev.steps
+            verdict, ev = search(ops, initial, opts.max_steps, true)
+        end
         report.stats.search_steps = report.stats.search_steps + ev.steps
         if verdict == "violation" then
             local lines = {}
@@ -679,9 +718,9 @@ local function check_registers(report, calls, events, opts, no_effect)
             end
             local msg = "no linearization of the register's calls"
             if ev.blocked then
-                msg = msg .. format(": after %d call(s) in order, call %s "
-                    .. "ended with no legal place", #ev.prefix,
-                    tostring(ev.blocked.call.op_id))
+                msg = msg .. format(": after %d call(s) in order (the "
+                    .. "last %d below), call %s ended with no legal place",
+                    ev.depth, #ev.prefix, tostring(ev.blocked.call.op_id))
             end
             add(report, "linearizable_cas", name, msg, {
                 longest_prefix = lines,
