@@ -5,7 +5,8 @@
 --
 -- Until the file STOPFILE exists, it asks random nodes' gateways (PORTS:
 -- comma-separated HTTP ports on 127.0.0.1) with a fresh Idempotency-Key
--- per operation: Register cas/read/write, Counter add, Seq tells, and
+-- per operation: Register cas/read/write, Counter add, Seq tells and
+-- `who` asks (which activation answers), and
 -- appends one call record per attempt to HISTORY in the checker's format
 -- (nemesis/README.md). No retries: an unknown call stays unknown. The
 -- Seq tells of one client all go through one node (one sender, G2).
@@ -120,13 +121,19 @@ while not stopped() do
         call({ op_id = op, kind = "add", type = "Counter", id = id,
                args = { n = 1 } }, path("Counter", id, "ask"),
              { type = "add", n = 1, op = op })
-    else
+    elseif r < 0.95 then
         local id = "s" .. random(4)
         seq_n[id] = (seq_n[id] or 0) + 1
         call({ op_id = op, kind = "seq_tell", type = "Seq", id = id,
                args = { n = seq_n[id] } }, path("Seq", id, "tell"),
              { type = "seq", sender = name, g = serial, n = seq_n[id] },
              seq_port)
+    else
+        -- which activation answers (nemesis/activations.lua); through any
+        -- node, not part of the Seq sender's numbered tells
+        local id = "s" .. random(4)
+        call({ op_id = op, kind = "who", type = "Seq", id = id, args = {} },
+             path("Seq", id, "ask"), { type = "who" })
     end
 end
 out:close()

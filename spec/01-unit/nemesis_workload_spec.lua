@@ -95,6 +95,29 @@ describe("nemesis/run --plan", function()
         assert.not_equal(a, (sh("nemesis/run --seed 8 --faults 20 --plan")))
     end)
 
+    it("draws every kind, with reload's weights and broken files and "
+       .. "pg_kill of one node or all", function()
+        local out, rc = sh("nemesis/run --seed 3 --faults 200 --plan")
+        assert.equal(0, rc)
+        local kinds = {}
+        for line in out:gmatch("[^\n]+") do
+            local kind = line:match("^t=%S+ (%S+)")
+            if kind then kinds[kind] = true end
+        end
+        for _, k in ipairs({ "pause", "kill", "leave", "move", "pg_restart",
+                             "reload", "pg_kill" }) do
+            assert.truthy(kinds[k], k)
+        end
+        assert.matches("\nt=%S+ reload strategy weights [1-3],[1-3],[1-3],"
+                       .. "[1-3],[1-3] for %d", out)
+        for _, b in ipairs({ "syntax", "raise_load", "raise_call" }) do
+            assert.matches("weights [%d,]+ after a broken %(" .. b
+                           .. "%) for", out)
+        end
+        assert.matches("\nt=%S+ pg_kill all for ", out)
+        assert.matches("\nt=%S+ pg_kill n%d for ", out)
+    end)
+
     it("refuses bad options with exit 2", function()
         for _, args in ipairs({ "--faults x", "--faults -1",
                                 "--clients 0", "--clients 17", "--bogus" }) do
