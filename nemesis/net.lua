@@ -248,6 +248,8 @@ function Net:setup(root)
     for i = 1, self.count do
         self.hosts[i] = format("%s.%d", self.subnet, 10 + i)
     end
+    -- the guard first: a crash while we build leaves nothing either
+    self:guard(root or ".")
     local ok, err = pcall(function()
         local b = self.names.bridge
         must(format("ip link add %s type bridge", b))
@@ -277,7 +279,6 @@ function Net:setup(root)
         self:teardown()
         error(err, 0)
     end
-    self:guard(root or ".")
     return self
 end
 
