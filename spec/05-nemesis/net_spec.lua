@@ -5,6 +5,7 @@ package.path = "./?.lua;" .. package.path
 
 local helpers = require "helpers.node"
 local net = require "nemesis.net"
+local pg = require "helpers.pg"
 
 local sh = net.sh
 
@@ -50,6 +51,7 @@ describe("nemesis network", function()
     end)
 
     teardown(function()
+        pg.stop_all()
         helpers.stop_all_checked()
         if n then n:teardown() end
     end)
@@ -113,6 +115,32 @@ describe("nemesis network", function()
         assert.is_true(connects(n, 2, n.hosts[3], c.nodes[3].port))
         n:heal()
         assert.is_true(connects(n, 2, n.hosts[1], c.nodes[1].port))
+    end)
+
+    it("PostgreSQL listens on the bridge for the namespaces; pg_cut cuts "
+       .. "one node from it alone", function()
+        local srv = pg.start(nil, { listen = n.gateway, allow = n.cidr })
+        local conninfo = srv.conninfo:gsub("host=127%.0%.0%.1",
+            "host=" .. n.gateway):gsub("connect_timeout=%d+",
+            "connect_timeout=2")
+        local function query(i)
+            local out, ok = sh(string.format("ip netns exec %s timeout 5 "
+                .. "psql %s -XtAc 'SELECT 40 + 2'", n.names.ns[i],
+                "'" .. conninfo .. "'"))
+            return ok and out:match("^42") ~= nil, out
+        end
+        assert.is_true(query(1))
+        assert.is_true(query(2))
+        n:cut(net.rules("pg_cut", { node = 1 }, n.hosts, n.gateway,
+                        srv.port))
+        assert.is_false(query(1))
+        assert.is_true(query(2))
+        -- the node's own gateway is still reached from the root namespace
+        assert.equal(200, (c.nodes[1]:http("GET", "/v1/health", nil,
+                                           { max_time = 2 })))
+        n:heal()
+        assert.is_true(query(1))
+        srv:stop()
     end)
 
     it("--cleanup-net removes the names of a run that is gone, never a "
