@@ -180,6 +180,24 @@ describe("nemesis network", function()
                            20, "the guard to remove the network")
     end)
 
+    it("nemesis/run stopped by SIGTERM removes its network itself",
+       function()
+        local dir = helpers.tmpdir()
+        local proc = helpers.spawn({ "luajit", "nemesis/run", "--seed", "1",
+            "--faults", "0", "--keep", dir .. "/work" },
+            { stdout = dir .. "/out" })
+        helpers.wait_until(function()
+            return #left_of(proc.pid) == 11 or proc:poll()
+        end, 30, "the harness's network")
+        assert.equal(11, #left_of(proc.pid)) -- 5 + 5 + the bridge
+        proc:send_signal(helpers.SIGTERM)
+        assert.truthy(proc:wait(30), "the harness did not exit")
+        local out = helpers.read_file(dir .. "/out")
+        assert.equal(2, proc.code, out)
+        -- removed by the harness before it exited, not by its guard
+        assert.same({}, left_of(proc.pid))
+    end)
+
     it("teardown removes every namespace, veth and the bridge", function()
         helpers.stop_all()
         assert.equal(7, #left_of(n.id))
