@@ -143,6 +143,19 @@ describe("nemesis network", function()
         srv:stop()
     end)
 
+    it("pg.start refuses a listen address or network that is not IPv4",
+       function()
+        for _, o in ipairs({ { listen = "10.1.2", allow = "10.1.2.0/24" },
+                             { listen = "10.1.2.1", allow = "10.1.2.0" },
+                             { listen = "10.1.2.1';x", allow = "a/24" },
+                             { listen = "10.1.2.1" } }) do
+            local ok, err = pcall(pg.start, nil, o)
+            assert.is_false(ok)
+            assert.truthy(tostring(err):find("must be an IPv4", 1, true),
+                          err)
+        end
+    end)
+
     it("--cleanup-net removes the names of a run that is gone, never a "
        .. "live run's", function()
         local dead = helpers.spawn({ "true" })

@@ -88,6 +88,14 @@ function M.start(owner, opts)
     owner = owner or ffi.C.getpid()
     local extra = ""
     if opts and (opts.listen or opts.allow) then
+        local ip = "^%d+%.%d+%.%d+%.%d+"
+        if not (type(opts.listen) == "string"
+                and opts.listen:match(ip .. "$")
+                and type(opts.allow) == "string"
+                and opts.allow:match(ip .. "/%d+$")) then
+            error("pg.start: opts.listen must be an IPv4 address and "
+                  .. "opts.allow an IPv4 network A.B.C.D/N", 2)
+        end
         extra = format(" %s %s", sh_quote(tostring(opts.listen)),
                        sh_quote(tostring(opts.allow)))
     end
