@@ -156,6 +156,17 @@ describe("nemesis network", function()
         end
     end)
 
+    it("nemesis/run without nft fails with exit 2 and says so, starting "
+       .. "nothing", function()
+        -- nft lives in /usr/sbin on Debian
+        local out, ok = sh("env PATH=/usr/bin:/bin luajit nemesis/run "
+                           .. "--faults 0 2>&1; echo rc=$?")
+        assert.truthy(ok)
+        assert.truthy(out:find("needs `nft`", 1, true), out)
+        assert.truthy(out:find("rc=2\n", 1, true), out)
+        assert.falsy(out:find("network:", 1, true), out)
+    end)
+
     it("--cleanup-net removes the names of a run that is gone, never a "
        .. "live run's", function()
         local dead = helpers.spawn({ "true" })
