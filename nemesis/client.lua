@@ -4,9 +4,9 @@
 --   luajit nemesis/client.lua SEED NAME PORTS HISTORY STOPFILE REGISTERS
 --
 -- Until the file STOPFILE exists, it asks random nodes' gateways (PORTS:
--- comma-separated HTTP ports on 127.0.0.1) with a fresh Idempotency-Key
--- per operation: Register cas/read/write, Counter add, Seq tells and
--- `who` asks (which activation answers), and
+-- comma-separated HTTP ports on 127.0.0.1, or A.B.C.D:PORT entries) with
+-- a fresh Idempotency-Key per operation: Register cas/read/write, Counter
+-- add, Seq tells and `who` asks (which activation answers), and
 -- appends one call record per attempt to HISTORY in the checker's format
 -- (nemesis/README.md). No retries: an unknown call stays unknown. The
 -- Seq tells of one client all go through one node (one sender, G2).
@@ -23,7 +23,7 @@ assert(seed and name and ports_arg and out_path and stop_file and nregs,
        "usage: client.lua SEED NAME PORTS HISTORY STOPFILE REGISTERS")
 
 local ports = {}
-for p in ports_arg:gmatch("%d+") do ports[#ports + 1] = tonumber(p) end
+for p in ports_arg:gmatch("[^,]+") do ports[#ports + 1] = tonumber(p) or p end
 
 math.randomseed(seed)
 local random = math.random

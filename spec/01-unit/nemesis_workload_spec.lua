@@ -118,11 +118,149 @@ describe("nemesis/run --plan", function()
         assert.matches("\nt=%S+ pg_kill n%d for ", out)
     end)
 
+    it("draws the partition kinds in the netns mode (the default), held "
+       .. "1.1 to 10 s, each naming its nodes", function()
+        local out, rc = sh("nemesis/run --seed 7 --faults 30 --plan")
+        assert.equal(0, rc, out)
+        assert.truthy(out:match("^nemesis: seed 7, 30 faults, 4 clients, "
+                                .. "netns\n"), out)
+        local seen = {}
+        for line in out:gmatch("[^\n]+") do
+            local kind = line:match("^t=[%d.]+s (%S+)")
+            if kind then seen[kind] = (seen[kind] or 0) + 1 end
+            local held = line:match("^t=[%d.]+s %a+ .* for ([%d.]+)s$")
+            if kind == "isolate" or kind == "pg_cut" then
+                assert.truthy(line:match(" n[1-5] for "), line)
+            elseif kind == "split" then
+                -- two nodes against three, each node once
+                local a, b = line:match(" (n%d,n%d)|(n%d,n%d,n%d) for ")
+                assert.truthy(a and b, line)
+                local all = {}
+                for k in (a .. "," .. b):gmatch("%d") do all[#all + 1] = k end
+                table.sort(all)
+                assert.equal("12345", table.concat(all))
+            elseif kind == "bridge" then
+                assert.truthy(line:match(" n%d,n%d|n%d|n%d,n%d for "), line)
+            elseif kind == "oneway" then
+                local from, to = line:match(" n(%d)%->n(%d) cut for ")
+                assert.truthy(from and from ~= to, line)
+            end
+            if held and (kind == "isolate" or kind == "split"
+                         or kind == "oneway" or kind == "bridge"
+                         or kind == "pg_cut") then
+                held = tonumber(held)
+                assert.truthy(held >= 1.1 and held <= 10, line)
+            end
+        end
+        for _, k in ipairs({ "isolate", "split", "oneway", "bridge",
+                             "pg_cut", "pause", "kill" }) do
+            assert.truthy(seen[k], "no " .. k .. " in\n" .. out)
+        end
+    end)
+
+    it("--loopback draws no partition, and the same seed gives the same "
+       .. "schedule", function()
+        local out, rc = sh("nemesis/run --seed 1 --faults 12 --plan "
+                           .. "--loopback")
+        assert.equal(0, rc, out)
+        assert.equal(out, (sh("nemesis/run --seed 1 --faults 12 --plan "
+                              .. "--loopback")))
+        assert.not_equal(out, (sh("nemesis/run --seed 2 --faults 12 --plan "
+                                  .. "--loopback")))
+        local many = sh("nemesis/run --seed 3 --faults 200 --plan --loopback")
+        for _, k in ipairs({ "isolate", "split", "oneway", "bridge",
+                             "pg_cut" }) do
+            assert.falsy(many:find("s " .. k .. " ", 1, true), k)
+        end
+    end)
+
     it("refuses bad options with exit 2", function()
         for _, args in ipairs({ "--faults x", "--faults -1",
                                 "--clients 0", "--clients 17", "--bogus" }) do
             local out, rc = sh("nemesis/run --plan " .. args)
             assert.equal(2, rc, args .. ": " .. out)
         end
+    end)
+end)
+
+describe("nemesis/net rules", function()
+    local net = require "nemesis.net"
+    local hosts = { "10.213.9.11", "10.213.9.12", "10.213.9.13",
+                    "10.213.9.14", "10.213.9.15" }
+    local gw = "10.213.9.1"
+
+    it("isolate cuts one node from every other node, both ways", function()
+        local r = net.rules("isolate", { node = 2 }, hosts, gw, 5432)
+        assert.same({ [2] = {
+            "input ip saddr { 10.213.9.11, 10.213.9.13, 10.213.9.14, "
+                .. "10.213.9.15 } drop",
+            "output ip daddr { 10.213.9.11, 10.213.9.13, 10.213.9.14, "
+                .. "10.213.9.15 } drop" } }, r)
+    end)
+
+    it("split cuts each side from the other; bridge leaves the middle "
+       .. "node talking to both", function()
+        local r = net.rules("split", { a = { 1, 4 }, b = { 2, 3, 5 } },
+                            hosts, gw, 5432)
+        assert.same({ "input ip saddr { 10.213.9.12, 10.213.9.13, "
+            .. "10.213.9.15 } drop", "output ip daddr { 10.213.9.12, "
+            .. "10.213.9.13, 10.213.9.15 } drop" }, r[1])
+        assert.same({ "input ip saddr { 10.213.9.11, 10.213.9.14 } drop",
+            "output ip daddr { 10.213.9.11, 10.213.9.14 } drop" }, r[5])
+        local b = net.rules("bridge", { a = { 1, 2 }, mid = 3,
+                                        b = { 4, 5 } }, hosts, gw, 5432)
+        assert.is_nil(b[3])
+        assert.same({ "input ip saddr { 10.213.9.14, 10.213.9.15 } drop",
+            "output ip daddr { 10.213.9.14, 10.213.9.15 } drop" }, b[2])
+        assert.same({ "input ip saddr { 10.213.9.11, 10.213.9.12 } drop",
+            "output ip daddr { 10.213.9.11, 10.213.9.12 } drop" }, b[4])
+    end)
+
+    it("oneway drops only what the receiver gets from the sender", function()
+        assert.same({ [4] = { "input ip saddr 10.213.9.12 drop" } },
+            net.rules("oneway", { from = 2, to = 4 }, hosts, gw, 5432))
+    end)
+
+    it("pg_cut drops only PostgreSQL's port on the gateway; no rule ever "
+       .. "drops the gateway (clients, harness) otherwise", function()
+        assert.same({ [3] = {
+            "output ip daddr 10.213.9.1 tcp dport 5432 drop",
+            "input ip saddr 10.213.9.1 tcp sport 5432 drop" } },
+            net.rules("pg_cut", { node = 3 }, hosts, gw, 5432))
+        for _, c in ipairs({ { "isolate", { node = 1 } },
+                             { "split", { a = { 1 }, b = { 2, 3 } } },
+                             { "oneway", { from = 1, to = 2 } },
+                             { "bridge", { a = { 1 }, mid = 2,
+                                           b = { 3 } } } }) do
+            for _, list in pairs(net.rules(c[1], c[2], hosts, gw, 5432)) do
+                for _, rule in ipairs(list) do
+                    assert.falsy(rule:find(gw .. "[ ,}]"), rule)
+                end
+            end
+        end
+    end)
+
+    it("refuses a bad partition", function()
+        for _, c in ipairs({
+            { "isolate", { node = 6 } }, { "isolate", {} },
+            { "split", { a = { 1 }, b = {} } },
+            { "split", { a = { 1, 2 }, b = { 2, 3 } } },
+            { "bridge", { a = { 1 }, mid = 1, b = { 2 } } },
+            { "bridge", { a = { 1 }, b = { 2 } } },
+            { "oneway", { from = 2, to = 2 } },
+            { "flood", { node = 1 } } }) do
+            assert.has_error(function()
+                net.rules(c[1], c[2], hosts, gw, 5432)
+            end)
+        end
+    end)
+
+    it("names a run's objects after its id, short enough for Linux "
+       .. "(15 bytes)", function()
+        local n = net.names(4194304, 5)
+        assert.equal("msb4194304", n.bridge)
+        assert.equal("msn4194304-5", n.ns[5])
+        assert.equal("msv4194304-1", n.veth[1])
+        assert.truthy(#n.veth[5] <= 15)
     end)
 end)

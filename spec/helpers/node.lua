@@ -322,9 +322,14 @@ function M.stop_all_checked(grace)
     end
 end
 
--- M.request to this node.
+-- M.request to this node (its port on 127.0.0.1, or its host:port when
+-- it has another host).
 function Node:http(method, path, body, opts)
-    return M.request(self.port, method, path, body, opts)
+    local to = self.port
+    if self.host and self.host ~= "127.0.0.1" then
+        to = self.address
+    end
+    return M.request(to, method, path, body, opts)
 end
 
 function Node:tell(t, id, msg)
@@ -472,19 +477,26 @@ M.ADMIN_TOKEN = "spec-admin-token"
 local Cluster = {}
 Cluster.__index = Cluster
 
--- A node of cluster `c` named `name` on fresh ports (not started).
-local function cluster_node(c, name)
+-- A node of cluster `c` named `name` on fresh ports (not started), on
+-- `host` (an IPv4 address; nil: 127.0.0.1) and started with the argv
+-- `prefix` before the moonshard command (nil: none), say { "ip", "netns",
+-- "exec", NAME }: a prefix must exec the command, so that the PID the
+-- helper keeps (and signals, and stops) is the node's.
+local function cluster_node(c, name, host, prefix)
     local lp, hp = M.free_port(), M.free_port()
+    host = host or "127.0.0.1"
     return setmetatable({
         cluster = c,
         name = name,
         dir = c.dir,
         config = c.config,
+        host = host,
+        prefix = prefix,
         listen_port = lp,
-        listen = "127.0.0.1:" .. lp,
+        listen = host .. ":" .. lp,
         port = hp,
-        address = "127.0.0.1:" .. hp,
-        base = "http://127.0.0.1:" .. hp,
+        address = host .. ":" .. hp,
+        base = "http://" .. host .. ":" .. hp,
         runs = 0,
     }, Node)
 end
@@ -535,7 +547,11 @@ end
 -- opts.settings = { handoff_timeout = 2, ... } (other top-level fields),
 -- where a table { __lua = "expression" } is written as that expression,
 -- opts.watch = true: nodes run with --watch,
--- opts.files = { ["name.lua"] = text } written beside the config.
+-- opts.files = { ["name.lua"] = text } written beside the config,
+-- opts.hosts = { "10.0.0.11", ... }: node i listens (member and HTTP
+-- address) on hosts[i] instead of 127.0.0.1, opts.prefixes = { argv, ...
+-- }: node i runs as prefixes[i] .. the moonshard command (see
+-- cluster_node; nemesis/net.lua puts each node in a network namespace).
 function M.cluster(opts)
     assert(type(opts) == "table" and type(opts.entities) == "table",
            "cluster: opts.entities is required")
@@ -553,7 +569,8 @@ function M.cluster(opts)
     end
     c.config = c.dir .. "/cluster.lua"
     for i = 1, opts.size or 3 do
-        local n = cluster_node(c, "n" .. i)
+        local n = cluster_node(c, "n" .. i, opts.hosts and opts.hosts[i],
+                               opts.prefixes and opts.prefixes[i])
         c.nodes[i] = n
         c.by_name[n.name] = n
     end
@@ -605,7 +622,14 @@ end
 function Node:launch()
     self.runs = self.runs + 1
     self.log_path = format("%s/%s.%d.log", self.dir, self.name, self.runs)
-    local argv = { M.bin, "node", self.config, "--name", self.name }
+    local argv = {}
+    for _, a in ipairs(self.prefix or {}) do
+        argv[#argv + 1] = a
+    end
+    for _, a in ipairs({ M.bin, "node", self.config, "--name",
+                         self.name }) do
+        argv[#argv + 1] = a
+    end
     if self.cluster and self.cluster.opts.watch then
         argv[#argv + 1] = "--watch" -- hot reload of changed modules
     end

@@ -76,9 +76,39 @@ H.entity_path = entity_path
 -------------------------------------------------------------------------------
 -- TCP
 
--- A TCP socket connected to 127.0.0.1:port with send and receive
--- timeouts of max_time seconds (none when nil), or nil and why.
+-- A peer: `port`, a number (on 127.0.0.1, as every spec uses it), or a
+-- string "A.B.C.D:PORT" (a node in a network namespace: nemesis/net.lua).
+-- Returns the four address bytes and the port; raises on anything else.
+local function peer(port)
+    if type(port) == "number" then
+        return 127, 0, 0, 1, port
+    end
+    local a, b, c, d, p = match(tostring(port),
+                                "^(%d+)%.(%d+)%.(%d+)%.(%d+):(%d+)$")
+    a, b, c, d, p = tonumber(a), tonumber(b), tonumber(c), tonumber(d),
+        tonumber(p)
+    if not (a and a < 256 and b < 256 and c < 256 and d < 256
+            and p < 65536) then
+        error("not a port or an IPv4 address:port: " .. tostring(port), 3)
+    end
+    return a, b, c, d, p
+end
+H.peer = peer
+
+-- The Host header's value for `port` (see peer).
+local function host_of(port)
+    if type(port) == "number" then
+        return "127.0.0.1:" .. port
+    end
+    return tostring(port)
+end
+
+-- A TCP socket connected to `port` (127.0.0.1:port, or "A.B.C.D:PORT":
+-- see peer) with send and receive timeouts of max_time seconds (none when
+-- nil), or nil and why.
 local function dial(port, max_time)
+    local a, b, c, d
+    a, b, c, d, port = peer(port)
     local fd = C.socket(AF_INET, SOCK_STREAM, 0)
     if fd < 0 then
         return nil, "socket: " .. errtext()
@@ -93,7 +123,7 @@ local function dial(port, max_time)
     local sa = ffi.new("struct ms_spec_sockaddr_in")
     sa.family = AF_INET
     sa.port[0], sa.port[1] = floor(port / 256), port % 256
-    sa.addr[0], sa.addr[1], sa.addr[2], sa.addr[3] = 127, 0, 0, 1
+    sa.addr[0], sa.addr[1], sa.addr[2], sa.addr[3] = a, b, c, d
     if C.connect(fd, sa, ffi.sizeof(sa)) ~= 0 then
         local why = "connect: " .. errtext()
         C.close(fd)
@@ -244,7 +274,7 @@ function H.format_request(port, method, path, body, close, headers)
     end
     local head = {
         format("%s %s HTTP/1.1", method, path),
-        "Host: 127.0.0.1:" .. port,
+        "Host: " .. host_of(port),
     }
     if close then
         head[#head + 1] = "Connection: close"
@@ -266,7 +296,8 @@ function H.format_request(port, method, path, body, close, headers)
     return concat(head, "\r\n") .. "\r\n\r\n" .. (body or "")
 end
 
--- One HTTP request to 127.0.0.1:port. `body`: nil (none), a string (sent
+-- One HTTP request to 127.0.0.1:port (or "A.B.C.D:PORT": see peer).
+-- `body`: nil (none), a string (sent
 -- as is) or a table (JSON-encoded). Returns status (0 when there was no
 -- response), the decoded JSON body (nil if not JSON), the raw body and an
 -- error text. opts.max_time: seconds to wait for the answer (30);

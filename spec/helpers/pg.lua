@@ -7,6 +7,9 @@
 --   local srv = pg.start()   -- raises when no server can be started;
 --                            -- a guard stops it if this process dies
 --   pg.start(pid)            -- the guard watches `pid` instead
+--   pg.start(pid, { listen = "10.213.7.1", allow = "10.213.7.0/24" })
+--                            -- also listens on that address, and lets
+--                            -- clients of that network log in
 --   srv.conninfo, srv.port, srv.pid, srv.dir
 --   srv:pause() / srv:resume()   -- stop and start again, same port
 --   srv:stop()                   -- stop it by PID, remove its folder
@@ -78,9 +81,26 @@ end
 -- Starts a server; raises with the reason when it cannot. Once the
 -- process `owner` (default: this one) is gone, a guard process stops the
 -- server and removes its folder, should the spec not get to it.
-function M.start(owner)
+-- opts.listen (an IPv4 address) and opts.allow (an IPv4 network "A.B.C.D/N"),
+-- both or neither: the server listens on that address too (beside
+-- 127.0.0.1) and accepts logins from that network.
+function M.start(owner, opts)
     owner = owner or ffi.C.getpid()
-    local out, ok = run(format("%s start %d", sh_quote(M.script), owner))
+    local extra = ""
+    if opts and (opts.listen or opts.allow) then
+        local ip = "^%d+%.%d+%.%d+%.%d+"
+        if not (type(opts.listen) == "string"
+                and opts.listen:match(ip .. "$")
+                and type(opts.allow) == "string"
+                and opts.allow:match(ip .. "/%d+$")) then
+            error("pg.start: opts.listen must be an IPv4 address and "
+                  .. "opts.allow an IPv4 network A.B.C.D/N", 2)
+        end
+        extra = format(" %s %s", sh_quote(tostring(opts.listen)),
+                       sh_quote(tostring(opts.allow)))
+    end
+    local out, ok = run(format("%s start %d%s", sh_quote(M.script), owner,
+                               extra))
     local dir, port, pid, conninfo =
         out:match("^([^\n]+)\n(%d+)\n(%d+)\n([^\n]+)\n$")
     if not (ok and dir) then

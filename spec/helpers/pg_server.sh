@@ -2,9 +2,13 @@
 # pg_server.sh -- a throwaway PostgreSQL for the tests (spec/helpers/pg.lua
 # and spec/c/test_pg.c run it; nothing else should).
 #
-#   pg_server.sh start [OWNER]  initdb into a new folder under $TMPDIR (or
+#   pg_server.sh start [OWNER [ADDR CIDR]]
+#                               initdb into a new folder under $TMPDIR (or
 #                               /tmp), start a server on 127.0.0.1 at a free
 #                               port, create the database moonshard_test;
+#                               with ADDR and CIDR, it listens on ADDR too
+#                               and lets clients from CIDR log in (nemesis
+#                               nodes in network namespaces);
 #                               prints four lines: the folder, the port, the
 #                               postmaster's PID, a libpq connection string.
 #                               With OWNER (a PID), a guard process stops
@@ -18,7 +22,8 @@
 #   pg_server.sh resume DIR     start it again on the same port; prints the
 #                               new postmaster PID
 #
-# The server listens on 127.0.0.1 only; its unix socket lives in DIR. Its
+# The server listens on 127.0.0.1 only (unless ADDR is given); its unix
+# socket lives in DIR. Its
 # superuser `ms` logs in with a random password (scram-sha-256), so the
 # tests can try a wrong one. Run as root, the server runs as the user
 # `postgres` (initdb refuses root) and DIR is owned by it. Exit status 0
@@ -85,8 +90,16 @@ stop_server() {
 }
 
 cmd_start() {
-    local owner=${1:-} bin dir pw port ok=""
+    local owner=${1:-} addr=${2:-} cidr=${3:-} bin dir pw port ok=""
+    local listen=127.0.0.1
     case "$owner" in *[!0-9]*) die "OWNER must be a PID: $owner" ;; esac
+    if [ -n "$addr" ] || [ -n "$cidr" ]; then
+        [[ "$addr" =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]] \
+            || die "ADDR must be an IPv4 address: $addr"
+        [[ "$cidr" =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$ ]] \
+            || die "CIDR must be an IPv4 network (A.B.C.D/N): $cidr"
+        listen="127.0.0.1,$addr"
+    fi
     bin=$(pgbin)
     dir=$(mktemp -d "${TMPDIR:-/tmp}/ms-pg.XXXXXX")
     trap 'stop_server "$dir"; rm -rf "$dir"' ERR
@@ -98,7 +111,7 @@ cmd_start() {
         -A scram-sha-256 -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 \
         || { cat "$dir/initdb.log" >&2; rm -rf "$dir"; die "initdb failed"; }
     cat >>"$dir/data/postgresql.conf" <<EOF
-listen_addresses = '127.0.0.1'
+listen_addresses = '$listen'
 unix_socket_directories = '$dir'
 fsync = off
 synchronous_commit = off
@@ -106,6 +119,9 @@ full_page_writes = off
 shared_buffers = 16MB
 max_connections = 40
 EOF
+    if [ -n "$cidr" ]; then
+        echo "host all all $cidr scram-sha-256" >>"$dir/data/pg_hba.conf"
+    fi
     # a random port; another process may hold it: try a few
     for _ in 1 2 3 4 5 6 7 8; do
         port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
@@ -140,12 +156,12 @@ check_dir() {
 }
 
 case "${1:-}" in
-start) cmd_start "${2:-}" ;;
+start) cmd_start "${2:-}" "${3:-}" "${4:-}" ;;
 stop)  check_dir "${2:-}"; stop_guard "$2"; stop_server "$2"; rm -rf "$2" ;;
 pause) check_dir "${2:-}"; stop_server "$2" ;;
 resume)
     check_dir "${2:-}"
     start_on "$2" "$(cat "$2/port")" || die "the server did not start again"
     pm_pid "$2" | tee "$2/pid" ;;
-*) die "usage: pg_server.sh start [OWNER] | stop DIR | pause DIR | resume DIR" ;;
+*) die "usage: pg_server.sh start [OWNER [ADDR CIDR]] | stop DIR | pause DIR | resume DIR" ;;
 esac
