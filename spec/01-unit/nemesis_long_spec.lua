@@ -30,8 +30,8 @@ nemesis: seed 4, 3 faults, 4 clients, netns
   3 t=9.0s kill n3 for 1.0s on n3: serves again after 1.00s
 faults: pause 1, kill 1, isolate 1
 calls: 1000; journal rows: 10; history and journal in /tmp/x
-OK: 1000 calls, 8 registers (10 search steps), 5 events, 5 operations, 0 activations, 3 faults; 0 violation(s), 0 undecided
-]]
+OK: 1000 calls, 8 registers (10 search steps), 5 events, 5 operations, ]]
+        .. "0 activations, 3 faults; 0 violation(s), 0 undecided\n"
 
     it("sums the faults by kind, the calls and the recoveries of the runs",
        function()
