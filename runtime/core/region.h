@@ -356,8 +356,8 @@ int ms_region_shard_stopping(const struct ms_region *r, int type,
  * coordinator's strategy costs a view of the type's allocations per
  * shard, so a type of 65,536 shards asked at once would hold its loop
  * for minutes. */
-#define MS_REGION_ALLOC_UNOWNED_WORK 65536
-#define MS_REGION_ALLOC_UNOWNED_MIN 4
+#define MS_REGION_ALLOC_UNOWNED_WORK 16384
+#define MS_REGION_ALLOC_UNOWNED_MIN 1
 #define MS_REGION_ALLOC_UNOWNED_MAX 256
 void ms_region_allocate_unowned(struct ms_region *r, int type,
                                 uint64_t now_ms);

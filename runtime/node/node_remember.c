@@ -24,7 +24,7 @@
 /* unowned shards of remembered types are asked for this often (small
  * batches often rather than large ones rarely: a batch holds the
  * coordinator's loop, see MS_REGION_ALLOC_UNOWNED_WORK) */
-#define ALLOC_EVERY_MS 100
+#define ALLOC_EVERY_MS 25
 /* open logs of one file store */
 #define FILE_MAX_OPEN 256
 /* shards of a type the tick looks at (a slice; the next tick goes on):
