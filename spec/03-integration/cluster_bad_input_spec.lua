@@ -208,7 +208,7 @@ describe("a cluster's node port", function()
                     assert.equal(202, status)
                     sent = sent + 1
                     return n1:stats().slow_peer_drops > before
-                end, 4, "the slow peer to be dropped", 0)
+                end, 15, "the slow peer to be dropped", 0)
                 -- n1 and n2 answer their own ids while n3 is stopped
                 for _, n in ipairs({ n1, n2 }) do
                     assert.equal(200, (n:ask("Counter", mine[n.name],
