@@ -6,6 +6,7 @@
 -- The runs here use --loopback (127.0.0.1): no namespaces.
 
 local node = require "helpers.node"
+local cjson = require "cjson"
 
 -- the output and exit status of a shell command
 local function sh(cmd)
@@ -83,5 +84,24 @@ describe("nemesis/run failing", function()
         assert.matches("client c2 recorded no call", out, 1, true)
         assert.matches("\nreplay: nemesis/run --seed 3 --faults 0 "
                        .. "--clients 2 --loopback\n", out, 1, true)
+    end)
+
+    it("takes the Seq entities' reports before each fault, not only at "
+       .. "the end (a fault ends activations, and their counts)", function()
+        local dir = node.tmpdir() .. "/reports"
+        -- seed 3: two moves
+        local out, rc = sh("nemesis/run --loopback --seed 3 --faults 2 "
+                           .. "--keep " .. dir)
+        assert.equal(0, rc, out)
+        local at = {}
+        for line in io.lines(dir .. "/history.jsonl") do
+            if line:find('"kind":"seq_report"', 1, true) then
+                local r = cjson.decode(line)
+                at[r.at] = (at[r.at] or 0) + 1
+                assert.is_number(r.value.reorders)
+            end
+        end
+        assert.same({ ["before fault 1"] = 4, ["before fault 2"] = 4,
+                      ["end"] = 4 }, at)
     end)
 end)
