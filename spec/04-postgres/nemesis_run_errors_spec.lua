@@ -104,4 +104,50 @@ describe("nemesis/run failing", function()
         assert.same({ ["before fault 1"] = 4, ["before fault 2"] = 4,
                       ["end"] = 4 }, at)
     end)
+
+    it("stopped by SIGTERM in --loopback mode stops what it started",
+       function()
+        -- the children of a process (their PIDs), from /proc
+        local function children(pid)
+            local out = {}
+            local p = io.popen("grep -l '^PPid:[[:space:]]*" .. pid
+                               .. "$' /proc/[0-9]*/status 2>/dev/null")
+            for line in p:lines() do
+                out[#out + 1] = tonumber(line:match("/proc/(%d+)/"))
+            end
+            p:close()
+            return out
+        end
+        local dir = node.tmpdir()
+        local proc = node.spawn({ "luajit", "nemesis/run", "--loopback",
+            "--seed", "1", "--faults", "0", "--keep", dir .. "/work" },
+            { stdout = dir .. "/out" })
+        -- PostgreSQL, then the 5 nodes, then the clients
+        local seen = {}
+        node.wait_until(function()
+            for _, c in ipairs(children(proc.pid)) do seen[c] = true end
+            local n = 0
+            for _ in pairs(seen) do n = n + 1 end
+            return n >= 6 or proc:poll()
+        end, 60, "the harness's processes")
+        proc:send_signal(node.SIGTERM)
+        local exited = proc:wait(30)
+        local left = {}
+        pcall(node.wait_until, function()
+            left = {}
+            for pid in pairs(seen) do
+                if node.pid_alive(pid) then left[#left + 1] = pid end
+            end
+            return #left == 0
+        end, 15, "the harness's processes to end", 0.2)
+        for _, pid in ipairs(left) do -- what the run left: by its PID
+            os.execute("kill -9 " .. pid)
+        end
+        local out = node.read_file(dir .. "/out") or ""
+        assert.truthy(exited, out)
+        assert.same({}, left, out)
+        assert.equal(2, proc.code, out)
+        assert.matches("replay: nemesis/run --seed 1 --faults 0 "
+                       .. "--loopback", out, 1, true)
+    end)
 end)
