@@ -497,20 +497,30 @@ end
 -- (the whole prefix can hold tens of thousands).
 local PREFIX_SHOWN = 20
 
--- Two 32-bit Zobrist words per call, from a fixed xorshift: the cache
--- key of a set of linearized calls is their XOR (O(1) per step, where
--- the set's bit string costs O(calls) and made long histories quadratic).
-local function zobrist(n)
-    local z1, z2, x = {}, {}, 0x2545F491
-    local function nextr()
-        x = bxor(x, lshift(x, 13))
-        x = bxor(x, rshift(x, 17))
-        x = bxor(x, lshift(x, 5))
+-- Two 32-bit Zobrist words per call: the cache key of a set of
+-- linearized calls is their XOR (O(1) per step, where the set's bit
+-- string costs O(calls) and made long histories quadratic). The words
+-- come from two xorshift generators of different shift triples: taken
+-- from one generator, a call's second word was its first after one more
+-- (linear) step, a function of the first, and the key had 32 bits in all
+-- (any 33 calls held a subset whose key is 0).
+local function xorshift(x, a, b, c)
+    return function()
+        x = bxor(x, lshift(x, a))
+        x = bxor(x, rshift(x, b))
+        x = bxor(x, lshift(x, c))
         return tobit(x)
     end
-    for i = 1, n do z1[i], z2[i] = nextr(), nextr() end
+end
+
+local function zobrist(n)
+    local z1, z2 = {}, {}
+    local g1 = xorshift(0x2545F491, 13, 17, 5)
+    local g2 = xorshift(0x6C8E9CF5, 1, 3, 10)
+    for i = 1, n do z1[i], z2[i] = g1(), g2() end
     return z1, z2
 end
+M.zobrist = zobrist -- the words of calls 1..n (for the unit spec)
 
 -- exact: the cache key is the set's bit string itself (no collision; a
 -- violation found with the hashed key is confirmed this way, since a

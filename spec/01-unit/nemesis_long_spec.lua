@@ -72,3 +72,24 @@ OK: 1000 calls, 8 registers (10 search steps), 5 events, 5 operations, ]]
         end
     end)
 end)
+
+describe("nemesis/long", function()
+    it("names the run's options in the replay of a run that printed none",
+       function()
+        -- a copy of nemesis/long beside a nemesis/run that dies at once,
+        -- before it could print its own replay line
+        local dir = os.tmpname()
+        os.remove(dir)
+        os.execute("mkdir -p " .. dir .. "/nemesis")
+        os.execute("cp nemesis/long " .. dir .. "/nemesis/long")
+        write(dir .. "/nemesis/run", "#!/bin/sh\nexit 2\n")
+        os.execute("chmod +x " .. dir .. "/nemesis/run")
+        local out, rc = sh(dir .. "/nemesis/long --seeds 4 --faults 3 "
+                           .. "--logs " .. dir .. "/logs -- --loopback "
+                           .. "--clients 2")
+        os.execute("rm -rf " .. dir)
+        assert.equal(1, rc, out)
+        assert.matches("replay: nemesis/run --seed 4 --faults 3 "
+                       .. "'--loopback' '--clients' '2'\n", out, 1, true)
+    end)
+end)

@@ -40,11 +40,12 @@ describe("nemesis/run", function()
 
     it("passes a pg_kill of one node and a broken reload before a good "
        .. "one", function()
-        -- seed 1609: pg_kill n5, then reload after a broken (raise_call)
-        local plan = sh("nemesis/run --seed 1609 --faults 2 --plan")
-        assert.matches("pg_kill n5 for", plan, 1, true)
+        -- seed 83 (netns mode, whose schedule draws the partition kinds
+        -- too): pg_kill n3, then reload after a broken (raise_call)
+        local plan = sh("nemesis/run --seed 83 --faults 2 --plan")
+        assert.matches("pg_kill n3 for", plan, 1, true)
         assert.matches("after a broken (raise_call)", plan, 1, true)
-        local out, rc = sh("nemesis/run --seed 1609 --faults 2")
+        local out, rc = sh("nemesis/run --seed 83 --faults 2")
         assert.equal(0, rc, out)
         assert.matches("reload 1, pg_kill 1", out, 1, true)
         local ended = tonumber(out:match("pg_kill: (%d+) backend"))
