@@ -721,6 +721,28 @@ static void a_connected_dial_gets_the_whole_handshake(uv_loop_t *loop)
     spin(loop, 50);
 }
 
+/* A dial whose connect completed while the loop was held up past the
+ * connect deadline (a long turn) is not taken for a dead one: the timer
+ * runs before the loop sees the connect, and finds the socket connected. */
+static void a_dial_seen_late_is_not_dead(uv_loop_t *loop)
+{
+    enum { WHOLE = 4000 };
+    struct side a;
+    int pa = free_port(), pl = 0;
+    int lfd = raw_listener(8, &pl);
+    CHECK(lfd >= 0);
+    CHECK(start_with(&a, loop, "a", 1, pa, "s", WHOLE) == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pl);
+    CHECK(ms_transport_connect(a.t, addr) == 0);
+    usleep((MS_TRANSPORT_CONNECT_MS + 300) * 1000); /* the loop held up */
+    spin(loop, 300);
+    CHECK(handshake_timeouts(a.t) == 0);
+    close(lfd);
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
 /* The TCP_USER_TIMEOUT of every TCP socket of this process connected to
  * or from `port`, in `out` (at most `cap`); returns how many. */
 static int user_timeouts_of(int port, unsigned *out, int cap)
@@ -786,6 +808,7 @@ int main(void)
     no_connection_without_handshake_state(loop);
     a_dial_that_does_not_connect_is_closed_early(loop);
     a_connected_dial_gets_the_whole_handshake(loop);
+    a_dial_seen_late_is_not_dead(loop);
     connections_carry_the_user_timeout(loop);
     uv_run(loop, UV_RUN_DEFAULT);
     CHECK(uv_loop_close(loop) == 0);
