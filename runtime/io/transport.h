@@ -90,9 +90,11 @@
  * cut off is dropped 5 to 6 s after the cut, about when the failure
  * detector (5 s without a heartbeat answer) marks it unreachable; a cut
  * of up to about 3 s (healed before the retransmission 3 s after the
- * first lost packet) loses nothing. A paused peer (SIGSTOP) is not dropped:
- * its kernel still acknowledges. What was queued on the connection is
- * lost with it (tells, asks: those time out). */
+ * first lost packet) loses nothing. A paused peer (SIGSTOP) keeps its
+ * connections while its kernel still takes data; once its receive buffer
+ * is full, 5 s of a closed window end them too (as max_out_bytes would,
+ * later). What was queued on the connection is lost with it (tells; asks
+ * time out). */
 #define MS_TRANSPORT_USER_TIMEOUT_MS 5000
 
 struct ms_transport;
