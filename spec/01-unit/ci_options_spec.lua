@@ -1,13 +1,7 @@
 -- spec/01-unit/ci_options_spec.lua: .ci/run and .ci/sanitize refuse bad
 -- options with exit 2 before they install, build or run anything.
 
-local function sh(cmd)
-    local p = io.popen(cmd .. " 2>&1; echo rc=$?")
-    local out = p:read("*a")
-    p:close()
-    local rc = tonumber(out:match("rc=(%d+)\n$"))
-    return out:gsub("rc=%d+\n$", ""), rc
-end
+local sh = require "helpers.sh"
 
 describe(".ci scripts", function()
     it(".ci/run refuses words after --layers LIST (they were ignored)",

@@ -4,13 +4,7 @@
 -- failing target named with its input, or with its log when libFuzzer
 -- wrote no input.
 
-local function sh(cmd)
-    local p = io.popen(cmd .. " 2>&1; echo rc=$?")
-    local out = p:read("*a")
-    p:close()
-    local rc = tonumber(out:match("rc=(%d+)\n$"))
-    return out:gsub("rc=%d+\n$", ""), rc
-end
+local sh = require "helpers.sh"
 
 local function write(path, text)
     local f = assert(io.open(path, "w"))

@@ -1,12 +1,6 @@
 -- nemesis/long --summarize: the long form's totals over runs' logs.
 
-local function sh(cmd)
-    local p = io.popen(cmd .. " 2>&1; echo rc=$?")
-    local out = p:read("*a")
-    p:close()
-    local rc = tonumber(out:match("rc=(%d+)\n$"))
-    return out:gsub("rc=%d+\n$", ""), rc
-end
+local sh = require "helpers.sh"
 
 local function write(path, text)
     local f = assert(io.open(path, "w"))

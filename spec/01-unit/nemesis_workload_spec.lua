@@ -27,13 +27,7 @@ local function run(mod, state, cmd)
 end
 
 -- the output and exit status of a shell command
-local function sh(cmd)
-    local f = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-    local out = f:read("*a")
-    f:close()
-    local rc = tonumber(out:match("rc=(%d+)\n$"))
-    return out:gsub("rc=%d+\n$", ""), rc
-end
+local sh = require "helpers.sh"
 
 describe("nemesis register", function()
     it("a cas from null swaps and writes one event with the op id", function()

@@ -9,13 +9,7 @@ local node = require "helpers.node"
 local cjson = require "cjson"
 
 -- the output and exit status of a shell command
-local function sh(cmd)
-    local f = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-    local out = f:read("*a")
-    f:close()
-    local rc = tonumber(out:match("rc=(%d+)\n$"))
-    return out:gsub("rc=%d+\n$", ""), rc
-end
+local sh = require "helpers.sh"
 
 describe("nemesis/run refuses", function()
     it("a seed with a fraction (the replay line would cut it off)",
