@@ -115,13 +115,38 @@ describe("nemesis pg_kill", function()
         -- a process that listens and connects to itself, printing the
         -- server port and its client's port
         local out = node.tmpdir() .. "/ports"
-        local proc = node.spawn({ "python3", "-c", [[
-import socket, sys, time
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
-c = socket.create_connection(s.getsockname())
-a, _ = s.accept()
-print(s.getsockname()[1], c.getsockname()[1], flush=True)
-time.sleep(30)
+        local proc = node.spawn({ "luajit", "-e", [[
+local ffi = require "ffi"
+ffi.cdef[=[
+struct ms_sin { uint16_t family; uint16_t port; uint32_t addr;
+                uint8_t zero[8]; };
+int socket(int, int, int);
+int bind(int, const void *, uint32_t);
+int listen(int, int);
+int getsockname(int, void *, uint32_t *);
+int connect(int, const void *, uint32_t);
+int accept(int, void *, void *);
+unsigned int sleep(unsigned int);
+]=]
+local C, bit = ffi.C, require "bit"
+local function port_of(fd)
+    local a = ffi.new("struct ms_sin[1]")
+    local len = ffi.new("uint32_t[1]", ffi.sizeof("struct ms_sin"))
+    assert(C.getsockname(fd, a, len) == 0)
+    return a[0]
+end
+local s = C.socket(2, 1, 0)
+local a = ffi.new("struct ms_sin[1]")
+a[0].family, a[0].addr = 2, 0x0100007f -- 127.0.0.1, network order
+assert(C.bind(s, a, ffi.sizeof(a[0])) == 0 and C.listen(s, 1) == 0)
+local sa = port_of(s)
+local c = C.socket(2, 1, 0)
+assert(C.connect(c, ffi.new("struct ms_sin[1]", sa), ffi.sizeof(sa)) == 0)
+assert(C.accept(s, nil, nil) >= 0)
+local function host(p) return bit.bor(bit.rshift(p, 8), bit.lshift(bit.band(p, 255), 8)) end
+io.write(host(sa.port), " ", host(port_of(c).port), "\n")
+io.flush()
+C.sleep(30)
 ]] }, { stdout = out })
         local text
         node.wait_until(function()
