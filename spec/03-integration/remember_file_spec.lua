@@ -403,6 +403,12 @@ describe("remember file store failures", function()
     it("fail_closed: a failed write refuses the shard until cleared "
        .. "(endpoint, then CLI)", function()
         local n = helpers.start(opts(dir, out, { on_failure = "fail_closed" }))
+        -- every shard's ids listed first: a record made while its shard
+        -- is still being listed waits outside the queue (wait_idle does
+        -- not see it), and was written only after the dir turned
+        -- unwritable, failing shard 4 as well
+        helpers.wait_until(function() return rem(n).loads == 8 end, 10,
+                           "every shard listed")
         local x1, x6 = id_in_shard(n, 1), id_in_shard(n, 6)
         local y4 = id_in_shard(n, 4, "y")
         n:call("Keeper", y4, { type = "get" }) -- shard 4's log exists
