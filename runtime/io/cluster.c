@@ -220,6 +220,15 @@ static void on_peer(void *data, uint64_t uid, const char *name,
     ms_log(MS_LOG_INFO, f, "connection %s", up ? "authenticated" : "lost");
     if (!up)
         return;
+    /* a member's new connection (a dial after a partition healed, or
+     * after the transport ended a dead one) gets its heartbeat now, not
+     * at the next round: its answer makes the member reachable again a
+     * round sooner */
+    const struct ms_mb_member *m = ms_mb_find_by_uid(c->mb, uid);
+    if (m && uid != c->uid && m->status < MS_MB_DOWN) {
+        struct ms_frame hb = control_frame(MS_FRAME_HEARTBEAT, uid, NULL, 0);
+        ms_transport_send(c->t, uid, &hb);
+    }
     for (int i = 0; i < c->nseed_wait; i++) {
         if (strcmp(c->seed_wait[i], address) == 0) {
             send_gossip(c, uid);

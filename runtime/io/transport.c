@@ -21,6 +21,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,7 @@ struct conn {
     char address[128];         /* dialed address, or the peer's, once known */
     char peer_name[128];
     int outbound;
+    int tcp_up;                /* outbound: the TCP connect completed */
     int got_frame;             /* a whole frame arrived */
     int noted;                 /* its failed handshake was counted */
     int authed;                /* handshake done */
@@ -314,6 +316,14 @@ static uint64_t handshake_ms(const struct ms_transport *t)
                                        : MS_TRANSPORT_HANDSHAKE_MS;
 }
 
+/* 1 when the socket of `c` is connected to its peer. */
+static int tcp_connected(struct conn *c)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    return uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0;
+}
+
 static void on_handshake_timeout(uv_timer_t *timer)
 {
     struct conn *c = timer->data;
@@ -323,10 +333,23 @@ static void on_handshake_timeout(uv_timer_t *timer)
         conn_close(c, NULL);
         return;
     }
+    if (c->outbound && !c->tcp_up && tcp_connected(c)) {
+        /* the connect completed but the loop has not run its callback
+         * yet (a turn that ran long): that is no dead dial */
+        uint64_t used = uv_now(c->t->loop) - c->started_ms;
+        uint64_t total = handshake_ms(c->t);
+        if (used < total) {
+            uv_timer_start(&c->timer, on_handshake_timeout, total - used, 0);
+            return;
+        }
+    }
     c->t->st.auth_failures++;
     c->t->st.handshake_timeouts++;
     char why[100];
-    if (c->outbound || c->got_frame)
+    if (c->outbound && !c->tcp_up)
+        snprintf(why, sizeof why, "no TCP connection within %llu ms",
+                 (unsigned long long)c->first_ms);
+    else if (c->outbound || c->got_frame)
         snprintf(why, sizeof why, "handshake not finished within %llu ms",
                  (unsigned long long)handshake_ms(c->t));
     else
@@ -411,6 +434,8 @@ static int conn_new(struct ms_transport *t, int outbound, struct conn **out)
     uint64_t deadline = handshake_ms(t);
     if (!outbound && deadline > MS_TRANSPORT_FIRST_FRAME_MS)
         deadline = MS_TRANSPORT_FIRST_FRAME_MS;
+    if (outbound && deadline > MS_TRANSPORT_CONNECT_MS)
+        deadline = MS_TRANSPORT_CONNECT_MS; /* until the TCP connect */
     c->first_ms = deadline;
     uv_timer_start(&c->timer, on_handshake_timeout, deadline, 0);
     *out = c;
@@ -541,9 +566,28 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
+/* Bounds how long data sent on `c` may stay unacknowledged before the
+ * kernel ends the connection (transport.h, MS_TRANSPORT_USER_TIMEOUT_MS).
+ * Where the option does not exist the connection lives on as before. */
+static void set_user_timeout(struct conn *c)
+{
+#ifdef TCP_USER_TIMEOUT
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+        return;
+    unsigned int ms = MS_TRANSPORT_USER_TIMEOUT_MS;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) != 0)
+        ms_log(MS_LOG_WARN, NULL, "TCP_USER_TIMEOUT refused: a connection "
+               "whose packets are lost lives until the kernel gives up");
+#else
+    (void)c;
+#endif
+}
+
 static void start_reading(struct conn *c)
 {
     uv_tcp_nodelay(&c->tcp, 1);
+    set_user_timeout(c);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
@@ -714,6 +758,13 @@ static void on_connect(uv_connect_t *req, int status)
         conn_close(c, NULL); /* the cluster layer retries */
         return;
     }
+    /* connected: the rest of the handshake is due by the overall
+     * deadline, counted from the dial */
+    c->tcp_up = 1;
+    uint64_t used = uv_now(c->t->loop) - c->started_ms;
+    uint64_t total = handshake_ms(c->t);
+    uv_timer_start(&c->timer, on_handshake_timeout,
+                   used < total ? total - used : 1, 0);
     start_reading(c);
     handshake(c, NULL);
 }

@@ -17,7 +17,8 @@
  *     and a refused handshake stops reading at once;
  *   - its first frame must arrive within MS_TRANSPORT_FIRST_FRAME_MS, the
  *     whole handshake must end within handshake_timeout_ms (default
- *     MS_TRANSPORT_HANDSHAKE_MS); after that it is closed;
+ *     MS_TRANSPORT_HANDSHAKE_MS); after that it is closed (a dial's TCP
+ *     connect must complete within MS_TRANSPORT_CONNECT_MS);
  *   - at most MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE incoming connections
  *     of one source address (IPv4 address, or IPv6 /64) may be in the
  *     handshake: a new one from that source closes one of them;
@@ -70,6 +71,31 @@
 /* Default of handshake_timeout_ms: the whole handshake, from accept (or
  * from dialing) to authenticated. */
 #define MS_TRANSPORT_HANDSHAKE_MS 5000
+
+/* A dial whose TCP connect has not completed within this many
+ * milliseconds (or handshake_timeout_ms, if smaller) is closed; the
+ * cluster layer dials again at its next heartbeat (every second). While a
+ * partition drops its SYNs, the kernel would retransmit them only 1, 3
+ * and 7 s after the dial, so after the heal a new SYN goes out within
+ * about 2 s instead of up to 5 s. A peer more than this round trip away
+ * cannot be reached. */
+#define MS_TRANSPORT_CONNECT_MS 1000
+
+/* TCP_USER_TIMEOUT of every connection (Linux): data sent that stays
+ * unacknowledged this long ends the connection (read error "connection
+ * timed out"), and the next heartbeat dials afresh. Without it a
+ * connection whose packets were dropped for a while retransmits with an
+ * exponential backoff (0.2, 0.4, ... 6.4 s) and may stay silent for
+ * seconds after the network heals. Heartbeats go every second, so a peer
+ * cut off is dropped 5 to 6 s after the cut, about when the failure
+ * detector (5 s without a heartbeat answer) marks it unreachable; a cut
+ * of up to about 3 s (healed before the retransmission 3 s after the
+ * first lost packet) loses nothing. A paused peer (SIGSTOP) keeps its
+ * connections while its kernel still takes data; once its receive buffer
+ * is full, 5 s of a closed window end them too (as max_out_bytes would,
+ * later). What was queued on the connection is lost with it (tells; asks
+ * time out). */
+#define MS_TRANSPORT_USER_TIMEOUT_MS 5000
 
 struct ms_transport;
 

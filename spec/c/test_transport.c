@@ -3,6 +3,8 @@
  * client can make a node hold. Real sockets, one loop. */
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -615,6 +617,178 @@ static void no_connection_without_handshake_state(uv_loop_t *loop)
     spin(loop, 50);
 }
 
+/* A listening socket on 127.0.0.1 (not the transport's) with a backlog of
+ * `backlog`, never accepting; its port in *port, or -1. */
+static int raw_listener(int backlog, int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    uv_ip4_addr("127.0.0.1", 0, &a);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+        listen(fd, backlog) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static uint64_t handshake_timeouts(struct ms_transport *t)
+{
+    struct ms_transport_stats st;
+    ms_transport_stats(t, &st);
+    return st.handshake_timeouts;
+}
+
+/* Runs the loop until `t` counted `n` handshake timeouts or `max_ms`
+ * passed; returns the milliseconds since t0_ns. */
+static uint64_t wait_timeouts(uv_loop_t *loop, struct ms_transport *t,
+                              uint64_t n, uint64_t t0_ns, uint64_t max_ms)
+{
+    while (handshake_timeouts(t) < n &&
+           uv_hrtime() - t0_ns < max_ms * 1000000u) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    return (uv_hrtime() - t0_ns) / 1000000u;
+}
+
+/* A dial whose SYN gets no answer (the listener's accept queue is full,
+ * so the kernel drops it, as a partition would) is closed at the connect
+ * deadline, not at the whole handshake's (here 4 s), and the next
+ * connect dials again at once: after a partition heals a new SYN goes
+ * out within a heartbeat, rather than at the kernel's SYN retransmission
+ * 3 or 7 s after the dial. */
+static void a_dial_that_does_not_connect_is_closed_early(uv_loop_t *loop)
+{
+    enum { WHOLE = 4000, EARLY = 200, LATE = 1500 };
+    struct side a;
+    int pa = free_port(), pl = 0;
+    int lfd = raw_listener(0, &pl);
+    CHECK(lfd >= 0);
+    int filler = raw_open(pl); /* takes the only place in the queue */
+    CHECK(filler >= 0);
+    CHECK(start_with(&a, loop, "a", 1, pa, "s", WHOLE) == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pl);
+    uint64_t t0 = uv_hrtime();
+    CHECK(ms_transport_connect(a.t, addr) == 0);
+    CHECK(ms_transport_connect(a.t, addr) == 0); /* one dial at a time */
+    uint64_t ms = wait_timeouts(loop, a.t, 1, t0,
+                                MS_TRANSPORT_CONNECT_MS + LATE);
+    CHECK(handshake_timeouts(a.t) == 1);
+    CHECK(ms >= MS_TRANSPORT_CONNECT_MS - EARLY);
+    CHECK(ms < WHOLE - EARLY);
+    /* the dial is gone: the next connect makes a new one, with a
+     * deadline of its own */
+    t0 = uv_hrtime();
+    CHECK(ms_transport_connect(a.t, addr) == 0);
+    ms = wait_timeouts(loop, a.t, 2, t0, MS_TRANSPORT_CONNECT_MS + LATE);
+    CHECK(handshake_timeouts(a.t) == 2);
+    CHECK(ms >= MS_TRANSPORT_CONNECT_MS - EARLY);
+    CHECK(a.ups == 0 && a.downs == 0);
+    close(filler);
+    close(lfd);
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
+/* A dial that connected is held to the whole handshake's deadline from
+ * then on, not to the connect deadline: a peer that accepts and answers
+ * nothing is closed at 2.5 s, not at 1 s. */
+static void a_connected_dial_gets_the_whole_handshake(uv_loop_t *loop)
+{
+    enum { WHOLE = 2500, EARLY = 200, LATE = 2000 };
+    struct side a;
+    int pa = free_port(), pl = 0;
+    int lfd = raw_listener(8, &pl); /* the kernel completes the connect */
+    CHECK(lfd >= 0);
+    CHECK(start_with(&a, loop, "a", 1, pa, "s", WHOLE) == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pl);
+    uint64_t t0 = uv_hrtime();
+    CHECK(ms_transport_connect(a.t, addr) == 0);
+    spin(loop, MS_TRANSPORT_CONNECT_MS + 300);
+    CHECK(handshake_timeouts(a.t) == 0);
+    uint64_t ms = wait_timeouts(loop, a.t, 1, t0, WHOLE + LATE);
+    CHECK(handshake_timeouts(a.t) == 1);
+    CHECK(ms >= WHOLE - EARLY);
+    close(lfd);
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
+/* A dial whose connect completed while the loop was held up past the
+ * connect deadline (a long turn) is not taken for a dead one: the timer
+ * runs before the loop sees the connect, and finds the socket connected. */
+static void a_dial_seen_late_is_not_dead(uv_loop_t *loop)
+{
+    enum { WHOLE = 4000 };
+    struct side a;
+    int pa = free_port(), pl = 0;
+    int lfd = raw_listener(8, &pl);
+    CHECK(lfd >= 0);
+    CHECK(start_with(&a, loop, "a", 1, pa, "s", WHOLE) == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pl);
+    CHECK(ms_transport_connect(a.t, addr) == 0);
+    usleep((MS_TRANSPORT_CONNECT_MS + 300) * 1000); /* the loop held up */
+    spin(loop, 300);
+    CHECK(handshake_timeouts(a.t) == 0);
+    close(lfd);
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
+/* The TCP_USER_TIMEOUT of every TCP socket of this process connected to
+ * or from `port`, in `out` (at most `cap`); returns how many. */
+static int user_timeouts_of(int port, unsigned *out, int cap)
+{
+    int n = 0;
+    for (int fd = 3; fd < 1024 && n < cap; fd++) {
+        struct sockaddr_in me, peer;
+        socklen_t l1 = sizeof me, l2 = sizeof peer;
+        if (getsockname(fd, (struct sockaddr *)&me, &l1) < 0 ||
+            getpeername(fd, (struct sockaddr *)&peer, &l2) < 0 ||
+            me.sin_family != AF_INET)
+            continue;
+        if (ntohs(me.sin_port) != port && ntohs(peer.sin_port) != port)
+            continue;
+        unsigned v = 0;
+        socklen_t vl = sizeof v;
+        if (getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, &vl) == 0)
+            out[n++] = v;
+    }
+    return n;
+}
+
+/* Both ends of a node connection carry TCP_USER_TIMEOUT: a connection
+ * whose packets are dropped ends after MS_TRANSPORT_USER_TIMEOUT_MS
+ * rather than retransmitting with a backoff of seconds. */
+static void connections_carry_the_user_timeout(uv_loop_t *loop)
+{
+    struct side a, b;
+    int pa = free_port(), pb = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s3cret") == 0);
+    CHECK(start(&b, loop, "b", 2, pb, "s3cret") == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
+    CHECK(ms_transport_connect(a.t, addr) == 0);
+    spin(loop, 300);
+    CHECK(a.ups == 1 && b.ups == 1);
+    unsigned v[8];
+    int n = user_timeouts_of(pb, v, 8);
+    CHECK(n == 2); /* a's dial and b's accepted end (not the listener) */
+    for (int i = 0; i < n; i++)
+        CHECK(v[i] == MS_TRANSPORT_USER_TIMEOUT_MS);
+    ms_transport_close(a.t);
+    ms_transport_close(b.t);
+    spin(loop, 50);
+}
+
 int main(void)
 {
     ms_io_log_install();
@@ -632,6 +806,10 @@ int main(void)
     a_newcomer_is_not_taken_for_silent(loop);
     handshake_deadlines(loop);
     no_connection_without_handshake_state(loop);
+    a_dial_that_does_not_connect_is_closed_early(loop);
+    a_connected_dial_gets_the_whole_handshake(loop);
+    a_dial_seen_late_is_not_dead(loop);
+    connections_carry_the_user_timeout(loop);
     uv_run(loop, UV_RUN_DEFAULT);
     CHECK(uv_loop_close(loop) == 0);
     CHECK_DONE();
