@@ -121,6 +121,8 @@ local FIELDS = {
     auth_failures = { "counter", "Peers that failed the handshake." },
     slow_peer_drops = { "counter", "Connections dropped because the peer "
         .. "did not read." },
+    link_drops = { "counter", "Tells lost with a connection to a peer "
+        .. "that ended before the peer's kernel acknowledged them." },
     handshake_overflows = { "counter", "Incoming connections that found "
         .. "64 others in the handshake (the oldest was evicted)." },
     handshake_evictions = { "counter", "Unauthenticated connections "

@@ -180,9 +180,10 @@ function M.render(arg)
     end
     remember_lines(s.remember, out)
     line("transport: %s frames in, %s out; %s rejected, %s failed "
-         .. "handshakes, %s slow peers dropped", n(s.frames_in),
-         n(s.frames_out), n(s.rejected_frames), n(s.auth_failures),
-         n(s.slow_peer_drops))
+         .. "handshakes, %s slow peers dropped, %s tells lost with a "
+         .. "connection", n(s.frames_in), n(s.frames_out),
+         n(s.rejected_frames), n(s.auth_failures), n(s.slow_peer_drops),
+         n(s.link_drops))
     out[#out + 1] = ""
     return concat(out, "\n")
 end

@@ -492,7 +492,8 @@ size_t ms_cluster_stats_json(struct ms_cluster *c, char *buf, size_t len)
     int n = snprintf(buf, len,
                      "\"frames_in\":%llu,\"frames_out\":%llu,"
                      "\"rejected_frames\":%llu,\"auth_failures\":%llu,"
-                     "\"slow_peer_drops\":%llu,\"handshake_overflows\":%llu,"
+                     "\"slow_peer_drops\":%llu,\"link_drops\":%llu,"
+                     "\"handshake_overflows\":%llu,"
                      "\"handshake_evictions\":%llu,"
                      "\"handshake_timeouts\":%llu,"
                      "\"handshake_failures\":%llu",
@@ -501,6 +502,7 @@ size_t ms_cluster_stats_json(struct ms_cluster *c, char *buf, size_t len)
                      (unsigned long long)s.rejected_frames,
                      (unsigned long long)s.auth_failures,
                      (unsigned long long)s.slow_peer_drops,
+                     (unsigned long long)s.link_drops,
                      (unsigned long long)s.handshake_overflows,
                      (unsigned long long)s.handshake_evictions,
                      (unsigned long long)s.handshake_timeouts,

@@ -29,6 +29,7 @@
 #include "../core/auth.h"
 #include "../core/log.h"
 #include "../moonshard.h"
+#include "tcpinfo.h"
 #include "uverr.h"
 
 #define READ_BUF (64 * 1024)
@@ -46,6 +47,14 @@ struct obuf {
     size_t len, cap;
 };
 
+/* Where each tell queued on a connection ends in its byte stream, oldest
+ * first, until the peer's kernel has acknowledged it: what a connection
+ * that ends still held is counted (link_drops). */
+struct tellring {
+    uint64_t *end;
+    size_t head, len, cap;
+};
+
 struct conn {
     uv_tcp_t tcp;
     uv_timer_t timer;          /* handshake deadline */
@@ -56,6 +65,12 @@ struct conn {
     struct ms_auth *auth;
     struct ms_frame_decoder dec;
     struct obuf pending, inflight;
+    struct tellring tells;
+    uint64_t out_bytes;        /* bytes queued on the stream so far */
+    uint64_t acked_base;       /* the kernel's acknowledged count before
+                                  the first byte (tcpinfo.h) */
+    int acked_known;           /* acked_base was read */
+    int dead;                  /* the kernel or the peer ended it */
     uint64_t peer_uid;
     uint64_t seq;              /* creation order: smaller is older */
     uint64_t started_ms;       /* accepted or dialed (loop time) */
@@ -149,8 +164,10 @@ static void on_write(uv_write_t *req, int status)
     c->writing = 0;
     c->inflight.len = 0;
     if (status < 0) {
-        if (!c->closing)
+        if (!c->closing) {
+            c->dead = 1;
             conn_close(c, uv_strerror(status));
+        }
         return;
     }
     if (c->close_after_write && !c->pending.len) {
@@ -179,6 +196,79 @@ static void flush(struct conn *c)
     c->writing = 1;
 }
 
+/* The bytes of `c`'s stream its peer's kernel has acknowledged, or -1
+ * where the kernel does not say. */
+static int64_t acked_bytes(struct conn *c)
+{
+    uv_os_fd_t fd;
+    uint64_t n;
+    if (!c->acked_known || uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0 ||
+        ms_tcp_bytes_acked(fd, &n) != 0 || n < c->acked_base)
+        return -1;
+    return (int64_t)(n - c->acked_base);
+}
+
+/* Forgets the tells whose bytes ended at or before `upto`. */
+static void tells_forget(struct tellring *r, uint64_t upto)
+{
+    while (r->len && r->end[r->head] <= upto) {
+        r->head = (r->head + 1) % r->cap;
+        r->len--;
+    }
+}
+
+/* Makes room for one more tell: forgets the acknowledged ones, else
+ * grows the ring (it holds at most what max_out_bytes and the kernel's
+ * send buffer hold). */
+static int tells_reserve(struct conn *c)
+{
+    struct tellring *r = &c->tells;
+    if (r->len < r->cap)
+        return 0;
+    int64_t acked = acked_bytes(c);
+    if (acked >= 0)
+        tells_forget(r, (uint64_t)acked);
+    if (r->len < r->cap)
+        return 0;
+    size_t cap = r->cap ? r->cap * 2 : 256;
+    uint64_t *p = malloc(cap * sizeof *p);
+    if (!p)
+        return MS_ENOMEM;
+    for (size_t i = 0; i < r->len; i++)
+        p[i] = r->end[(r->head + i) % r->cap];
+    free(r->end);
+    r->end = p;
+    r->head = 0;
+    r->cap = cap;
+    return 0;
+}
+
+/*
+ * Counts the tells a closing connection loses: those its peer's kernel
+ * had not acknowledged when the kernel or the peer ended the connection
+ * (the kernel drops its send queue then), or, when this node closes a
+ * live connection, those not yet handed to the kernel (which still sends
+ * what it has).
+ */
+static void count_lost_tells(struct conn *c)
+{
+    struct tellring *r = &c->tells;
+    if (!r->len)
+        return;
+    uint64_t queued = c->pending.len;
+    if (c->writing)
+        queued += uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    uint64_t upto = c->out_bytes - queued;
+    if (c->dead) {
+        int64_t acked = acked_bytes(c);
+        if (acked >= 0 && (uint64_t)acked < upto)
+            upto = (uint64_t)acked;
+    }
+    tells_forget(r, upto);
+    c->t->st.link_drops += r->len;
+    r->len = 0;
+}
+
 /* Appends a frame to the connection's pending output. */
 static int put_frame(struct conn *c, const struct ms_frame *f)
 {
@@ -196,12 +286,19 @@ static int put_frame(struct conn *c, const struct ms_frame *f)
     }
     if (obuf_reserve(&c->pending, size) < 0)
         return MS_ENOMEM;
+    if (f->kind == MS_FRAME_TELL && tells_reserve(c) < 0)
+        return MS_ENOMEM;
     size_t len;
     rc = ms_frame_encode(f, (uint8_t *)c->pending.p + c->pending.len,
                              c->pending.cap - c->pending.len, &len);
     if (rc < 0)
         return rc;
     c->pending.len += len;
+    c->out_bytes += len;
+    if (f->kind == MS_FRAME_TELL) {
+        struct tellring *r = &c->tells;
+        r->end[(r->head + r->len++) % r->cap] = c->out_bytes;
+    }
     c->t->st.frames_out++;
     return 0;
 }
@@ -218,6 +315,7 @@ static void on_handle_closed(uv_handle_t *h)
     ms_frame_decoder_free(&c->dec);
     free(c->pending.p);
     free(c->inflight.p);
+    free(c->tells.end);
     free(c);
     if (--t->open == 0 && t->closing) {
         ms_auth_replay_free(t->replay);
@@ -293,6 +391,7 @@ static void conn_close(struct conn *c, const char *reason)
         ms_log_field_s(f, sizeof f, 0, "peer", c->peer_name);
         ms_log(MS_LOG_WARN, f, "connection closed: %s", reason);
     }
+    count_lost_tells(c);
     unlink_conn(c);
     leave_handshake(c);
     if (c->registered && !t->closing && t->cb.on_peer)
@@ -528,6 +627,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *c = s->data;
     if (nread < 0) {
+        c->dead = 1;
         conn_close(c, nread == UV_EOF ? "peer closed the connection"
                                       : uv_strerror((int)nread));
         return;
@@ -588,6 +688,12 @@ static void start_reading(struct conn *c)
 {
     uv_tcp_nodelay(&c->tcp, 1);
     set_user_timeout(c);
+    /* before the first byte is written: what the kernel counts as
+     * acknowledged already (a dialer's SYN) is no part of the stream */
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
+        ms_tcp_bytes_acked(fd, &c->acked_base) == 0)
+        c->acked_known = 1;
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 

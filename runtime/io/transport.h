@@ -93,8 +93,11 @@
  * first lost packet) loses nothing. A paused peer (SIGSTOP) keeps its
  * connections while its kernel still takes data; once its receive buffer
  * is full, 5 s of a closed window end them too (as max_out_bytes would,
- * later). What was queued on the connection is lost with it (tells; asks
- * time out). */
+ * later). What was queued on the connection is lost with it: asks time
+ * out, and the tells its peer's kernel had not acknowledged are counted
+ * in link_drops (TCP_INFO's acknowledged bytes against where each tell
+ * ends in the stream), so every tell a sender accepted and its owner
+ * never got is counted somewhere. */
 #define MS_TRANSPORT_USER_TIMEOUT_MS 5000
 
 struct ms_transport;
@@ -132,6 +135,10 @@ struct ms_transport_stats {
     uint64_t auth_failures;     /* refused or timed out handshakes, both
                                    directions */
     uint64_t slow_peer_drops;   /* peers dropped for not reading */
+    uint64_t link_drops;        /* tells lost with a connection that ended
+                                   before its peer's kernel acknowledged
+                                   them (or, closed by this node, before
+                                   they were written to the kernel) */
     uint64_t connections;       /* authenticated connections made */
     uint64_t handshake_overflows; /* incoming connections that found
                                      MS_TRANSPORT_MAX_HANDSHAKES others

@@ -21,7 +21,7 @@ local function stats(over)
                                state = "buffering", from = "u1",
                                buffered = 1, for_ms = 250 } },
                 frames_in = 100, frames_out = 90, rejected_frames = 0,
-                auth_failures = 0, slow_peer_drops = 0 }
+                auth_failures = 0, slow_peer_drops = 0, link_drops = 0 }
     for k, v in pairs(over or {}) do s[k] = v end
     return s
 end

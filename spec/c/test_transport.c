@@ -223,6 +223,16 @@ static void a_peer_that_stops_reading_is_dropped(uv_loop_t *loop)
     CHECK(!ms_transport_connected(a.t, 2));
     spin(loop, 50);
     CHECK(a.downs == 1);
+    /* B runs again: it gets what A's kernel was handed (A closed a live
+     * connection, whose kernel still sends it), and A counted the rest */
+    for (int i = 0; i < 5000 && b.downs == 0; i++) {
+        uv_run(&other, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    CHECK(b.downs == 1);
+    ms_transport_stats(a.t, &st);
+    CHECK(st.link_drops > 0);
+    CHECK(b.frames + (int)st.link_drops == sent);
     ms_transport_close(a.t);
     ms_transport_close(b.t);
     spin(loop, 50);
@@ -789,6 +799,82 @@ static void connections_carry_the_user_timeout(uv_loop_t *loop)
     spin(loop, 50);
 }
 
+/* The fd of this process's TCP socket connected to 127.0.0.1:port, or -1. */
+static int dial_fd_to(int port)
+{
+    for (int fd = 3; fd < 1024; fd++) {
+        struct sockaddr_in peer;
+        socklen_t l = sizeof peer;
+        if (getpeername(fd, (struct sockaddr *)&peer, &l) == 0 &&
+            peer.sin_family == AF_INET && ntohs(peer.sin_port) == port)
+            return fd;
+    }
+    return -1;
+}
+
+/* B stops reading; A's tells fill B's receive window, A's kernel and A's
+ * queue. A's kernel then ends the connection (its user timeout, made
+ * short here, passes while B's window stays closed, as for a paused
+ * node) and drops what it had not got acknowledged: A counts those tells
+ * in link_drops, and B, running again, gets exactly the others. */
+static void a_connection_the_kernel_ends_counts_what_it_held(uv_loop_t *loop)
+{
+    uv_loop_t other;
+    uv_loop_init(&other);
+    struct side a, b;
+    int pa = free_port(), pb = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    CHECK(start(&b, &other, "b", 2, pb, "s") == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
+    CHECK(ms_transport_connect(a.t, addr) == 0);
+    for (int i = 0; i < 300 && !(a.ups && b.ups); i++) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        uv_run(&other, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    CHECK(a.ups == 1 && b.ups == 1);
+    int fd = dial_fd_to(pb);
+    CHECK(fd >= 0);
+    unsigned ms = 300;
+    CHECK(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) ==
+          0);
+    static char mid[20000];
+    memset(mid, 'y', sizeof mid - 1);
+    struct ms_frame f = tell(mid);
+    int sent = 0;
+    for (int i = 0; i < 150; i++) {
+        if (ms_transport_send(a.t, 2, &f) == 0)
+            sent++;
+        uv_run(loop, UV_RUN_NOWAIT);
+    }
+    CHECK(sent == 150);
+    for (int i = 0; i < 10000 && a.downs == 0; i++) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    CHECK(a.downs == 1);
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.slow_peer_drops == 0);
+    CHECK(st.link_drops > 0 && (int)st.link_drops < sent);
+    int seen = -1;
+    for (int quiet = 0; quiet < 200; quiet++) {
+        if (b.frames != seen)
+            quiet = 0;
+        seen = b.frames;
+        uv_run(&other, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    CHECK(b.frames > 0);
+    CHECK(b.frames + (int)st.link_drops == sent);
+    ms_transport_close(a.t);
+    ms_transport_close(b.t);
+    spin(loop, 50);
+    uv_run(&other, UV_RUN_DEFAULT);
+    CHECK(uv_loop_close(&other) == 0);
+}
+
 int main(void)
 {
     ms_io_log_install();
@@ -810,6 +896,7 @@ int main(void)
     a_connected_dial_gets_the_whole_handshake(loop);
     a_dial_seen_late_is_not_dead(loop);
     connections_carry_the_user_timeout(loop);
+    a_connection_the_kernel_ends_counts_what_it_held(loop);
     uv_run(loop, UV_RUN_DEFAULT);
     CHECK(uv_loop_close(loop) == 0);
     CHECK_DONE();
