@@ -60,6 +60,7 @@ struct conn {
     uv_timer_t timer;          /* handshake deadline */
     uv_connect_t connect;
     uv_write_t wreq;
+    uv_shutdown_t sreq;
     struct ms_transport *t;
     struct conn *prev, *next;
     struct ms_auth *auth;
@@ -71,6 +72,8 @@ struct conn {
                                   the first byte (tcpinfo.h) */
     int acked_known;           /* acked_base was read */
     int dead;                  /* the kernel or the peer ended it */
+    int draining;              /* dropped: its kernel sends what it holds
+                                  until the peer or the kernel ends it */
     uint64_t peer_uid;
     uint64_t seq;              /* creation order: smaller is older */
     uint64_t started_ms;       /* accepted or dialed (loop time) */
@@ -226,9 +229,19 @@ static int tells_reserve(struct conn *c)
     if (r->len < r->cap)
         return 0;
     int64_t acked = acked_bytes(c);
-    if (acked >= 0)
-        tells_forget(r, (uint64_t)acked);
-    if (r->len < r->cap)
+    if (acked < 0) {
+        /* the kernel does not say: what it was handed is all that is
+         * counted when the connection ends (count_lost_tells), so the
+         * ring need hold no more */
+        uint64_t queued = c->pending.len;
+        if (c->writing)
+            queued += uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+        acked = (int64_t)(c->out_bytes - queued);
+    }
+    tells_forget(r, (uint64_t)acked);
+    /* grow unless a quarter is free: a ring that stays nearly full must
+     * not cost a getsockopt per tell */
+    if (r->cap && r->len <= r->cap - r->cap / 4)
         return 0;
     size_t cap = r->cap ? r->cap * 2 : 256;
     uint64_t *p = malloc(cap * sizeof *p);
@@ -269,6 +282,54 @@ static void count_lost_tells(struct conn *c)
     r->len = 0;
 }
 
+static void on_drain_timeout(uv_timer_t *timer)
+{
+    conn_close(timer->data, "dropped peer did not finish reading");
+}
+
+static void on_drained(uv_shutdown_t *req, int status)
+{
+    (void)req;
+    (void)status; /* an error also ends the connection: on_read says */
+}
+
+/*
+ * Drops the peer of `c`, which is not reading, without losing count of
+ * what its kernel holds: the tells still pending here are lost now; what
+ * the kernel was handed is sent, then the connection is half-closed. It
+ * ends when the peer has read it all and closed (EOF) or when the kernel
+ * gives up (the user timeout, while the window stays closed); then
+ * count_lost_tells counts what the peer's kernel had not acknowledged.
+ * Closing the socket now instead would orphan it: the kernel aborts it
+ * after the user timeout, losing what it held, uncounted.
+ */
+static void conn_drain(struct conn *c, const char *reason)
+{
+    struct ms_transport *t = c->t;
+    struct tellring *r = &c->tells;
+    uint64_t handed = c->out_bytes - c->pending.len;
+    while (r->len && r->end[(r->head + r->len - 1) % r->cap] > handed) {
+        r->len--;
+        t->st.link_drops++;
+    }
+    c->out_bytes = handed;
+    c->pending.len = 0;
+    char f[200];
+    ms_log_field_s(f, sizeof f, 0, "peer", c->peer_name);
+    ms_log(MS_LOG_WARN, f, "connection dropped: %s", reason);
+    c->draining = 1;
+    if (c->registered && !t->closing && t->cb.on_peer)
+        t->cb.on_peer(t->cb.data, c->peer_uid, c->peer_name, c->address, 0);
+    c->registered = 0;
+    c->sreq.data = c;
+    if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, on_drained) < 0) {
+        conn_close(c, NULL);
+        return;
+    }
+    uv_timer_start(&c->timer, on_drain_timeout,
+                   2 * MS_TRANSPORT_USER_TIMEOUT_MS, 0);
+}
+
 /* Appends a frame to the connection's pending output. */
 static int put_frame(struct conn *c, const struct ms_frame *f)
 {
@@ -281,7 +342,7 @@ static int put_frame(struct conn *c, const struct ms_frame *f)
         return MS_E2BIG;
     if (c->pending.len + c->inflight.len + size > c->t->cfg.max_out_bytes) {
         c->t->st.slow_peer_drops++;
-        conn_close(c, "peer is not reading: its output queue is full");
+        conn_drain(c, "peer is not reading: its output queue is full");
         return MS_EOVERFLOW;
     }
     if (obuf_reserve(&c->pending, size) < 0)
@@ -661,7 +722,9 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             return;
         }
         c->t->st.frames_in++;
-        if (c->registered && c->t->cb.on_frame)
+        if ((c->registered ||
+             (c->draining && f.kind == MS_FRAME_TELL)) &&
+            c->t->cb.on_frame)
             c->t->cb.on_frame(c->t->cb.data, c->peer_uid, &f);
     }
 }
@@ -946,7 +1009,7 @@ int ms_transport_connect(struct ms_transport *t, const char *address)
     if (strcmp(address, t->address) == 0)
         return 0;
     for (struct conn *c = t->conns; c; c = c->next)
-        if (strcmp(c->address, address) == 0)
+        if (!c->draining && strcmp(c->address, address) == 0)
             return 0;
     struct sockaddr_storage ss;
     int rc = parse_addr(address, &ss);

@@ -8,7 +8,10 @@
  * while a write is in flight (TCP_NODELAY, no linger). Every length is
  * checked before allocation; a malformed frame closes its connection with a
  * logged reason. A peer that stops reading is dropped once its queued bytes
- * pass max_out_bytes.
+ * pass max_out_bytes: the tells still queued here count in link_drops, and
+ * the connection is half-closed and kept until the peer has read what the
+ * kernel holds or the kernel gives up (then the tells the peer's kernel
+ * never acknowledged count too), at most 2 x MS_TRANSPORT_USER_TIMEOUT_MS.
  *
  * Until a connection is authenticated it costs the node little and cannot
  * hold a slot for long (the handshake slots, G8):

@@ -227,9 +227,11 @@ static void a_peer_that_stops_reading_is_dropped(uv_loop_t *loop)
      * connection, whose kernel still sends it), and A counted the rest */
     for (int i = 0; i < 5000 && b.downs == 0; i++) {
         uv_run(&other, UV_RUN_NOWAIT);
+        uv_run(loop, UV_RUN_NOWAIT);
         usleep(1000);
     }
     CHECK(b.downs == 1);
+    spin(loop, 50);
     ms_transport_stats(a.t, &st);
     CHECK(st.link_drops > 0);
     CHECK(b.frames + (int)st.link_drops == sent);
@@ -875,6 +877,65 @@ static void a_connection_the_kernel_ends_counts_what_it_held(uv_loop_t *loop)
     CHECK(uv_loop_close(&other) == 0);
 }
 
+/* As a_peer_that_stops_reading_is_dropped, but B stays stopped longer
+ * than A's user timeout (5 s in production, 300 ms here) after A dropped
+ * it: what A had handed its kernel never reaches B (the orphaned socket
+ * is aborted by the kernel while B's window stays closed), so it must be
+ * counted in link_drops too. */
+static void a_dropped_slow_peer_that_stays_stopped_counts_everything(
+    uv_loop_t *loop)
+{
+    uv_loop_t other;
+    uv_loop_init(&other);
+    struct side a, b;
+    int pa = free_port(), pb = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    CHECK(start(&b, &other, "b", 2, pb, "s") == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
+    CHECK(ms_transport_connect(a.t, addr) == 0);
+    for (int i = 0; i < 300 && !(a.ups && b.ups); i++) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        uv_run(&other, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    CHECK(a.ups == 1 && b.ups == 1);
+    int fd = dial_fd_to(pb);
+    CHECK(fd >= 0);
+    unsigned ms = 300;
+    CHECK(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) ==
+          0);
+    static char big[60000];
+    memset(big, 'x', sizeof big - 1);
+    struct ms_frame f = tell(big);
+    int rc = 0, sent = 0;
+    for (int i = 0; i < 200 && rc == 0; i++) {
+        rc = ms_transport_send(a.t, 2, &f);
+        if (rc == 0)
+            sent++;
+        uv_run(loop, UV_RUN_NOWAIT);
+    }
+    CHECK(rc == MS_EOVERFLOW);
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.slow_peer_drops == 1);
+    /* B stays stopped well past the user timeout */
+    spin(loop, 2000);
+    for (int i = 0; i < 5000 && b.downs == 0; i++) {
+        uv_run(&other, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    spin(loop, 20);
+    ms_transport_stats(a.t, &st);
+    CHECK(b.downs == 1);
+    CHECK(b.frames + (int)st.link_drops == sent);
+    ms_transport_close(a.t);
+    ms_transport_close(b.t);
+    spin(loop, 50);
+    uv_run(&other, UV_RUN_DEFAULT);
+    CHECK(uv_loop_close(&other) == 0);
+}
+
 int main(void)
 {
     ms_io_log_install();
@@ -897,6 +958,7 @@ int main(void)
     a_dial_seen_late_is_not_dead(loop);
     connections_carry_the_user_timeout(loop);
     a_connection_the_kernel_ends_counts_what_it_held(loop);
+    a_dropped_slow_peer_that_stays_stopped_counts_everything(loop);
     uv_run(loop, UV_RUN_DEFAULT);
     CHECK(uv_loop_close(loop) == 0);
     CHECK_DONE();
