@@ -184,26 +184,36 @@ static void garbage_and_oversize_frames_close_the_connection(uv_loop_t *loop)
     spin(loop, 50);
 }
 
+/* A on `loop` (uid 1) dials B on a new loop `other` (uid 2), each loop
+ * running in turn until both are up; returns B's port. The tests that
+ * stop B's loop use it: B's process is alive but reads nothing. */
+static int two_loops(uv_loop_t *loop, uv_loop_t *other, struct side *a,
+                     struct side *b)
+{
+    uv_loop_init(other);
+    int pa = free_port(), pb = free_port();
+    CHECK(start(a, loop, "a", 1, pa, "s") == 0);
+    CHECK(start(b, other, "b", 2, pb, "s") == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
+    CHECK(ms_transport_connect(a->t, addr) == 0);
+    for (int i = 0; i < 300 && !(a->ups && b->ups); i++) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        uv_run(other, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    CHECK(a->ups == 1 && b->ups == 1);
+    return pb;
+}
+
 /* B authenticates, then its loop stops running: it reads nothing more.
  * A's queue to B grows until max_out_bytes; then A drops B and counts
  * it, and serves on. */
 static void a_peer_that_stops_reading_is_dropped(uv_loop_t *loop)
 {
     uv_loop_t other;
-    uv_loop_init(&other);
     struct side a, b;
-    int pa = free_port(), pb = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
-    CHECK(start(&b, &other, "b", 2, pb, "s") == 0);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
-    CHECK(ms_transport_connect(a.t, addr) == 0);
-    for (int i = 0; i < 300 && !(a.ups && b.ups); i++) {
-        uv_run(loop, UV_RUN_NOWAIT);
-        uv_run(&other, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
-    CHECK(a.ups == 1 && b.ups == 1);
+    two_loops(loop, &other, &a, &b);
     /* from now on only A's loop runs */
     static char big[60000];
     memset(big, 'x', sizeof big - 1);
@@ -822,20 +832,8 @@ static int dial_fd_to(int port)
 static void a_connection_the_kernel_ends_counts_what_it_held(uv_loop_t *loop)
 {
     uv_loop_t other;
-    uv_loop_init(&other);
     struct side a, b;
-    int pa = free_port(), pb = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
-    CHECK(start(&b, &other, "b", 2, pb, "s") == 0);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
-    CHECK(ms_transport_connect(a.t, addr) == 0);
-    for (int i = 0; i < 300 && !(a.ups && b.ups); i++) {
-        uv_run(loop, UV_RUN_NOWAIT);
-        uv_run(&other, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
-    CHECK(a.ups == 1 && b.ups == 1);
+    int pb = two_loops(loop, &other, &a, &b);
     int fd = dial_fd_to(pb);
     CHECK(fd >= 0);
     unsigned ms = 300;
@@ -886,20 +884,8 @@ static void a_dropped_slow_peer_that_stays_stopped_counts_everything(
     uv_loop_t *loop)
 {
     uv_loop_t other;
-    uv_loop_init(&other);
     struct side a, b;
-    int pa = free_port(), pb = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
-    CHECK(start(&b, &other, "b", 2, pb, "s") == 0);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
-    CHECK(ms_transport_connect(a.t, addr) == 0);
-    for (int i = 0; i < 300 && !(a.ups && b.ups); i++) {
-        uv_run(loop, UV_RUN_NOWAIT);
-        uv_run(&other, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
-    CHECK(a.ups == 1 && b.ups == 1);
+    int pb = two_loops(loop, &other, &a, &b);
     int fd = dial_fd_to(pb);
     CHECK(fd >= 0);
     unsigned ms = 300;
