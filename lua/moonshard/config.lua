@@ -394,8 +394,14 @@ local TOP_FIELDS = {
     admin_remote = true, handoff_timeout = true, rebalance_interval = true,
     stuck_handler_ms = true, stuck_handler_exit_ms = true, database = true,
     operation_retention = true, database_connections = true,
+    heartbeat_interval = true, unreachable_after = true,
+    gossip_interval = true, gossip_fanout = true, seed_timeout = true,
+    lone_leave_timeout = true, log_format = true,
 }
-local NODE_FIELDS = { name = true, listen = true, http = true, roles = true }
+local NODE_FIELDS = {
+    name = true, listen = true, http = true, roles = true, weight = true,
+    version = true,
+}
 local ENTITY_FIELDS = {
     module = true, shard_count = true, idle_timeout = true, on_error = true,
     max_pending = true, slow_handler_ms = true, allocation = true,
@@ -447,6 +453,18 @@ local function check_roles(v, path)
     return roles
 end
 
+-- A node's weight (weighted_least_loaded gives it shards in proportion)
+-- and its application version (the strategies prefer the newest during a
+-- rolling upgrade; default: the binary's). The membership gossips both;
+-- a version is what runtime/core/membership.h allows in a gossiped
+-- string: at most MS_MB_MAX_VERSION (32) bytes of printable ASCII without
+-- space, '"', '\\' and ','.
+M.MAX_WEIGHT = 1000
+M.MAX_VERSION = 32
+local VERSION_PATTERN = "^[%w%.%-%+_~:/@#%%]+$"
+local VERSION_REASON = "must contain only letters, digits and . - + _ ~ :"
+    .. " / @ # %"
+
 local function check_nodes(v, path)
     if v == nil then
         fail(path, "required", v)
@@ -480,6 +498,11 @@ local function check_nodes(v, path)
             node[key] = addr
         end
         node.roles = check_roles(raw.roles, child(p, "roles"))
+        node.weight = integer_field(raw, "weight", p, 1, M.MAX_WEIGHT, 1)
+        node.version = string_field(raw, "version", p, {
+            pattern = VERSION_PATTERN, pattern_reason = VERSION_REASON,
+            max_len = M.MAX_VERSION,
+        })
         nodes[i] = node
     end
     return nodes
@@ -909,6 +932,66 @@ local function check_database(t, root)
     return v
 end
 
+-- Failure detection and gossip (runtime/core/membership.h): each a number
+-- of seconds but the fanout. The bounds keep the membership sane: a
+-- heartbeat interval of 50 ms at the least (each member sends one to every
+-- other per interval), an unreachable_after of at least two heartbeat
+-- intervals (one late answer must not make a member unreachable), a
+-- seed_timeout of at least two gossip rounds (the first seed must have
+-- had a chance to hear from the others before it founds a cluster alone).
+M.MEMBERSHIP = {
+    heartbeat_interval = { lo = 0.05, hi = 60, default = 1 },
+    unreachable_after = { lo = 0.1, hi = 600, default = 5 },
+    gossip_interval = { lo = 0.05, hi = 60, default = 1 },
+    seed_timeout = { lo = 0.1, hi = 600, default = 5 },
+    lone_leave_timeout = { lo = 0.1, hi = 600, default = 2 },
+    gossip_fanout = { lo = 1, hi = 64, default = 3 },
+}
+
+local function check_membership(t, root, cfg)
+    local B = M.MEMBERSHIP
+    local function secs(key)
+        local b = B[key]
+        return seconds_field(t, key, root, b.lo, b.hi, b.default)
+    end
+    local hb = secs("heartbeat_interval")
+    local ua = secs("unreachable_after")
+    if ua < 2 * hb then
+        if t.unreachable_after == nil then
+            fail(child(root, "heartbeat_interval"), format(
+                 "must be at most unreachable_after / 2 (%g s, from the"
+                 .. " default unreachable_after; set that too)",
+                 ua / 2000), t.heartbeat_interval)
+        end
+        fail(child(root, "unreachable_after"), format(
+             "must be at least 2 x heartbeat_interval (%g s), so one late"
+             .. " answer does not make a member unreachable",
+             2 * hb / 1000), t.unreachable_after)
+    end
+    local gi = secs("gossip_interval")
+    local st = secs("seed_timeout")
+    if st < 2 * gi then
+        if t.seed_timeout == nil then
+            fail(child(root, "gossip_interval"), format(
+                 "must be at most seed_timeout / 2 (%g s, from the"
+                 .. " default seed_timeout; set that too)", st / 2000),
+                 t.gossip_interval)
+        end
+        fail(child(root, "seed_timeout"), format(
+             "must be at least 2 x gossip_interval (%g s), so the first"
+             .. " seed hears from the others before it founds a cluster",
+             2 * gi / 1000), t.seed_timeout)
+    end
+    cfg.heartbeat_interval_ms = hb
+    cfg.unreachable_after_ms = ua
+    cfg.gossip_interval_ms = gi
+    cfg.seed_timeout_ms = st
+    cfg.lone_leave_timeout_ms = secs("lone_leave_timeout")
+    local f = B.gossip_fanout
+    cfg.gossip_fanout = integer_field(t, "gossip_fanout", root, f.lo, f.hi,
+                                      f.default)
+end
+
 local function check(t)
     local root = {}
     check_known(t, root, TOP_FIELDS)
@@ -951,6 +1034,14 @@ local function check(t)
     cfg.rebalance_interval_ms = seconds_field(t, "rebalance_interval", root,
                                               0.1, 3600, 10)
     check_watchdog(t, root, cfg)
+    check_membership(t, root, cfg)
+    -- log lines as text (log.h's grammar) or one JSON object a line
+    local lf = t.log_format
+    if lf ~= nil and lf ~= "text" and lf ~= "json" then
+        fail(child(root, "log_format"), "must be \"text\" or \"json\"",
+             lf)
+    end
+    cfg.log_format = lf or "text"
     -- a persistent type needs the database, named once at the top, and
     -- so does the postgres store of remember-entities
     for _, e in ipairs(cfg.entity_list) do

@@ -89,6 +89,19 @@ struct ms_config {
     uint64_t rebalance_interval_ms; /* between rebalance rounds */
     uint64_t stuck_handler_ms;      /* the watchdog logs Lua stuck this long */
     uint64_t stuck_handler_exit_ms; /* ... and exits at this; 0: never */
+    /* membership (runtime/core/membership.h: struct ms_mb_config), bounds
+     * checked by lua/moonshard/config.lua */
+    uint64_t heartbeat_interval_ms;
+    uint64_t unreachable_after_ms;
+    uint64_t gossip_interval_ms;
+    uint32_t gossip_fanout;
+    uint64_t seed_timeout_ms;
+    uint64_t lone_leave_timeout_ms;
+    /* this node's entry: its weight (1..1000) and application version
+     * ("" when not set: the binary's) */
+    uint32_t weight;
+    char version[33];          /* MS_MB_MAX_VERSION bytes and a NUL */
+    int log_json;              /* log_format = "json" */
 };
 
 /* Frees what `c` owns (its types) and leaves it without them; `c` itself

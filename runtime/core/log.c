@@ -12,6 +12,8 @@
 #include <time.h>
 
 static char node_field[8 + 4 * 64 + 8] = "node=-";
+static char node_raw[65] = "-";  /* the node name, for JSON lines */
+static int json_lines;           /* ms_log_set_json */
 static int min_level = MS_LOG_INFO;
 static const char *names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
 static const char hex[] = "0123456789abcdef";
@@ -196,7 +198,13 @@ void ms_log_setup(const char *node, int level)
 {
     const char *name = node && *node ? node : "-";
     ms_log_field_s(node_field, sizeof node_field, 0, "node", name);
+    snprintf(node_raw, sizeof node_raw, "%s", name);
     min_level = level;
+}
+
+void ms_log_set_json(int on)
+{
+    json_lines = on != 0;
 }
 
 int ms_log_level(const char *name)
@@ -262,6 +270,167 @@ static int well_formed(const char *f)
     }
 }
 
+/* --- JSON lines (ms_log_set_json) --- */
+
+/*
+ * Writes v[0..len) as the inside of a JSON string into out (capacity cap;
+ * no NUL), stopping before a character whose escape would not fit, and
+ * returns the bytes written. The same bytes are shown as in a text line:
+ * printable ASCII and harmless UTF-8 as is (JSON's own escapes for '"',
+ * '\\', LF, CR and tab), other control bytes as \u00NN, and a byte that is
+ * not valid or harmless UTF-8 (see utf8_printable) as the four characters
+ * \xNN (a JSON text must be UTF-8, and \u00NN would name another
+ * character).
+ */
+static size_t json_escape(char *out, size_t cap, const char *v, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)v;
+    size_t o = 0, i = 0;
+    while (i < len) {
+        unsigned char c = s[i];
+        char e[8];
+        size_t elen = 0, take = 1;
+        const char *src = e;
+        if (c >= 0x20 && c < 0x7f) {
+            if (c == '"' || c == '\\')
+                e[0] = '\\', e[1] = (char)c, elen = 2;
+            else
+                src = (const char *)s + i, elen = 1;
+        } else if (c == '\n' || c == '\r' || c == '\t') {
+            e[0] = '\\', e[1] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+            elen = 2;
+        } else if (c < 0x20 || c == 0x7f) {
+            memcpy(e, "\\u00", 4);
+            e[4] = hex[c >> 4], e[5] = hex[c & 15], elen = 6;
+        } else if ((take = utf8_printable(s + i, len - i))) {
+            src = (const char *)s + i, elen = take;
+        } else {
+            take = 1;
+            memcpy(e, "\\\\x", 3);
+            e[3] = hex[c >> 4], e[4] = hex[c & 15], elen = 5;
+        }
+        if (o + elen > cap)
+            break;
+        memcpy(out + o, src, elen);
+        o += elen;
+        i += take;
+    }
+    return o;
+}
+
+/* Appends `"v"` (v[0..len) JSON-escaped, "..." before the closing quote
+ * when `cut`) at out + o, capacity cap; returns the new length. The
+ * caller sizes `out` for the worst case (6 bytes per input byte). */
+static size_t json_string(char *out, size_t cap, size_t o, const char *v,
+                          size_t len, int cut)
+{
+    out[o++] = '"';
+    o += json_escape(out + o, cap - o - 5, v, len);
+    if (cut) {
+        memcpy(out + o, "...", 3);
+        o += 3;
+    }
+    out[o++] = '"';
+    return o;
+}
+
+/* Reverses a quoted value's escapes (log.h's grammar): q points after the
+ * opening quote of a well-formed value. Writes the raw bytes into raw
+ * (capacity cap), sets *len, and returns the pointer after the closing
+ * quote. */
+static const char *unquote(const char *q, char *raw, size_t cap, size_t *len)
+{
+    size_t o = 0;
+    while (*q != '"') {
+        char c = *q++;
+        if (c == '\\') {
+            char k = *q++;
+            if (k == 'x') {
+                int hi = (int)(strchr(hex, q[0]) - hex);
+                int lo = (int)(strchr(hex, q[1]) - hex);
+                c = (char)(hi << 4 | lo);
+                q += 2;
+            } else {
+                c = k == 'n' ? '\n' : k == 'r' ? '\r' : k == 't' ? '\t' : k;
+            }
+        }
+        if (o < cap)
+            raw[o++] = c;
+    }
+    *len = o;
+    return q + 1;
+}
+
+/* Writes the fields text `f` (well-formed, log.h) as JSON members
+ * `,"key":"value"` at out + o; returns the new length. A key that is one
+ * of the line's own (time, level, node, msg) gets a leading '_', so no
+ * member is written twice. */
+static size_t json_fields(char *out, size_t cap, size_t o, const char *f)
+{
+    static const char *const own[] = {"time", "level", "node", "msg"};
+    char raw[FIELDS_OUT_MAX];
+    while (*f) {
+        const char *k = f;
+        while (*f != '=')
+            f++;
+        size_t klen = (size_t)(f - k), vlen;
+        const char *v = ++f;
+        if (*f == '"') {
+            f = unquote(f + 1, raw, sizeof raw, &vlen);
+            v = raw;
+        } else {
+            while (*f && *f != ' ')
+                f++;
+            vlen = (size_t)(f - v);
+        }
+        if (*f == ' ')
+            f++;
+        int clash = 0;
+        for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+            clash |= strlen(own[i]) == klen && memcmp(own[i], k, klen) == 0;
+        out[o++] = ',';
+        out[o++] = '"';
+        if (clash)
+            out[o++] = '_';
+        memcpy(out + o, k, klen); /* keys are [A-Za-z0-9_] */
+        o += klen;
+        out[o++] = '"';
+        out[o++] = ':';
+        o = json_string(out, cap, o, v, vlen, 0);
+    }
+    return o;
+}
+
+/* emit() for JSON lines: one object, members time, level, node, the
+ * fields in their order, msg; every value a string. */
+static void emit_json(int level, const char *time, const char *fields,
+                      const char *text, size_t len, int cut)
+{
+    enum { HEAD = 96 + 6 * 64, FIELDS = 3 * FIELDS_OUT_MAX + 6 * 64,
+           MSG = 16 + 6 * MS_LOG_TEXT_MAX };
+    char line[HEAD + FIELDS + MSG + 2];
+    size_t o = (size_t)snprintf(line, HEAD, "{\"time\":\"%s\",\"level\":"
+                                "\"%s\",\"node\":", time, names[level]);
+    o = json_string(line, HEAD, o, node_raw, strlen(node_raw), 0);
+    if (fields && *fields) {
+        size_t flen = strlen(fields);
+        if (flen <= FIELDS_OUT_MAX && well_formed(fields)) {
+            o = json_fields(line, HEAD + FIELDS, o, fields);
+        } else {
+            int fcut = flen > MS_LOG_TEXT_MAX;
+            memcpy(line + o, ",\"fields\":", 10);
+            o = json_string(line, HEAD + FIELDS, o + 10, fields,
+                            fcut ? MS_LOG_TEXT_MAX : flen, fcut);
+        }
+    }
+    memcpy(line + o, ",\"msg\":", 7);
+    o = json_string(line, sizeof line - 2, o + 7, text, len, cut);
+    line[o++] = '}';
+    line[o++] = '\n';
+    if (sink)
+        sink(sink_data, line, o);
+}
+
 /* Formats and writes one line; `text` is `len` raw bytes, already cut
  * (`cut` set) when it was longer. */
 static void emit(int level, const char *fields, const char *text, size_t len,
@@ -282,6 +451,11 @@ static void emit(int level, const char *fields, const char *text, size_t len,
         o = strftime(line, 32, "%Y-%m-%dT%H:%M:%S", &tm);
     if (o == 0) /* a year strftime cannot write in 31 bytes */
         o = (size_t)snprintf(line, 32, "1970-01-01T00:00:00");
+    if (json_lines) {
+        snprintf(line + o, 8, ".%03dZ", (int)(ms % 1000));
+        emit_json(level, line, fields, text, len, cut);
+        return;
+    }
     int n = snprintf(line + o, HEAD - o, ".%03dZ %s ", (int)(ms % 1000),
                      names[level]);
     if (n > 0)

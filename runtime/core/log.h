@@ -71,6 +71,25 @@ void ms_log_set_sink(ms_log_sink_fn fn, void *data);
  * back to it. Call before any other thread logs. */
 void ms_log_set_clock(ms_log_clock_fn fn, void *data);
 
+/*
+ * 1: every line from now on is one JSON object instead (log_format =
+ * "json", for log shippers):
+ *
+ *   {"time":"2026-11-29T16:50:50.123Z","level":"WARN","node":"n1",
+ *    "type":"Counter","shard":"3","id":"a","msg":"..."}
+ *
+ * on one line: time, level, node, then the fields in their order, then
+ * msg; every value is a JSON string (a field's type never depends on its
+ * value). Values hold the same bytes as in a text line: JSON escapes for
+ * '"', '\\' and control bytes, and the four characters \xNN for a byte
+ * that is not valid or harmless UTF-8 (see the grammar above). A field
+ * named time, level, node or msg is written as _time, ... ; fields text
+ * that does not follow the grammar is one "fields" string. The same cuts
+ * as in text lines apply. 0: text lines (the default). Call before any
+ * other thread logs.
+ */
+void ms_log_set_json(int on);
+
 /* Parses "debug"|"info"|"warn"|"error"; returns -1 when unknown. */
 int ms_log_level(const char *name);
 

@@ -364,10 +364,18 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
     for (int i = 0; i < cfg->nseeds; i++)
         seeds[i] = cfg->seeds[i];
     struct ms_mb_self self = {cfg->node_name, cfg->listen, c->uid,
-                              cfg->roles[0] ? cfg->roles : NULL, MS_VERSION,
-                              1, wall_ms()};
+                              cfg->roles[0] ? cfg->roles : NULL,
+                              cfg->version[0] ? cfg->version : MS_VERSION,
+                              cfg->weight, wall_ms()};
     struct ms_mb_config mcfg;
     memset(&mcfg, 0, sizeof mcfg);
+    /* 0 (a config not read by moonshard.config) takes the defaults */
+    mcfg.heartbeat_interval_ms = cfg->heartbeat_interval_ms;
+    mcfg.unreachable_after_ms = cfg->unreachable_after_ms;
+    mcfg.gossip_interval_ms = cfg->gossip_interval_ms;
+    mcfg.gossip_fanout = cfg->gossip_fanout;
+    mcfg.seed_timeout_ms = cfg->seed_timeout_ms;
+    mcfg.lone_leave_ms = cfg->lone_leave_timeout_ms;
     mcfg.seeds = seeds;
     mcfg.nseeds = cfg->nseeds;
     int rc = ms_mb_new(&c->mb, &self, &mcfg);
@@ -418,7 +426,7 @@ int ms_cluster_leave(struct ms_cluster *c)
 int ms_cluster_down(struct ms_cluster *c, const char *address, int force)
 {
     /* Reachability is this node's own observation (heartbeats answered
-     * within the last 5 s); a member that answers may still own shards,
+     * within the last unreachable_after); a member that answers may still own shards,
      * and downing it would let a second node run them (G1). */
     size_t n = ms_mb_member_count(c->mb);
     int found = 0;

@@ -145,6 +145,20 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     cfg->stuck_handler_ms = (uint64_t)num_field(L, c, "stuck_handler_ms");
     cfg->stuck_handler_exit_ms =
         (uint64_t)num_field(L, c, "stuck_handler_exit_ms");
+    cfg->heartbeat_interval_ms =
+        (uint64_t)num_field(L, c, "heartbeat_interval_ms");
+    cfg->unreachable_after_ms =
+        (uint64_t)num_field(L, c, "unreachable_after_ms");
+    cfg->gossip_interval_ms = (uint64_t)num_field(L, c, "gossip_interval_ms");
+    cfg->gossip_fanout = (uint32_t)num_field(L, c, "gossip_fanout");
+    cfg->seed_timeout_ms = (uint64_t)num_field(L, c, "seed_timeout_ms");
+    cfg->lone_leave_timeout_ms =
+        (uint64_t)num_field(L, c, "lone_leave_timeout_ms");
+    cfg->weight = (uint32_t)num_field(L, nd, "weight");
+    copy_field(L, nd, "version", cfg->version, sizeof cfg->version);
+    char log_format[8];
+    copy_field(L, c, "log_format", log_format, sizeof log_format);
+    cfg->log_json = strcmp(log_format, "json") == 0;
     lua_getfield(L, c, "entity_list");
     int el = lua_gettop(L);
     cfg->ntypes = (int)lua_objlen(L, el);

@@ -376,6 +376,7 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     if (rc < 0)
         goto fail;
     ms_log_setup(n->cfg.node_name, MS_LOG_INFO);
+    ms_log_set_json(n->cfg.log_json); /* log_format */
     struct ms_dispatch_type *types = calloc((size_t)n->cfg.ntypes + 1,
                                             sizeof *types);
     if (!types) {
