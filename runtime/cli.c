@@ -27,7 +27,7 @@ static const char *const usages[] = {
     "ask [--node HOST:PORT] [--timeout SECONDS] [--op-id ID] TYPE ID JSON",
     "stop [--node HOST:PORT] TYPE ID",
     "status [--node HOST:PORT] [--json]",
-    "members [--node HOST:PORT]",
+    "members [--node HOST:PORT] [--json]",
     "leave [--node HOST:PORT] [--token TOKEN]",
     "down [--node HOST:PORT] [--token TOKEN] [--force] ADDRESS",
     "remember clear [--node HOST:PORT] [--token TOKEN] TYPE SHARD",
@@ -192,6 +192,29 @@ static int status_text(const char *node)
     return code;
 }
 
+/* `moonshard members` for people: the node's view of the members as a
+ * table, laid out by lua/moonshard/status.lua. */
+static int members_text(const char *node)
+{
+    char *members = NULL, *out = NULL;
+    char home[PATH_MAX], err[1024];
+    int code = get(node, "/v1/members", &members);
+    if (code == 0) {
+        ms_home(home, sizeof home);
+        if (ms_lua_run_isolated(home, "moonshard.status", "members", members,
+                                &out, err, sizeof err) < 0) {
+            fprintf(stderr, "error: cannot lay out the members: %s\n", err);
+            code = 2;
+        } else {
+            fputs(out, stdout);
+            code = fflush(stdout) == 0 ? 0 : 2;
+        }
+    }
+    free(members);
+    free(out);
+    return code;
+}
+
 /*
  * Runs `moonshard tell|ask|stop|status ...` with argv[0] the subcommand.
  * Options (--node HOST:PORT, --timeout SECONDS for ask) may come anywhere
@@ -344,6 +367,7 @@ int ms_cli_main(int argc, char **argv)
     double timeout_s = DEFAULT_TIMEOUT_S;
     int want, is_ask = 0, npos = 0, opts_done = 0, i, n, code;
     int is_status = cmd != NULL && strcmp(cmd, "status") == 0, json = 0;
+    int is_members = cmd != NULL && strcmp(cmd, "members") == 0;
     char *type = NULL, *id = NULL, *path = NULL, query[48] = "";
     const char *opid = NULL; /* --op-id: the Idempotency-Key header */
     int is_send = 0;
@@ -380,7 +404,8 @@ int ms_cli_main(int argc, char **argv)
                        i + 1 == argc) {
                 fprintf(stderr, "error: option %s needs a value\n", a);
                 return usage(stderr, cmd, 2);
-            } else if (is_status && strcmp(a, "--json") == 0) {
+            } else if ((is_status || is_members) &&
+                       strcmp(a, "--json") == 0) {
                 json = 1;
             } else if (strcmp(a, "--help") == 0) {
                 return usage(stdout, cmd, 0);
@@ -419,6 +444,8 @@ int ms_cli_main(int argc, char **argv)
 
     if (is_status && !json)
         return status_text(node);
+    if (is_members && !json)
+        return members_text(node);
     if (want == 0) {
         return exchange(node, "GET",
                         cmd[0] == 'm' ? "/v1/members" : "/v1/stats",

@@ -3,7 +3,9 @@
 -- them out as a few lines of text: the node, the members as it sees them,
 -- its entities, routing, shard moves, remembered entities and transport.
 -- `moonshard status
--- --json` prints the raw stats instead, for scripts.
+-- --json` prints the raw stats instead, for scripts. members() lays out
+-- `moonshard members` (GET /v1/members) as a table; `--json` prints the
+-- raw answer.
 
 local cjson = require "cjson.safe"
 
@@ -184,6 +186,50 @@ function M.render(arg)
          .. "connection", n(s.frames_in), n(s.frames_out),
          n(s.rejected_frames), n(s.auth_failures), n(s.slow_peer_drops),
          n(s.link_drops))
+    out[#out + 1] = ""
+    return concat(out, "\n")
+end
+
+-- members(MEMBERS_JSON) -> text: a header line (the node whose view it
+-- is, whether converged), then one row per member, oldest first as the
+-- node lists them: NAME ADDRESS STATUS REACHABLE ROLES VERSION WEIGHT UP
+-- (its up number, "-" before it is Up), the coordinator marked "*" in
+-- front and this node "(this node)" after. Raises when the input is not
+-- a members answer.
+function M.members(arg)
+    local m = cjson.decode(tostring(arg))
+    if type(m) ~= "table" or type(m.members) ~= "table" then
+        error("not a node's members answer", 0)
+    end
+    local coord = m.coordinator ~= cjson.null and m.coordinator or nil
+    local self_name = "?"
+    for _, mem in ipairs(m.members) do
+        if type(mem) == "table" and mem.uid == m.self then
+            self_name = tostring(mem.name)
+        end
+    end
+    local out = { fmt("%d member%s in the view of %s, %s", #m.members,
+                      #m.members == 1 and "" or "s", self_name,
+                      m.converged and "converged" or "not converged") }
+    local rows = { { "", "NAME", "ADDRESS", "STATUS", "REACHABLE", "ROLES",
+                     "VERSION", "WEIGHT", "UP", "" } }
+    for _, mem in ipairs(m.members) do
+        if type(mem) ~= "table" then
+            error("not a node's members answer", 0)
+        end
+        local roles = type(mem.roles) == "table" and #mem.roles > 0
+                      and concat(mem.roles, ",") or "-"
+        local up = type(mem.up_number) == "number" and mem.up_number > 0
+                   and n(mem.up_number) or "-"
+        rows[#rows + 1] = {
+            coord ~= nil and mem.uid == coord and "*" or "",
+            tostring(mem.name), tostring(mem.address), tostring(mem.status),
+            mem.reachable == false and "NO" or "yes", roles,
+            tostring(mem.version), n(mem.weight), up,
+            mem.uid == m.self and "(this node)" or "" }
+    end
+    for _, l in ipairs(columns(rows, "")) do out[#out + 1] = l end
+    out[#out + 1] = coord and "* coordinator" or "no coordinator"
     out[#out + 1] = ""
     return concat(out, "\n")
 end

@@ -149,7 +149,7 @@ describe("the moonshard CLI", function()
         assert.equal(2, (cli("ask", "--node", n.address, "--timeout", "0",
                              "Counter", "x", "{}")))
         assert.equal(2, (cli("status", "--node", n.address, "extra")))
-        assert.equal(2, (cli("members", "--json", "--node", n.address)))
+        assert.equal(2, (cli("members", "--bogus", "--node", n.address)))
         assert.equal(2, (cli("tell", "--bogus", "Counter", "x", "{}")))
     end)
 end)

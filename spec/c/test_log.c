@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../runtime/core/jsoncheck.h"
 #include "../../runtime/core/log.h"
 #include "check.h"
 
@@ -481,6 +482,64 @@ static void host_clock_and_sink(void)
     ms_log_text(MS_LOG_ERROR, NULL, "x", 1);
 }
 
+/* log_format = "json": one JSON object a line, the same values. */
+static void json_one(void)
+{
+    char f[512];
+    size_t o = ms_log_field_s(f, sizeof f, 0, "type", "Counter");
+    o = ms_log_field_u(f, sizeof f, o, "shard", 3);
+    o = ms_log_field_s(f, sizeof f, o, "id", "a \"b\"\\\n\x01\xff\xc3\xa9");
+    ms_log_field_s(f, sizeof f, o, "msg", "clash");
+    ms_log(MS_LOG_WARN, f, "handler error: %s", "x\ty\x7f");
+}
+
+static void json_lines(void)
+{
+    static char buf[1 << 20];
+    ms_log_setup("n1", MS_LOG_INFO);
+    ms_log_set_json(1);
+    capture(json_one, buf, sizeof buf);
+    CHECK(strcmp(buf,
+        "{\"time\":\"2025-12-01T20:13:20.123Z\",\"level\":\"WARN\","
+        "\"node\":\"n1\",\"type\":\"Counter\",\"shard\":\"3\","
+        "\"id\":\"a \\\"b\\\"\\\\\\n\\u0001\\\\xff\xc3\xa9\","
+        "\"_msg\":\"clash\","
+        "\"msg\":\"handler error: x\\ty\\u007f\"}\n") == 0);
+    if (strncmp(buf, "{", 1) != 0 || strstr(buf, "_msg") == NULL)
+        fprintf(stderr, "got: %s", buf);
+    /* fields text outside the grammar: one "fields" string */
+    ms_log(MS_LOG_INFO, "peer=a\nb", "m");
+    /* every line the text tests write, and random ones, is one valid
+     * JSON object on one line */
+    size_t n = capture(emit_lines, buf, sizeof buf);
+    n += capture(emit_random, buf + n, sizeof buf - n);
+    int count = 0;
+    for (const char *p = buf; p < buf + n;) {
+        const char *nl = memchr(p, '\n', (size_t)(buf + n - p));
+        CHECK(nl != NULL);
+        if (!nl)
+            break;
+        const char *why = NULL;
+        size_t at = 0;
+        int kind = ms_json_check(p, (size_t)(nl - p), 4, &why, &at);
+        CHECK(kind == MS_JSON_OBJECT);
+        if (kind != MS_JSON_OBJECT)
+            fprintf(stderr, "bad JSON line (%s at %zu): %.*s\n", why, at,
+                    (int)(nl - p), p);
+        static const char head[] = "{\"time\":\"2025-12-01T20:13:20.123Z\","
+                                   "\"level\":";
+        CHECK(strncmp(p, head, sizeof head - 1) == 0);
+        count++;
+        p = nl + 1;
+    }
+    /* emit_lines writes 6 lines at INFO or above, emit_random 300 */
+    CHECK(count == 306);
+    ms_log_set_json(0);
+    capture(one_line, buf, sizeof buf);
+    CHECK(strcmp(buf, "2025-12-01T20:13:20.123Z WARN node=n1 "
+                      "msg=\"tick\"\n") == 0);
+}
+
 int main(void)
 {
     bare_and_quoted();
@@ -491,5 +550,7 @@ int main(void)
     random_lines();
     node_names();
     host_clock_and_sink();
+    clock_ms = 1764620000123;
+    json_lines();
     CHECK_DONE();
 }
