@@ -35,7 +35,7 @@ local function columns(rows, indent)
     for _, row in ipairs(rows) do
         local cells = {}
         for i, cell in ipairs(row) do
-            cells[i] = i < #row and cell .. (" "):rep(width[i] - #cell)
+            cells[i] = i < #row and cell .. (" "):rep((width[i] or 0) - #cell)
                        or cell
         end
         out[#out + 1] = (indent .. concat(cells, "  "):gsub("%s+$", ""))

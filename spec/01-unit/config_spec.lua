@@ -94,7 +94,8 @@ describe("moonshard.config", function()
             -- asks the others before it would found a cluster again)
             assert.same({ "127.0.0.1:7101", "127.0.0.1:7102" }, cfg.seeds)
             assert.same({ name = "n2", listen = "127.0.0.1:7102",
-                          http = "127.0.0.1:7202", roles = {} }, cfg.nodes[2])
+                          http = "127.0.0.1:7202", roles = {}, weight = 1 },
+                        cfg.nodes[2])
             assert.same({ "backend" }, cfg.nodes[1].roles)
             assert.same({ max_message_bytes = 1048576, json_max_depth = 16,
                           http_timeout_ms = 30000, http_connections = 1024 },
@@ -266,6 +267,41 @@ cluster = "demo",
     stuck_handler_ms = 90000,]])
             cfg = assert(config.load(write_temp(src)))
             assert.equal(90000, cfg.stuck_handler_exit_ms) -- not below it
+        end)
+
+        it("fills the membership's defaults and keeps its settings",
+           function()
+            local cfg = assert(config.load(write_temp(BASE)))
+            assert.equal(1000, cfg.heartbeat_interval_ms)
+            assert.equal(5000, cfg.unreachable_after_ms)
+            assert.equal(1000, cfg.gossip_interval_ms)
+            assert.equal(3, cfg.gossip_fanout)
+            assert.equal(5000, cfg.seed_timeout_ms)
+            assert.equal(2000, cfg.lone_leave_timeout_ms)
+            assert.equal("text", cfg.log_format)
+            assert.equal(1, cfg.nodes[1].weight)
+            assert.is_nil(cfg.nodes[1].version) -- the binary's
+            local src = replace(BASE, [[cluster = "demo",]], [[cluster = "demo",
+    heartbeat_interval = 0.25, unreachable_after = 0.5,
+    gossip_interval = 0.1, gossip_fanout = 5, seed_timeout = 0.2,
+    lone_leave_timeout = 30, log_format = "json",]])
+            src = replace(src, [[name = "n2",]],
+                          [[name = "n2", weight = 1000, version = "2.0.0-rc.1+b7",]])
+            cfg = assert(config.load(write_temp(src)))
+            assert.equal(250, cfg.heartbeat_interval_ms)
+            assert.equal(500, cfg.unreachable_after_ms)
+            assert.equal(100, cfg.gossip_interval_ms)
+            assert.equal(5, cfg.gossip_fanout)
+            assert.equal(200, cfg.seed_timeout_ms)
+            assert.equal(30000, cfg.lone_leave_timeout_ms)
+            assert.equal("json", cfg.log_format)
+            assert.equal(1000, cfg.nodes[2].weight)
+            assert.equal("2.0.0-rc.1+b7", cfg.nodes[2].version)
+            -- 32 bytes, the most a member's version may have
+            src = replace(BASE, [[name = "n2",]],
+                          [[name = "n2", version = "]] .. ("v"):rep(32) .. [[",]])
+            cfg = assert(config.load(write_temp(src)))
+            assert.equal(("v"):rep(32), cfg.nodes[2].version)
         end)
 
         it("lets the script require modules beside it", function()
@@ -709,8 +745,8 @@ return {
               { { "shard_count = 32,", "shard_cout = 32, --@" } },
               [[entities.Order.shard_cout: unknown field, did you mean "shard_count"? (got 32)]] },
             { "an unknown node field",
-              { { [[name = "n2",]], [[name = "n2", weight = 3, --@]] } },
-              "nodes[2].weight: unknown field (got 3)" },
+              { { [[name = "n2",]], [[name = "n2", colour = 3, --@]] } },
+              "nodes[2].colour: unknown field (got 3)" },
             { "an unknown limits field",
               { { "json_max_depth = 16,", "json_max_depth = 16, frame_bytes = 1, --@" } },
               "limits.frame_bytes: unknown field (got 1)" },
@@ -726,6 +762,70 @@ return {
               { { [[cluster = "demo",]], [[cluster = "demo", stuck_handler_exit_ms = true, --@]] } },
               "stuck_handler_exit_ms: must be an integer of milliseconds in "
                   .. "5000..86400000 (from stuck_handler_ms on), or false (got true)" },
+            { "a heartbeat_interval below 50 ms",
+              { { [[cluster = "demo",]], [[cluster = "demo", heartbeat_interval = 0.01, --@]] } },
+              "heartbeat_interval: must be a number of seconds from 0.05 to 60 (got 0.01)" },
+            { "a heartbeat_interval given as a string",
+              { { [[cluster = "demo",]], [[cluster = "demo", heartbeat_interval = "1s", --@]] } },
+              [[heartbeat_interval: must be a number of seconds from 0.05 to 60 (got "1s")]] },
+            { "an unreachable_after below 2 heartbeat intervals",
+              { { [[cluster = "demo",]], [[cluster = "demo", heartbeat_interval = 0.5, unreachable_after = 0.9, --@]] } },
+              "unreachable_after: must be at least 2 x heartbeat_interval (1 s), so one"
+              .. " late answer does not make a member unreachable (got 0.9)" },
+            { "a heartbeat_interval above half the default unreachable_after",
+              { { [[cluster = "demo",]], [[cluster = "demo", heartbeat_interval = 3, --@]] } },
+              "heartbeat_interval: must be at most unreachable_after / 2 (2.5 s, from"
+              .. " the default unreachable_after; set that too) (got 3)" },
+            { "an unreachable_after above 600 s",
+              { { [[cluster = "demo",]], [[cluster = "demo", unreachable_after = 601, --@]] } },
+              "unreachable_after: must be a number of seconds from 0.1 to 600 (got 601)" },
+            { "a gossip_interval of 0",
+              { { [[cluster = "demo",]], [[cluster = "demo", gossip_interval = 0, --@]] } },
+              "gossip_interval: must be a number of seconds from 0.05 to 60 (got 0)" },
+            { "a seed_timeout below 2 gossip rounds",
+              { { [[cluster = "demo",]], [[cluster = "demo", gossip_interval = 1, seed_timeout = 1.5, --@]] } },
+              "seed_timeout: must be at least 2 x gossip_interval (2 s), so the first"
+              .. " seed hears from the others before it founds a cluster (got 1.5)" },
+            { "a gossip_interval above half the default seed_timeout",
+              { { [[cluster = "demo",]], [[cluster = "demo", gossip_interval = 3, --@]] } },
+              "gossip_interval: must be at most seed_timeout / 2 (2.5 s, from the"
+              .. " default seed_timeout; set that too) (got 3)" },
+            { "a gossip_fanout of 0",
+              { { [[cluster = "demo",]], [[cluster = "demo", gossip_fanout = 0, --@]] } },
+              "gossip_fanout: must be an integer in 1..64 (got 0)" },
+            { "a fractional gossip_fanout",
+              { { [[cluster = "demo",]], [[cluster = "demo", gossip_fanout = 2.5, --@]] } },
+              "gossip_fanout: must be an integer in 1..64 (got 2.5)" },
+            { "a lone_leave_timeout of 0",
+              { { [[cluster = "demo",]], [[cluster = "demo", lone_leave_timeout = 0, --@]] } },
+              "lone_leave_timeout: must be a number of seconds from 0.1 to 600 (got 0)" },
+            { "an unknown log_format",
+              { { [[cluster = "demo",]], [[cluster = "demo", log_format = "logfmt", --@]] } },
+              [[log_format: must be "text" or "json" (got "logfmt")]] },
+            { "a weight of 0",
+              { { [[name = "n2",]], [[name = "n2", weight = 0, --@]] } },
+              "nodes[2].weight: must be an integer in 1..1000 (got 0)" },
+            { "a weight above 1000",
+              { { [[name = "n2",]], [[name = "n2", weight = 1001, --@]] } },
+              "nodes[2].weight: must be an integer in 1..1000 (got 1001)" },
+            { "a fractional weight",
+              { { [[name = "n2",]], [[name = "n2", weight = 1.5, --@]] } },
+              "nodes[2].weight: must be an integer in 1..1000 (got 1.5)" },
+            { "a version with a space",
+              { { [[name = "n2",]], [[name = "n2", version = "1.0 beta", --@]] } },
+              [[nodes[2].version: must contain only letters, digits and . - + _ ~ : / @ # % (got "1.0 beta")]] },
+            { "a version with a comma",
+              { { [[name = "n2",]], [[name = "n2", version = "1,0", --@]] } },
+              [[nodes[2].version: must contain only letters, digits and . - + _ ~ : / @ # % (got "1,0")]] },
+            { "a version of 33 bytes",
+              { { [[name = "n2",]], [[name = "n2", version = ("1"):rep(33), --@]] } },
+              [[nodes[2].version: must be at most 32 bytes (got "33 bytes")]] },
+            { "an empty version",
+              { { [[name = "n2",]], [[name = "n2", version = "", --@]] } },
+              [[nodes[2].version: must be a non-empty string (got "")]] },
+            { "a misspelt weight",
+              { { [[name = "n2",]], [[name = "n2", wieght = 2, --@]] } },
+              [[nodes[2].wieght: unknown field, did you mean "weight"? (got 2)]] },
         }
 
         for _, case in ipairs(cases) do

@@ -164,4 +164,46 @@ describe("moonshard.status", function()
         assert.has_error(function() status.render("{}\n[]") end,
                          "not a node's stats and members")
     end)
+
+    describe("members", function()
+        local function view(coordinator)
+            local m = members(coordinator)
+            m.members[1].version, m.members[1].weight = "1.2.0", 1
+            m.members[1].up_number = 1
+            m.members[2].version, m.members[2].weight = "1.3.0-rc1", 3
+            m.members[2].up_number = 0
+            return m
+        end
+
+        it("lays the members out as a table, the coordinator marked",
+           function()
+            assert.same({
+                "2 members in the view of n2, converged",
+                "   NAME  ADDRESS        STATUS   REACHABLE  ROLES"
+                    .. "        VERSION    WEIGHT  UP",
+                "*  n1    10.0.0.1:7101  leaving  NO         -"
+                    .. "            1.2.0      1       1",
+                "   n2    10.0.0.2:7101  up       yes        backend,api"
+                    .. "  1.3.0-rc1  3       -   (this node)",
+                "* coordinator",
+            }, lines(status.members(cjson.encode(view("u1")))))
+        end)
+
+        it("says when there is no coordinator", function()
+            local m = view(cjson.null)
+            m.converged = false
+            local l = lines(status.members(cjson.encode(m)))
+            assert.equal("2 members in the view of n2, not converged", l[1])
+            assert.matches("^  NAME", l[2])
+            assert.matches("^  n1 ", l[3])
+            assert.equal("no coordinator", l[5])
+        end)
+
+        it("raises on what is not a members answer", function()
+            assert.has_error(function() status.members("[]") end,
+                             "not a node's members answer")
+            assert.has_error(function() status.members("{") end,
+                             "not a node's members answer")
+        end)
+    end)
 end)
