@@ -769,7 +769,8 @@ return {
               { { [[cluster = "demo",]], [[cluster = "demo", heartbeat_interval = "1s", --@]] } },
               [[heartbeat_interval: must be a number of seconds from 0.05 to 60 (got "1s")]] },
             { "an unreachable_after below 2 heartbeat intervals",
-              { { [[cluster = "demo",]], [[cluster = "demo", heartbeat_interval = 0.5, unreachable_after = 0.9, --@]] } },
+              { { [[cluster = "demo",]],
+                  [[cluster = "demo", heartbeat_interval = 0.5, unreachable_after = 0.9, --@]] } },
               "unreachable_after: must be at least 2 x heartbeat_interval (1 s), so one"
               .. " late answer does not make a member unreachable (got 0.9)" },
             { "a heartbeat_interval above half the default unreachable_after",
@@ -813,7 +814,8 @@ return {
               "nodes[2].weight: must be an integer in 1..1000 (got 1.5)" },
             { "a version with a space",
               { { [[name = "n2",]], [[name = "n2", version = "1.0 beta", --@]] } },
-              [[nodes[2].version: must contain only letters, digits and . - + _ ~ : / @ # % (got "1.0 beta")]] },
+              "nodes[2].version: must contain only letters, digits and"
+              .. [[ . - + _ ~ : / @ # % (got "1.0 beta")]] },
             { "a version with a comma",
               { { [[name = "n2",]], [[name = "n2", version = "1,0", --@]] } },
               [[nodes[2].version: must contain only letters, digits and . - + _ ~ : / @ # % (got "1,0")]] },
