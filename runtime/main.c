@@ -199,19 +199,29 @@ static int run_node(const char *config, const char *name, int watch)
     char err[1024];
     int rc = ms_node_new(&r.node, r.loop, &opts, err, sizeof err);
     if (rc < 0) {
-        fprintf(stderr, "moonshard: %s\n", err);
+        /* log_format = "json" once the config was read: no text line */
+        if (ms_log_is_json())
+            ms_log(MS_LOG_ERROR, NULL, "%s", err);
+        else
+            fprintf(stderr, "moonshard: %s\n", err);
         uv_run(r.loop, UV_RUN_DEFAULT);
         return 1;
     }
     uint64_t http_timeout_ms;
     int http_conns;
     ms_node_http_limits(r.node, &http_timeout_ms, &http_conns);
-    if (fds != RLIM_INFINITY && fds < (rlim_t)http_conns + FD_MARGIN)
-        fprintf(stderr, "moonshard: warning: the open-file limit is %llu, "
-                "below limits.http_connections (%d) + %d: new connections "
-                "will be dropped before the gateway sees them; raise it "
-                "(ulimit -n) or lower limits.http_connections\n",
-                (unsigned long long)fds, http_conns, FD_MARGIN);
+    if (fds != RLIM_INFINITY && fds < (rlim_t)http_conns + FD_MARGIN) {
+        char warn[320];
+        snprintf(warn, sizeof warn, "the open-file limit is %llu, below "
+                 "limits.http_connections (%d) + %d: new connections will "
+                 "be dropped before the gateway sees them; raise it "
+                 "(ulimit -n) or lower limits.http_connections",
+                 (unsigned long long)fds, http_conns, FD_MARGIN);
+        if (ms_log_is_json()) /* log_format = "json": no text line */
+            ms_log(MS_LOG_WARN, NULL, "%s", warn);
+        else
+            fprintf(stderr, "moonshard: warning: %s\n", warn);
+    }
     uv_timer_init(r.loop, &r.leave_deadline);
     r.leave_deadline.data = &r;
     rc = ms_node_catch_signals(r.node, on_signal, &r);

@@ -207,6 +207,11 @@ void ms_log_set_json(int on)
     json_lines = on != 0;
 }
 
+int ms_log_is_json(void)
+{
+    return json_lines;
+}
+
 int ms_log_level(const char *name)
 {
     static const char *lower[] = {"debug", "info", "warn", "error"};
@@ -282,7 +287,8 @@ static int well_formed(const char *f)
  * \xNN (a JSON text must be UTF-8, and \u00NN would name another
  * character).
  */
-static size_t json_escape(char *out, size_t cap, const char *v, size_t len)
+static size_t json_escape(char *out, size_t cap, const char *v, size_t len,
+                          size_t *used)
 {
     const unsigned char *s = (const unsigned char *)v;
     size_t o = 0, i = 0;
@@ -315,6 +321,7 @@ static size_t json_escape(char *out, size_t cap, const char *v, size_t len)
         o += elen;
         i += take;
     }
+    *used = i;
     return o;
 }
 
@@ -324,9 +331,10 @@ static size_t json_escape(char *out, size_t cap, const char *v, size_t len)
 static size_t json_string(char *out, size_t cap, size_t o, const char *v,
                           size_t len, int cut)
 {
+    size_t used;
     out[o++] = '"';
-    o += json_escape(out + o, cap - o - 5, v, len);
-    if (cut) {
+    o += json_escape(out + o, cap - o - 5, v, len, &used);
+    if (cut || used < len) { /* cut for room: marked as in text lines */
         memcpy(out + o, "...", 3);
         o += 3;
     }

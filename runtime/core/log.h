@@ -90,6 +90,10 @@ void ms_log_set_clock(ms_log_clock_fn fn, void *data);
  */
 void ms_log_set_json(int on);
 
+/* 1 when lines are JSON objects (ms_log_set_json), else 0: a host that
+ * writes its own lines on stderr writes them through ms_log then. */
+int ms_log_is_json(void);
+
 /* Parses "debug"|"info"|"warn"|"error"; returns -1 when unknown. */
 int ms_log_level(const char *name);
 
