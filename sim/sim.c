@@ -40,7 +40,7 @@ enum {
     EV_MB_TICK = 1, EV_SWEEP, EV_WORK, EV_DTICK, EV_FRAME, EV_SELF_CTRL,
     EV_CONNECTED, EV_UTIMEOUT, EV_LEASE_EXEC, EV_LEASE_ANS, EV_COMMIT,
     EV_CLIENT, EV_STEP, EV_HEAL, EV_FAULTS_END, EV_FINAL_TOUCH, EV_END,
-    EV_NET
+    EV_NET, EV_CONV
 };
 
 /* --- PRNG: splitmix64 seeds xoshiro256** ------------------------------- */
@@ -1224,16 +1224,20 @@ static void on_client(void)
  * a live owner within the bound. */
 static void final_touch(void)
 {
-    int s = pick_client_node();
-    if (s < 0)
-        return;
-    uint8_t seen[SIM_NTYPES][32];
-    memset(seen, 0, sizeof seen);
-    for (int e = 0; e < W.nents; e++) {
-        const struct entity *en = &W.ents[e];
-        if (!seen[en->type][en->shard]) {
-            seen[en->type][en->shard] = 1;
-            client_send(s, e, 0);
+    for (int s = 0; s < W.nslots; s++) {
+        if (!W.n[s].alive || W.n[s].paused || W.n[s].stopping)
+            continue;
+        uint8_t seen[SIM_NTYPES][32];
+        memset(seen, 0, sizeof seen);
+        for (int e = 0; e < W.nents; e++) {
+            const struct entity *en = &W.ents[e];
+            if (!seen[en->type][en->shard]) {
+                seen[en->type][en->shard] = 1;
+                size_t m = W.nmsgs;
+                client_send(s, e, 0);
+                if (m < W.nmsgs)
+                    W.msgs[m].final = 1;
+            }
         }
     }
 }
@@ -1584,6 +1588,17 @@ static int run_event(struct ev *e)
         break;
     case EV_END:
         break;
+    case EV_CONV:
+        /* after the final touch: converged (and every shard owned) once
+         * within the bound is enough; moves may follow */
+        if (!W.converged_at && check_converged(0)) {
+            W.converged_at = W.now;
+            trace(-1, "converged %llu ms after the faults",
+                  (unsigned long long)(W.now - W.sch->faults_end_ms));
+        } else if (!W.converged_at) {
+            later(EV_CONV, 250, -1);
+        }
+        break;
     }
     return 0;
 }
@@ -1725,6 +1740,7 @@ int sim_run(const struct sim_opts *o, const struct sim_schedule *sch,
     later(EV_CLIENT, 3000, -1);
     push(ev_new(EV_FAULTS_END, sch->faults_end_ms, -1));
     push(ev_new(EV_FINAL_TOUCH, sch->faults_end_ms + 5000, -1));
+    push(ev_new(EV_CONV, sch->faults_end_ms + 5500, -1));
     push(ev_new(EV_END, sch->end_ms, -1));
     struct ev *e;
     while (!W.failed && (e = pop()) != NULL) {

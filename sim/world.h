@@ -72,6 +72,7 @@ struct msg {
     int inc, ent, kind;    /* kind: 1 tell, 2 ask */
     uint64_t seq, t;
     int delivered, ended, err;
+    int final;             /* a tell of the final touch */
 };
 
 struct entity {
@@ -124,6 +125,7 @@ struct world {
     int check_dup;         /* an entity became active twice: check */
     int failed;
     int final_done;
+    uint64_t converged_at; /* when check_converged first held */
     /* the trace */
     char ring[SIM_TRACE_RING][200];
     int ring_at, ring_n;
@@ -147,6 +149,7 @@ void check_after_event(int slot);
 void check_commit(int type, uint32_t shard, int inc, const char *owner,
                   uint64_t epoch, int64_t db_now);
 void check_final(void);
+int check_converged(int loud);
 void check_delivery(int slot, int ent, int inc, uint64_t seq, size_t m);
 
 #endif

@@ -1080,7 +1080,15 @@ void ms_region_tick(struct ms_region *r, uint64_t now_ms)
                 continue;
             ms__region_flush_shard(r, type, sh);
             expire(r, type, sh, s);
-            if (s->head && !ms_plan_owner(rt->plan, sh, NULL))
+            /* no owner: ask for one. An owner that is not usable, or
+             * requests of other nodes held here (routed with a newer
+             * plan than ours): the plan entry that replaced it may have
+             * been lost on the way (a connection that ended while it
+             * was broadcast), so ask the coordinator for it (an alloc of
+             * an assigned shard is answered with its entry) */
+            uint64_t owner = ms_plan_owner(rt->plan, sh, NULL);
+            if (s->head && (!owner || s->nheld ||
+                            (owner != r->self && !usable(r, owner))))
                 ms__region_request_alloc(r, type, sh);
         }
     }
