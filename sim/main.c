@@ -115,6 +115,8 @@ void sim_schedule_make(const struct sim_opts *o, struct sim_schedule *s)
                 st->dur_ms = 0;
                 if (s->nsteps < SIM_MAX_STEPS - 1) {
                     struct sim_step *d = &s->steps[s->nsteps++];
+                    if (!o->island && st->a == 0)
+                        st->a = 1 + (int)sim_rng_below(&r, (uint64_t)n - 1);
                     *d = *st;
                     d->kind = STEP_DOWN;
                     d->at_ms = st->at_ms + 6000 + sim_rng_below(&r, 4000);
@@ -145,6 +147,13 @@ void sim_schedule_make(const struct sim_opts *o, struct sim_schedule *s)
             st->kind = STEP_DB_SLOW;
             st->dur_ms = 1000 + sim_rng_below(&r, 5000);
         }
+        /* the first seed keeps its process unless --island: a restarted
+         * first seed that finds no seed knowing an Up member founds a
+         * second cluster (sim.h, "island") */
+        if (!o->island && st->a == 0 &&
+            (st->kind == STEP_CRASH || st->kind == STEP_LEAVE ||
+             st->kind == STEP_DOWN))
+            st->a = 1 + (int)sim_rng_below(&r, (uint64_t)n - 1);
         if (st->at_ms + st->dur_ms > last)
             last = st->at_ms + st->dur_ms;
     }
@@ -166,6 +175,7 @@ static void usage(void)
             "FILE]\n"
             "         [--nodes N] [--duration MS] [--faults K] [--trace]\n"
             "         [--break NAME] [--drop i,j,..] [--shrink] [--quiet]\n"
+            "         [--island] [--stop-on-fail]\n"
             "breaks:");
     for (int i = 0; sim_break_names[i]; i++)
         fprintf(stderr, " %s", sim_break_names[i]);
@@ -301,6 +311,8 @@ int main(int argc, char **argv)
             do_shrink = 1;
         } else if (strcmp(x, "--quiet") == 0) {
             o.quiet = 1;
+        } else if (strcmp(x, "--island") == 0) {
+            o.island = 1;
         } else if (strcmp(x, "--stop-on-fail") == 0) {
             stop_on_fail = 1;
         } else {

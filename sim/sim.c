@@ -1451,7 +1451,10 @@ static void heal_step(int i)
         break;
     }
     case STEP_CRASH:
-        if (W.n[st->a].started && !W.n[st->a].alive)
+        /* the first seed restarts only once the faults are over, unless
+         * --island (see sim.h) */
+        if (W.n[st->a].started && !W.n[st->a].alive &&
+            (st->a != 0 || W.o->island))
             node_start(st->a);
         break;
     }
