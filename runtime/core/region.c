@@ -632,9 +632,16 @@ void ms__region_flush_shard(struct ms_region *r, int type, uint32_t shard)
          * requests of other nodes held here are still ours to handle while
          * we own the shard and have not stopped it */
         if (!s->stopping &&
-            ms_plan_owner(r->types[type].plan, shard, NULL) == r->self &&
-            !ms__region_gated(r, type, shard))
-            ms__region_deliver_held(r, type, shard);
+            ms_plan_owner(r->types[type].plan, shard, NULL) == r->self) {
+            int g = ms__region_gated(r, type, shard);
+            if (!g)
+                ms__region_deliver_held(r, type, shard);
+            else if (g < 0)
+                /* the lease window ran out while they waited: rejected
+                 * here, not sent back after the stop (region_control.c,
+                 * STOP) */
+                ms__region_lease_reject(r, type, shard);
+        }
         return;
     }
     uint64_t gen;

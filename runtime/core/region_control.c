@@ -214,6 +214,16 @@ void ms__region_on_control(struct ms_region *r, uint64_t uid,
             struct rshard *s = ms__region_shard(r, type, m.entries[i].shard);
             if (!s)
                 continue;
+            /* requests of other nodes that came before their fence wait
+             * here for the shard's lease: they are ours to deliver (or,
+             * once the lease window runs out, to reject) before the stop
+             * (G2). Bounced once the new owner is published, they would
+             * race the plan to their sender and arrive after what it sent
+             * next. The coordinator sends STOP again until STOPPED (or
+             * rolls the move back at its deadline). */
+            if (!s->stopping && r->types[type].persistent && s->nheld &&
+                ms__region_gated(r, type, m.entries[i].shard) > 0)
+                continue;
             if (!s->stopping)
                 r->nstopping++;
             ms__region_flush_shard(r, type,
