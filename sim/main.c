@@ -330,7 +330,7 @@ int main(int argc, char **argv)
         shrink(&o);
         return 1;
     }
-    uint64_t seeds[4096];
+    uint64_t seeds[4096], drops[4096];
     size_t nseeds = 0;
     if (regressions) {
         FILE *f = fopen(regressions, "r");
@@ -343,16 +343,34 @@ int main(int argc, char **argv)
             char *p = line;
             while (*p == ' ' || *p == '\t')
                 p++;
-            if (*p >= '0' && *p <= '9')
-                seeds[nseeds++] = strtoull(p, NULL, 10);
+            if (*p < '0' || *p > '9')
+                continue;
+            char *end;
+            seeds[nseeds] = strtoull(p, &end, 10);
+            /* "S --drop i,j # why": the shrunk schedule of seed S */
+            uint64_t drop = 0;
+            char *d = strstr(end, "--drop ");
+            char *hash = strchr(end, '#');
+            if (d && (!hash || d < hash))
+                for (d += 7; *d >= '0' && *d <= '9';) {
+                    long k = strtol(d, &d, 10);
+                    if (k >= 0 && k < 64)
+                        drop |= 1ULL << k;
+                    if (*d == ',')
+                        d++;
+                }
+            drops[nseeds++] = drop;
         }
         fclose(f);
     }
     double t0 = wall_s();
+    uint64_t dropped = 0;
     uint64_t node_ms = 0, runs = 0, failures = 0, events = 0;
     int many = (b - a) > 0 || nseeds > 0;
     for (uint64_t i = 0;; i++) {
         uint64_t seed;
+        if (i == 0)
+            dropped = o.dropped;
         if (i < nseeds)
             seed = seeds[i];
         else if (have_seed && a + (i - nseeds) <= b)
@@ -360,6 +378,7 @@ int main(int argc, char **argv)
         else
             break;
         o.seed = seed;
+        o.dropped = i < nseeds ? drops[i] : dropped;
         struct sim_result res;
         /* many runs: a line per failure (with its trace lines), and one
          * per 1,000 runs; one run: its line */

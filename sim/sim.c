@@ -1685,7 +1685,8 @@ static void world_free(void)
 }
 
 extern int ms_sim_break_two_owners, ms_sim_break_skip_fence,
-    ms_sim_break_no_rollback, ms_sim_break_reply_twice;
+    ms_sim_break_no_rollback;
+extern ms_ask_cb ms_sim_break_reply_twice;
 
 int sim_run(const struct sim_opts *o, const struct sim_schedule *sch,
             struct sim_result *res)
@@ -1702,7 +1703,8 @@ int sim_run(const struct sim_opts *o, const struct sim_schedule *sch,
     leasedb_init(&W.db);
     make_entities();
     ms_sim_break_two_owners = ms_sim_break_skip_fence = 0;
-    ms_sim_break_no_rollback = ms_sim_break_reply_twice = 0;
+    ms_sim_break_no_rollback = 0;
+    ms_sim_break_reply_twice = NULL;
     for (int i = 0; i < o->nbreaks; i++) {
         const char *b = o->breaks[i];
         if (strcmp(b, "two-owners") == 0)
@@ -1712,7 +1714,7 @@ int sim_run(const struct sim_opts *o, const struct sim_schedule *sch,
         else if (strcmp(b, "no-rollback") == 0)
             ms_sim_break_no_rollback = 1;
         else if (strcmp(b, "reply-twice") == 0)
-            ms_sim_break_reply_twice = 1;
+            ms_sim_break_reply_twice = ask_cb;
         else if (strcmp(b, "db-stale-commit") == 0)
             W.db.break_stale_commit = 1;
     }

@@ -3,6 +3,7 @@
  * stops), its life cycle and its queries (region.h).
  */
 #include "region_impl.h"
+#include "simswitch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,12 @@ static void on_handoff(struct ms_region *r, uint64_t coord, int type,
         struct rshard *s = ms__region_shard(r, type, m->entries[i].shard);
         if (!s || gen > m->entries[i].gen)
             continue; /* already over here */
+#ifdef MS_SIM_SWITCHES
+        if (ms_sim_break_skip_fence) {
+            e[n++] = m->entries[i]; /* fence, but go on sending there */
+            continue;
+        }
+#endif
         if (!s->hgen) {
             r->nblocked++;
             s->blocked_ms = r->now;

@@ -8,5 +8,5 @@
 int ms_sim_break_two_owners;
 int ms_sim_break_skip_fence;
 int ms_sim_break_no_rollback;
-int ms_sim_break_reply_twice;
+ms_ask_cb ms_sim_break_reply_twice;
 #endif

@@ -14,17 +14,21 @@
  *                 (no-loss / per-sender FIFO in a graceful move)
  *   no_rollback   the coordinator never rolls back a move past its
  *                 deadline (move-ends-in-time)
- *   reply_twice   the dispatcher tells an ask's waiter twice
+ *   reply_twice   the dispatcher tells an ask's waiter twice when the
+ *                 waiter's callback is this one (the simulator's
+ *                 clients; the region's own waiters would crash)
  *                 (ask-ends-once)
  */
 #ifndef MS_CORE_SIMSWITCH_H
 #define MS_CORE_SIMSWITCH_H
 
+#include "base.h"
+
 #ifdef MS_SIM_SWITCHES
+extern ms_ask_cb ms_sim_break_reply_twice;
 extern int ms_sim_break_two_owners;
 extern int ms_sim_break_skip_fence;
 extern int ms_sim_break_no_rollback;
-extern int ms_sim_break_reply_twice;
 #endif
 
 #endif
