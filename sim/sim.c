@@ -339,9 +339,13 @@ static int net_send(int a, uint64_t uid, const struct ms_frame *f)
     e->buf = malloc(n);
     if (!e->buf)
         exit(2);
-    memcpy(e->buf, f->type, f->type_len);
-    memcpy(e->buf + f->type_len, f->id, f->id_len);
-    memcpy(e->buf + f->type_len + f->id_len, f->payload, f->payload_len);
+    if (f->type_len)
+        memcpy(e->buf, f->type, f->type_len);
+    if (f->id_len)
+        memcpy(e->buf + f->type_len, f->id, f->id_len);
+    if (f->payload_len)
+        memcpy(e->buf + f->type_len + f->id_len, f->payload,
+               f->payload_len);
     e->buf[n - 1] = 0;
     int d = a < b ? 0 : 1;
     uint64_t t = W.now + net_delay();
@@ -501,6 +505,12 @@ static void rg_drain(struct node *n)
     n->draining = 1;
     while (ms_region_next_action(n->rg, &a)) {
         if (a.kind == MS_REGION_SEND) {
+            if (a.frame.kind != MS_FRAME_CONTROL)
+                trace(slot_index(n), "send %s to %016llx %.*s shard %u gen "
+                      "%llu", ms_frame_kind_name(a.frame.kind),
+                      (unsigned long long)a.uid, (int)a.frame.id_len,
+                      a.frame.id, a.frame.shard,
+                      (unsigned long long)a.frame.generation);
             int rc = send_to(n, a.uid, &a.frame);
             if (rc < 0)
                 ms_region_send_failed(n->rg, &a, rc == SIM_ENOTCONN,
@@ -1086,10 +1096,11 @@ static void node_free(int s)
     n->alive = 0;
     W.inc_alive[n->inc] = 0;
     W.inc_stop_t[n->inc] = W.now;
-    /* the region is freed first: the dispatcher's free ends the asks
-     * still open (their waiters are the sim's) */
-    ms_region_free(n->rg);
+    /* the dispatcher first: its free ends the asks still open, and the
+     * region's own waiters (requests of other nodes) need the region
+     * alive then (router.c, on_closed) */
     ms_dispatch_free(n->d);
+    ms_region_free(n->rg);
     ms_mb_free(n->mb);
     n->rg = NULL;
     n->d = NULL;

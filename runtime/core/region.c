@@ -230,6 +230,7 @@ static struct pend *pend_new(int kind, int op, int64_t corr,
     p->next = NULL;
     p->kind = kind;
     p->op = op;
+    p->gen = 0;
     p->origin = origin;
     p->origin_corr = origin_corr;
     p->corr = corr;
@@ -664,13 +665,21 @@ void ms__region_flush_shard(struct ms_region *r, int type, uint32_t shard)
         if (p->origin) {
             /* a request another node sent before this node knew it owned
              * the shard: deliver it now, or send it back to be routed */
-            if (owner == r->self)
+            if (owner == r->self) {
                 ms__region_deliver_request(r, p->origin, &dst, p->kind, p->op,
                                            p->origin_corr, json, p->len);
-            else
+            } else if (p->gen > gen) {
+                /* routed with a newer plan than ours, which may make this
+                 * node the owner: it waits (in order, and so does what
+                 * follows) until ours catches up (ms_region_tick asks the
+                 * coordinator); sent back now, it would come again after
+                 * what its sender sent next */
+                return;
+            } else {
                 bounce(r, p->origin, type, shard, p->kind, p->op,
                        p->origin_corr, id, p->idlen, json, p->len,
                        p->retries);
+            }
         } else if (p->kind == MS_FRAME_ASK &&
                    !ms_dispatch_ask_pending(r->d, p->corr)) {
             rc = 0; /* it timed out meanwhile */
@@ -862,6 +871,9 @@ static void on_request(struct ms_region *r, uint64_t uid,
                                uid,
                                f->corr);
         if (rc == 0) {
+            s = ms__region_shard(r, type, shard);
+            if (s && s->tail)
+                s->tail->gen = f->generation;
             ms__region_flush_shard(r, type, shard);
             return;
         }
