@@ -81,7 +81,7 @@ static void own_grow(void)
 
 /* --- after every event ---------------------------------------------------- */
 
-static void check_node(struct node *n)
+static void check_node(struct node *n, int ticked)
 {
     for (int t = 0; t < SIM_NTYPES; t++) {
         uint32_t sc = n->tc[t].shard_count;
@@ -139,7 +139,10 @@ static void check_node(struct node *n)
         }
         n->epoch_seen[s] = e;
     }
-    if (ms_coord_active(c)) {
+    /* a move's deadline is kept by the coordinator's tick (the region's
+     * sweep): checked right after one, so that a paused coordinator is
+     * judged once it runs again */
+    if (ticked && ms_coord_active(c)) {
         struct ms_coord_move_stats ms;
         ms_coord_move_stats(c, &ms);
         for (size_t i = 0; i < ms.in_progress; i++) {
@@ -157,10 +160,10 @@ static void check_node(struct node *n)
     }
 }
 
-void check_after_event(int slot)
+void check_after_event(int slot, int ticked)
 {
     if (slot >= 0 && W.n[slot].alive)
-        check_node(&W.n[slot]);
+        check_node(&W.n[slot], ticked);
     if (W.failed)
         return;
     int dup = -1;

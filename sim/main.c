@@ -154,8 +154,12 @@ void sim_schedule_make(const struct sim_opts *o, struct sim_schedule *s)
             (st->kind == STEP_CRASH || st->kind == STEP_LEAVE ||
              st->kind == STEP_DOWN))
             st->a = 1 + (int)sim_rng_below(&r, (uint64_t)n - 1);
-        if (st->at_ms + st->dur_ms > last)
-            last = st->at_ms + st->dur_ms;
+        /* statements sent while the table is slow answer up to 5.5 s
+         * after it recovers: the fault lasts until then */
+        uint64_t end = st->at_ms + st->dur_ms +
+                       (st->kind == STEP_DB_SLOW ? 6000 : 0);
+        if (end > last)
+            last = end;
     }
     s->faults_end_ms = last + 500;
     s->end_ms = s->faults_end_ms + 30000;

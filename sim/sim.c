@@ -1766,6 +1766,7 @@ int sim_run(const struct sim_opts *o, const struct sim_schedule *sch,
         }
         W.now = e->t;
         int slot = e->slot;
+        int ticked = e->kind == EV_SWEEP && slot >= 0 && !W.n[slot].paused;
         int kept = run_event(e);
         res->events++;
         /* node.c on_self_removed -> ms_node_close, after the drain */
@@ -1773,7 +1774,7 @@ int sim_run(const struct sim_opts *o, const struct sim_schedule *sch,
             if (W.n[s].alive && W.n[s].stopping)
                 node_close(s);
         if (!W.failed)
-            check_after_event(slot);
+            check_after_event(slot, ticked);
         if (!kept)
             ev_free(e);
     }

@@ -145,7 +145,7 @@ uint64_t node_now(const struct node *n);
 int world_healthy(void);
 
 /* check.c */
-void check_after_event(int slot);
+void check_after_event(int slot, int ticked);
 void check_commit(int type, uint32_t shard, int inc, const char *owner,
                   uint64_t epoch, int64_t db_now);
 void check_final(void);
