@@ -194,7 +194,7 @@ void check_delivery(int slot, int ent, int inc, uint64_t seq, size_t m)
         return;
     }
     g->delivered++;
-    if (inc < 0 || inc >= SIM_MAX_INCS)
+    if (inc < 0 || inc >= SIM_MAX_INCS || W.inc_zombie[W.n[slot].inc])
         return;
     if (seq <= W.last_deliv[inc][ent]) {
         violation("per-sender-fifo", "%s: %s got q%llu from i%d after "

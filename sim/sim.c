@@ -1331,7 +1331,10 @@ static void operator_down(int target)
     }
     if (!found)
         return;
-    trace(slot_index(n), "operator downs %s", addr);
+    trace(slot_index(n), "operator downs %s%s", addr,
+          W.n[target].alive ? " (its process still runs)" : "");
+    if (W.n[target].alive)
+        W.inc_zombie[W.n[target].inc] = 1;
     ms_mb_down(n->mb, addr, node_now(n));
     mb_drain(n);
 }

@@ -102,6 +102,11 @@ struct world {
     int ninc;
     uint64_t inc_uid[SIM_MAX_INCS];
     int inc_alive[SIM_MAX_INCS];
+    /* downed by an operator while its process still ran (paused or cut
+     * off): until it learns so, it may act as an owner that the others
+     * replaced -- the hazard the operator accepts (cluster.c
+     * ms_cluster_down); the per-sender order is not checked there */
+    int inc_zombie[SIM_MAX_INCS];
     uint64_t inc_stop_t[SIM_MAX_INCS];
     uint64_t seq_next[SIM_MAX_INCS][128];
     uint64_t last_deliv[SIM_MAX_INCS][128];

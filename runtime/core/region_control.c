@@ -229,8 +229,9 @@ void ms__region_on_control(struct ms_region *r, uint64_t uid,
              * next. The coordinator sends STOP again until STOPPED (or
              * rolls the move back at its deadline). */
             if (!s->stopping && r->types[type].persistent && s->nheld &&
-                ms__region_gated(r, type, m.entries[i].shard) > 0)
-                continue;
+                !s->lease_stop &&
+                ms_lease_gate(r->lease, type, m.entries[i].shard) == 0)
+                continue; /* being acquired (or lost, expired, fenced) */
             if (!s->stopping)
                 r->nstopping++;
             ms__region_flush_shard(r, type,
