@@ -384,15 +384,15 @@ int main(int argc, char **argv)
         o.seed = seed;
         o.dropped = i < nseeds ? drops[i] : dropped;
         struct sim_result res;
-        /* many runs: a line per failure (with its trace lines), and one
-         * per 1,000 runs; one run: its line */
-        int rc = run_one(&o, &res, !many);
+        /* a line per run (seed, result, checksum); with --quiet and
+         * many runs, a line per failure and one per 1,000 runs */
+        int rc = run_one(&o, &res, !many || !o.quiet);
         runs++;
         node_ms += res.node_ms;
         events += res.events;
         if (rc) {
             failures++;
-            if (many)
+            if (many && o.quiet)
                 printf("seed %llu: FAILED %s: %s\n",
                        (unsigned long long)seed, res.invariant, res.message);
             if (stop_on_fail)
