@@ -9,10 +9,10 @@
  * pure function of its seed. The simulator replaces libuv, the sockets,
  * PostgreSQL and the clock -- never the core logic:
  *
- *   sim.c      the world: clock, events, network, the nodes' glue (the
- *              sim's binding of the core objects, mirroring
- *              runtime/io/cluster.c, runtime/io/router.c and
- *              runtime/node/node.c), clients, faults;
+ *   sim.c      the world: clock, events, network, clients, faults;
+ *   node.c     the nodes' glue: the sim's binding of the core objects,
+ *              mirroring runtime/io/cluster.c, runtime/io/router.c and
+ *              runtime/node/node.c;
  *   check.c    the invariants, checked after every event;
  *   leasedb.c  the lease table with the semantics of runtime/io/lease_sql.c
  *              and the journal's commit check (runtime/io/journal.c);

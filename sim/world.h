@@ -146,6 +146,47 @@ void trace(int slot, const char *fmt, ...)
 void violation(const char *inv, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+#define SIM_USER_TIMEOUT_MS 5000  /* the transport's TCP_USER_TIMEOUT */
+#define SIM_ENOTCONN (-107)       /* UV_ENOTCONN of the transport */
+#define ROUND_BUDGET 64           /* messages per dispatcher round */
+
+/* the kinds of events */
+enum {
+    EV_MB_TICK = 1, EV_SWEEP, EV_WORK, EV_DTICK, EV_FRAME, EV_SELF_CTRL,
+    EV_CONNECTED, EV_UTIMEOUT, EV_LEASE_EXEC, EV_LEASE_ANS, EV_COMMIT,
+    EV_CLIENT, EV_STEP, EV_HEAL, EV_FAULTS_END, EV_FINAL_TOUCH, EV_END,
+    EV_NET, EV_CONV
+};
+
+/* sim.c: the queue, the network */
+struct ev *ev_new(int kind, uint64_t t, int slot);
+void ev_free(struct ev *e);
+void push(struct ev *e);
+void later(int kind, uint64_t in_ms, int slot);
+uint64_t rnd(uint64_t n);
+int run_event(struct ev *e);
+int slot_of_uid(uint64_t uid);
+int slot_index(const struct node *n);
+int connected(int a, uint64_t uid);
+int net_send(int a, uint64_t uid, const struct ms_frame *f);
+void dial(int a, const char *address);
+void conn_close(int a, int b, const char *why);
+
+/* node.c: a node's glue */
+void node_start(int s);
+void node_free(int s);
+void node_crash(int s, const char *why);
+void node_close(int s);
+void node_arm(struct node *n);
+void rg_drain(struct node *n);
+void mb_drain(struct node *n);
+void on_sweep(struct node *n);
+void on_work(struct node *n);
+void on_frame(struct node *n, uint64_t from, const struct ms_frame *f);
+void on_peer_up(int a, int b);
+void on_connected(struct ev *e);
+void on_lease_exec(struct ev *e);
+
 uint64_t node_now(const struct node *n);
 int world_healthy(void);
 
