@@ -6,6 +6,7 @@
  * the model (Moves) and coordinator_int.h for the state.
  */
 #include "coordinator_int.h"
+#include "simswitch.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -353,6 +354,10 @@ int ms__coord_on_stopped(struct ms_coord *c, uint64_t from, int ti,
  * a shard whose old owner is gone is published unassigned. */
 int ms__coord_expire_moves(struct ms_coord *c, uint64_t now_ms)
 {
+#ifdef MS_SIM_SWITCHES
+    if (ms_sim_break_no_rollback)
+        return 0;
+#endif
     for (int ti = 0; ti < c->ntypes; ti++) {
         struct ms_plan_entry *e = NULL;
         size_t k = 0;

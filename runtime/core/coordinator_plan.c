@@ -6,6 +6,7 @@
  * coordinator_int.h for the state.
  */
 #include "coordinator_int.h"
+#include "simswitch.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -489,5 +490,15 @@ int ms__coord_on_alloc(struct ms_coord *c, uint64_t from,
     uint64_t g = ++c->generation;
     ms__coord_set_owner(c, ti, s, uid, g);
     struct ms_plan_entry e = {s, uid, g};
+#ifdef MS_SIM_SWITCHES
+    /* another owner at the same generation, to this node's own region
+     * first (its broadcast copy then arrives stale) */
+    for (size_t i = 0; ms_sim_break_two_owners && i < c->nmembers; i++)
+        if (c->members[i].uid != uid) {
+            struct ms_plan_entry x = {s, c->members[i].uid, g};
+            ms__coord_emit_entries(c, c->self_uid, ti, &x, 1);
+            break;
+        }
+#endif
     return ms__coord_emit_entries(c, 0, ti, &e, 1);
 }

@@ -10,6 +10,7 @@
  * reached through a stale reference.
  */
 #include "dispatch_impl.h"
+#include "simswitch.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -552,6 +553,10 @@ void ms__dispatch_complete_ask(struct ms_dispatch *d, struct ask *a, int err,
     ms_timerq_remove(&d->tq, &a->tm);
     if (a->w.cb) {
         a->w.cb(a->w.data, err, payload, len);
+#ifdef MS_SIM_SWITCHES
+        if (ms_sim_break_reply_twice && a->w.cb == ms_sim_break_reply_twice)
+            a->w.cb(a->w.data, err, payload, len);
+#endif
     } else {
         struct resume *r = malloc(sizeof *r + len + 1);
         if (r) {

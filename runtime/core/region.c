@@ -230,6 +230,7 @@ static struct pend *pend_new(int kind, int op, int64_t corr,
     p->next = NULL;
     p->kind = kind;
     p->op = op;
+    p->gen = 0;
     p->origin = origin;
     p->origin_corr = origin_corr;
     p->corr = corr;
@@ -632,9 +633,16 @@ void ms__region_flush_shard(struct ms_region *r, int type, uint32_t shard)
          * requests of other nodes held here are still ours to handle while
          * we own the shard and have not stopped it */
         if (!s->stopping &&
-            ms_plan_owner(r->types[type].plan, shard, NULL) == r->self &&
-            !ms__region_gated(r, type, shard))
-            ms__region_deliver_held(r, type, shard);
+            ms_plan_owner(r->types[type].plan, shard, NULL) == r->self) {
+            int g = ms__region_gated(r, type, shard);
+            if (!g)
+                ms__region_deliver_held(r, type, shard);
+            else if (g < 0)
+                /* the lease window ran out while they waited: rejected
+                 * here, not sent back after the stop (region_control.c,
+                 * STOP) */
+                ms__region_lease_reject(r, type, shard);
+        }
         return;
     }
     uint64_t gen;
@@ -657,13 +665,21 @@ void ms__region_flush_shard(struct ms_region *r, int type, uint32_t shard)
         if (p->origin) {
             /* a request another node sent before this node knew it owned
              * the shard: deliver it now, or send it back to be routed */
-            if (owner == r->self)
+            if (owner == r->self) {
                 ms__region_deliver_request(r, p->origin, &dst, p->kind, p->op,
                                            p->origin_corr, json, p->len);
-            else
+            } else if (p->gen > gen) {
+                /* routed with a newer plan than ours, which may make this
+                 * node the owner: it waits (in order, and so does what
+                 * follows) until ours catches up (ms_region_tick asks the
+                 * coordinator); sent back now, it would come again after
+                 * what its sender sent next */
+                return;
+            } else {
                 bounce(r, p->origin, type, shard, p->kind, p->op,
                        p->origin_corr, id, p->idlen, json, p->len,
                        p->retries);
+            }
         } else if (p->kind == MS_FRAME_ASK &&
                    !ms_dispatch_ask_pending(r->d, p->corr)) {
             rc = 0; /* it timed out meanwhile */
@@ -855,6 +871,9 @@ static void on_request(struct ms_region *r, uint64_t uid,
                                uid,
                                f->corr);
         if (rc == 0) {
+            s = ms__region_shard(r, type, shard);
+            if (s && s->tail)
+                s->tail->gen = f->generation;
             ms__region_flush_shard(r, type, shard);
             return;
         }
@@ -1080,7 +1099,15 @@ void ms_region_tick(struct ms_region *r, uint64_t now_ms)
                 continue;
             ms__region_flush_shard(r, type, sh);
             expire(r, type, sh, s);
-            if (s->head && !ms_plan_owner(rt->plan, sh, NULL))
+            /* no owner: ask for one. An owner that is not usable, or
+             * requests of other nodes held here (routed with a newer
+             * plan than ours): the plan entry that replaced it may have
+             * been lost on the way (a connection that ended while it
+             * was broadcast), so ask the coordinator for it (an alloc of
+             * an assigned shard is answered with its entry) */
+            uint64_t owner = ms_plan_owner(rt->plan, sh, NULL);
+            if (s->head && (!owner || s->nheld ||
+                            (owner != r->self && !usable(r, owner))))
                 ms__region_request_alloc(r, type, sh);
         }
     }

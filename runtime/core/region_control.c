@@ -3,6 +3,7 @@
  * stops), its life cycle and its queries (region.h).
  */
 #include "region_impl.h"
+#include "simswitch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,12 @@ static void on_handoff(struct ms_region *r, uint64_t coord, int type,
         struct rshard *s = ms__region_shard(r, type, m->entries[i].shard);
         if (!s || gen > m->entries[i].gen)
             continue; /* already over here */
+#ifdef MS_SIM_SWITCHES
+        if (ms_sim_break_skip_fence) {
+            e[n++] = m->entries[i]; /* fence, but go on sending there */
+            continue;
+        }
+#endif
         if (!s->hgen) {
             r->nblocked++;
             s->blocked_ms = r->now;
@@ -214,6 +221,17 @@ void ms__region_on_control(struct ms_region *r, uint64_t uid,
             struct rshard *s = ms__region_shard(r, type, m.entries[i].shard);
             if (!s)
                 continue;
+            /* requests of other nodes that came before their fence wait
+             * here for the shard's lease: they are ours to deliver (or,
+             * once the lease window runs out, to reject) before the stop
+             * (G2). Bounced once the new owner is published, they would
+             * race the plan to their sender and arrive after what it sent
+             * next. The coordinator sends STOP again until STOPPED (or
+             * rolls the move back at its deadline). */
+            if (!s->stopping && r->types[type].persistent && s->nheld &&
+                !s->lease_stop &&
+                ms_lease_gate(r->lease, type, m.entries[i].shard) == 0)
+                continue; /* being acquired (or lost, expired, fenced) */
             if (!s->stopping)
                 r->nstopping++;
             ms__region_flush_shard(r, type,

@@ -25,6 +25,9 @@ struct pend {
     uint64_t deadline_ms;
     uint32_t idlen, len;
     int retries;
+    /* a request of another node: the plan generation it was routed with
+     * (it waits here while ours is older); 0 for this node's own */
+    uint64_t gen;
     char data[];          /* id, payload */
 };
 

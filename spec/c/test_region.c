@@ -1291,8 +1291,113 @@ static void remember_hold_and_serving(void)
     hold_answer = 0;
 }
 
+/* Found by the simulator (sim/regressions.txt, seeds 26 and 100): the plan
+ * entries that unassigned a removed owner's shard and then gave it to node
+ * 3 were lost on their way to node 3 (its connection ended). */
+static int drop_plans_to_3(uint64_t from, uint64_t to,
+                           const struct ms_frame *f)
+{
+    (void)from;
+    return to == 3 && is_plan(f) ? DROP : PASS;
+}
+
+/* The new owner that missed its entry holds the requests other nodes
+ * routed with the newer plan (it does not send them back on its older
+ * one) and asks the coordinator for the entry, then delivers them. */
+static void lost_entry_new_owner_asks(void)
+{
+    boot(3, 2);
+    filter = drop_plans_to_3;
+    /* only the coordinator learns that node 2 is gone: node 3 still
+     * thinks it owns the shard, and may send to it */
+    ms_region_member(nodes[0].r, 2, MS_MB_REMOVED, now);
+    want_owner = 3;
+    CHECK(tell_n(1, "x", "{\"n\":1}") == 0);
+    run_all();
+    CHECK(ms_region_owner(nodes[0].r, 0, 0, NULL) == 3);
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 2);
+    CHECK(nodes[2].ngot == 0);
+    CHECK(ms_region_waiting(nodes[2].r, 0, 0) == 1); /* held, not bounced */
+    CHECK(ms_region_stats(nodes[2].r)->not_owner_sent == 0);
+    filter = NULL;
+    now += MS_REGION_ALLOC_RETRY_MS + 100;
+    tick_all();
+    run_all();
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 3);
+    CHECK(nodes[2].ngot == 1 && got(3, 0, "{\"n\":1}"));
+}
+
+/* A sender whose plan still names an owner that is gone (not usable)
+ * asks the coordinator for the entry instead of waiting for the owner
+ * until its messages expire. */
+static void lost_entry_sender_asks(void)
+{
+    boot(3, 2);
+    filter = drop_plans_to_3;
+    nodes[1].up = 0; /* node 2 is gone */
+    ms_region_member(nodes[0].r, 2, MS_MB_REMOVED, now);
+    want_owner = 1;
+    CHECK(tell_n(1, "y", "{\"n\":1}") == 0);
+    run_all();
+    now += MS_REGION_ALLOC_RETRY_MS + 100; /* the alloc is asked again */
+    tick_all();
+    run_all();
+    CHECK(ms_region_owner(nodes[0].r, 0, 0, NULL) == 1);
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 2);
+    CHECK(tell_n(3, "x", "{\"n\":5}") == 0);
+    run_all();
+    CHECK(ms_region_waiting(nodes[2].r, 0, 0) == 1);
+    filter = NULL;
+    now += MS_REGION_ALLOC_RETRY_MS + 100;
+    tick_all();
+    run_all();
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 1);
+    CHECK(ms_region_waiting(nodes[2].r, 0, 0) == 0);
+    CHECK(nodes[0].ngot == 2 && got(1, 1, "{\"n\":5}"));
+}
+
+/* Found by the simulator (sim/regressions.txt, seeds 41, 79, 198): a
+ * persistent shard handed off while requests of other nodes waited at the
+ * old owner for its lease. Sent back after the new owner was published,
+ * they raced the plan to their sender and came after its later messages.
+ * Now the old owner takes STOP only once they are delivered (the
+ * coordinator sends STOP again until then). */
+static void lease_stop_waits_for_held(void)
+{
+    persist = 1;
+    boot(3, 2); /* node 3's {"n":0} waits at node 2 for the lease */
+    persist = 0;
+    CHECK(tell_n(3, "x", "{\"n\":1}") == 0);
+    run_all();
+    CHECK(nodes[1].ngot == 0 && ms_region_waiting(nodes[1].r, 0, 0) == 2);
+    start_move(1);
+    run_all();
+    CHECK(ms_region_stopping(nodes[1].r) == 0); /* STOP not taken yet */
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 2);
+    db_answer(2, last_stmt(2, MS_LEASE_ACQUIRE), MS_LEASE_ANS_ACQUIRED, 1,
+              1000);
+    CHECK(nodes[1].ngot == 2 && got(2, 0, "{\"n\":0}") &&
+          got(2, 1, "{\"n\":1}"));
+    /* STOP comes again: the shard stops, its lease is released, and the
+     * new owner is published */
+    for (int i = 0; i < 20 && count_stmt(2, MS_LEASE_RELEASE) == 0; i++)
+        advance(100);
+    CHECK(count_stmt(2, MS_LEASE_RELEASE) == 1);
+    db_answer(2, last_stmt(2, MS_LEASE_RELEASE), MS_LEASE_ANS_RELEASED, 0, 0);
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 1);
+    CHECK(ms_region_stats(nodes[1].r)->not_owner_sent == 0);
+    db_answer(1, last_stmt(1, MS_LEASE_ACQUIRE), MS_LEASE_ANS_ACQUIRED, 2,
+              1000);
+    CHECK(tell_n(3, "x", "{\"n\":2}") == 0);
+    run_all();
+    CHECK(nodes[0].ngot == 1 && got(1, 0, "{\"n\":2}"));
+}
+
 int main(void)
 {
+    lease_stop_waits_for_held();
+    lost_entry_new_owner_asks();
+    lost_entry_sender_asks();
     remember_hold_and_serving();
     fence_fifo();
     buffer_bound();
