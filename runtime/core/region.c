@@ -235,6 +235,7 @@ static struct pend *pend_new(int kind, int op, int64_t corr,
     p->origin_corr = origin_corr;
     p->corr = corr;
     p->deadline_ms = deadline_ms;
+    p->gen = 0;
     p->idlen = (uint32_t)idlen;
     p->len = (uint32_t)len;
     p->retries = retries;
@@ -640,8 +641,9 @@ void ms__region_flush_shard(struct ms_region *r, int type, uint32_t shard)
             else if (g < 0)
                 /* the lease window ran out while they waited: rejected
                  * here, not sent back after the stop (region_control.c,
-                 * STOP) */
-                ms__region_lease_reject(r, type, shard);
+                 * STOP). This node's own sends wait for the move, not for
+                 * the lease: the new owner takes them */
+                ms__region_lease_reject(r, type, shard, 1);
         }
         return;
     }
@@ -652,7 +654,7 @@ void ms__region_flush_shard(struct ms_region *r, int type, uint32_t shard)
     if (owner == r->self && r->types[type].persistent) {
         int g = ms__region_lease_gate(r, type, shard);
         if (g < 0)
-            ms__region_lease_reject(r, type, shard); /* window ran out */
+            ms__region_lease_reject(r, type, shard, 0); /* window ran out */
         if (g)
             return;
     }
@@ -1127,12 +1129,25 @@ void ms_region_tick(struct ms_region *r, uint64_t now_ms)
     ms__region_kick(r);
 }
 
-void ms__region_lease_reject(struct ms_region *r, int type, uint32_t shard)
+void ms__region_lease_reject(struct ms_region *r, int type, uint32_t shard,
+                             int held_only)
 {
     struct rshard *s = ms__region_shard(r, type, shard);
     uint64_t tells = 0;
-    while (s && s->head) {
-        struct pend *p = pop(r, s);
+    struct pend **pp = s ? &s->head : NULL, *last = NULL;
+    while (pp && *pp) {
+        struct pend *p = *pp;
+        if (held_only && !p->origin) {
+            last = p;
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        s->n--;
+        s->nheld -= p->origin != 0;
+        r->nbuffered--;
+        if (s->refill == p)
+            s->refill = NULL;
         if (p->origin && p->kind == MS_FRAME_ASK)
             ms__region_frame_error(r, p->origin, p->origin_corr, MS_ELEASE,
                                    "the shard's lease could not be acquired "
@@ -1146,6 +1161,8 @@ void ms__region_lease_reject(struct ms_region *r, int type, uint32_t shard)
         r->lease_rejected++;
         free(p);
     }
+    if (s)
+        s->tail = last;
     if (tells)
         ms_log(MS_LOG_WARN, NULL, "%llu tells waiting for the lease of %s "
                "shard %u were dropped: the lease window ran out (counted in "

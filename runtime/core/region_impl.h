@@ -191,7 +191,9 @@ void ms__region_hold_tick(struct ms_region *r);
 /* Reports STOPPED for a stopping shard (region_control.c). */
 void ms__region_report_stopped(struct ms_region *r, int type, uint32_t shard,
                                struct rshard *s);
-/* Rejects everything waiting for the shard with MS_ELEASE (region.c). */
-void ms__region_lease_reject(struct ms_region *r, int type, uint32_t shard);
+/* Rejects what waits for the shard with MS_ELEASE (held_only: only the
+ * requests of other nodes; this node's own sends stay) (region.c). */
+void ms__region_lease_reject(struct ms_region *r, int type, uint32_t shard,
+                             int held_only);
 
 #endif

@@ -1393,6 +1393,206 @@ static void lease_stop_waits_for_held(void)
     CHECK(nodes[0].ngot == 1 && got(1, 0, "{\"n\":2}"));
 }
 
+/* ---- review rv14: b383c1f and bf790b0 ----------------------------------- */
+
+static int drop_plan_to_2(uint64_t from, uint64_t to, const struct ms_frame *f)
+{
+    (void)from;
+    return to == 2 && is_plan(f) ? DROP : PASS;
+}
+
+/* b383c1f: the entry that gave node 2 the shard (its owner node 3 was
+ * removed) is lost on the way to node 2; a request node 1 routed with
+ * the newer plan is held at node 2, whose plan names the gone node 3.
+ * Node 2 asks the coordinator for the entry, and delivers it. */
+static void lost_entry_of_new_owner(void)
+{
+    boot(3, 3);
+    filter = drop_plan_to_2;
+    nodes[2].up = 0;
+    want_owner = 2;
+    for (int i = 0; i < 2; i++)
+        ms_region_member(nodes[i].r, 3, MS_MB_REMOVED, now);
+    run_all();
+    if (ms_region_owner(nodes[0].r, 0, 0, NULL) != 2) {
+        CHECK(tell_n(1, "x", "{\"n\":1}") == 0); /* unassigned: allocates */
+        run_all();
+    } else {
+        CHECK(tell_n(1, "x", "{\"n\":1}") == 0);
+        run_all();
+    }
+    filter = NULL;
+    CHECK(ms_region_owner(nodes[0].r, 0, 0, NULL) == 2);
+    CHECK(ms_region_owner(nodes[1].r, 0, 0, NULL) == 3); /* lost */
+    CHECK(ms_region_waiting(nodes[1].r, 0, 0) == 1);     /* held */
+    advance(MS_REGION_ALLOC_RETRY_MS + 100);
+    CHECK(ms_region_owner(nodes[1].r, 0, 0, NULL) == 2);
+    CHECK(nodes[1].ngot == 1 && got(2, 0, "{\"n\":1}"));
+}
+
+static int hold_not_owner(uint64_t from, uint64_t to,
+                          const struct ms_frame *f)
+{
+    (void)from, (void)to;
+    return f->kind == MS_FRAME_NOT_OWNER ? HOLD : PASS;
+}
+
+/* bf790b0: a request node 3 sent before its fence waits at the old owner
+ * (node 1) for the shard's lease when the move to node 2 starts; the STOP
+ * waits until the lease is held and the old owner delivered it: it is
+ * not sent back behind what node 3 sends to the new owner (G2). */
+static void held_before_fence_delivered_by_old_owner(void)
+{
+    persist = 1;
+    boot(3, 1); /* node 1's lease is being acquired: {"n":0} held there */
+    persist = 0;
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == 1);
+    filter = hold_not_owner; /* a bounce arrives late */
+    start_move(2);
+    db_answer(1, 0, MS_LEASE_ANS_ACQUIRED, 1, 1000);
+    for (int t = 0; t < 1500 && ms_region_owner(nodes[2].r, 0, 0, NULL) != 2;
+         t += 100) {
+        advance(100);
+        int i = last_stmt(1, MS_LEASE_RELEASE);
+        if (i >= 0 && nodes[0].st[i].req) {
+            db_answer(1, i, MS_LEASE_ANS_RELEASED, 0, 0);
+            nodes[0].st[i].req = 0;
+        }
+    }
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 2);
+    int i = last_stmt(2, MS_LEASE_ACQUIRE);
+    CHECK(i >= 0);
+    db_answer(2, i, MS_LEASE_ANS_ACQUIRED, 2, 1000);
+    CHECK(tell_n(3, "y", "{\"n\":1}") == 0);
+    run_all();
+    release();
+    filter = NULL;
+    run_all();
+    CHECK(nodes[0].ngot == 1 && got(1, 0, "{\"n\":0}"));
+    CHECK(ms_region_stats(nodes[0].r)->not_owner_sent == 0);
+    CHECK(nodes[1].ngot == 1 && got(2, 0, "{\"n\":1}"));
+}
+
+/* bf790b0: the old owner's lease window runs out while its STOP waits:
+ * the other node's request held there is rejected (MS_ELEASE), but the
+ * old owner's own sends made during the move wait for the new owner,
+ * which takes them: they never waited for this lease. */
+static void window_out_during_move_keeps_own_sends(void)
+{
+    persist = 1;
+    lease_window = 1000;
+    boot(3, 1); /* node 1 acquires (never answered); {"n":0} held */
+    lease_window = 2000;
+    persist = 0;
+    start_move(2);
+    CHECK(ms_region_stopping(nodes[0].r) == 0); /* the STOP waits */
+    CHECK(ms_region_moving(nodes[0].r) == 1);
+    CHECK(tell_n(1, "o", "{\"n\":9}") == 0); /* for the new owner */
+    cb_calls = 0;
+    CHECK(ask_n(1, "p", "{\"n\":8}", 60000) > 0);
+    run_all();
+    CHECK(ms_region_waiting(nodes[0].r, 0, 0) == 3);
+    for (int t = 0; t < 1900 && ms_region_owner(nodes[0].r, 0, 0, NULL) != 2;
+         t += 100) {
+        advance(100);
+        int k = last_stmt(1, MS_LEASE_RELEASE);
+        if (k >= 0 && nodes[0].st[k].req) {
+            db_answer(1, k, MS_LEASE_ANS_RELEASED, 0, 0);
+            nodes[0].st[k].req = 0;
+        }
+    }
+    CHECK(ms_region_owner(nodes[0].r, 0, 0, NULL) == 2); /* not rolled back */
+    CHECK(cb_calls == 0); /* the own ask was not rejected */
+    int i = last_stmt(2, MS_LEASE_ACQUIRE);
+    CHECK(i >= 0);
+    db_answer(2, i, MS_LEASE_ANS_ACQUIRED, 2, 1000);
+    run_all();
+    CHECK(cb_calls == 1 && cb_err == 0);
+    CHECK(nodes[1].ngot == 2 && got(2, 0, "{\"n\":9}") &&
+          got(2, 1, "{\"n\":8}"));
+    CHECK(nodes[0].ngot == 0);
+    CHECK(ms_region_lease_rejected(nodes[0].r) == 1); /* {"n":0} only */
+}
+
+
+/* bf790b0: the STOP that waits for the old owner's lease does not hold
+ * the move past its deadline: it is rolled back (the old owner keeps the
+ * shard), and what was held there is delivered once the lease is held,
+ * in order before what the other node sent after the rollback. */
+static void rollback_while_stop_waits(void)
+{
+    persist = 1;
+    lease_window = 20000;
+    boot(3, 1); /* node 1's lease is being acquired: {"n":0} held there */
+    lease_window = 2000;
+    persist = 0;
+    start_move(2);
+    CHECK(ms_region_stopping(nodes[0].r) == 0);
+    advance(HANDOFF_MS + 200);
+    struct ms_coord_move_stats ms;
+    ms_coord_move_stats(ms_region_coord(nodes[0].r), &ms);
+    CHECK(ms.aborted == 1 && ms.in_progress == 0);
+    CHECK(ms_region_owner(nodes[2].r, 0, 0, NULL) == 1);
+    CHECK(ms_region_moving(nodes[0].r) == 0 &&
+          ms_region_moving(nodes[2].r) == 0);
+    CHECK(tell_n(3, "y", "{\"n\":1}") == 0);
+    run_all();
+    CHECK(nodes[0].ngot == 0);
+    /* the first acquire times out unanswered; the next one is granted
+     * (an answer read after its 1 s lease ran out is too late) */
+    int before = count_stmt(1, MS_LEASE_ACQUIRE);
+    for (int t = 0; t < 8000 && count_stmt(1, MS_LEASE_ACQUIRE) == before;
+         t += 100)
+        advance(100);
+    CHECK(count_stmt(1, MS_LEASE_ACQUIRE) > before);
+    CHECK(nodes[0].ngot == 0);
+    db_answer(1, last_stmt(1, MS_LEASE_ACQUIRE), MS_LEASE_ANS_ACQUIRED, 1,
+              1000);
+    CHECK(nodes[0].ngot == 2 && got(1, 0, "{\"n\":0}") &&
+          got(1, 1, "{\"n\":1}"));
+    CHECK(nodes[1].ngot == 0);
+}
+
+/* A request held at the new owner (node 2), sent with a newer plan than
+ * node 2's, whose plan still names a usable old owner (node 3): it waits
+ * for node 2's plan to catch up and is delivered before what its sender
+ * sent next; sent back at once, it came back after them (G2; the
+ * simulator's seed 792). */
+static void held_newer_gen_not_bounced(void)
+{
+    boot(3, 3);
+    filter = drop_plan_to_2;
+    want_owner = 2;
+    /* the coordinator alone hears node 3 was removed; node 2 still sees
+     * it as a usable member */
+    ms_region_member(nodes[0].r, 3, MS_MB_REMOVED, now);
+    run_all();
+    if (ms_region_owner(nodes[0].r, 0, 0, NULL) != 2) {
+        CHECK(tell_n(1, "w", "{\"n\":0}") == 0); /* allocates */
+        run_all();
+    }
+    CHECK(ms_region_owner(nodes[0].r, 0, 0, NULL) == 2);
+    CHECK(ms_region_owner(nodes[1].r, 0, 0, NULL) == 3);
+    filter = hold_not_owner;
+    CHECK(tell_n(1, "a", "{\"n\":1}") == 0);
+    pump(100000);
+    filter = NULL;
+    advance(MS_REGION_ALLOC_RETRY_MS + 100); /* node 2 asks for its entry */
+    CHECK(ms_region_owner(nodes[1].r, 0, 0, NULL) == 2);
+    CHECK(tell_n(1, "b", "{\"n\":2}") == 0);
+    run_all();
+    release();
+    run_all();
+    int a = -1, b = -1;
+    for (int i = 0; i < nodes[1].ngot; i++) {
+        if (!strcmp(nodes[1].got[i], "{\"n\":1}"))
+            a = i;
+        if (!strcmp(nodes[1].got[i], "{\"n\":2}"))
+            b = i;
+    }
+    CHECK(a >= 0 && b >= 0 && a < b);
+}
+
 int main(void)
 {
     lease_stop_waits_for_held();
@@ -1421,6 +1621,11 @@ int main(void)
     lease_unreachable();
     lease_window_beyond_tell_deadline();
     lease_settings_must_match();
+    lost_entry_of_new_owner();
+    held_before_fence_delivered_by_old_owner();
+    window_out_during_move_keeps_own_sends();
+    rollback_while_stop_waits();
+    held_newer_gen_not_bounced();
     reset();
     CHECK_DONE();
 }
