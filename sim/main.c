@@ -248,8 +248,19 @@ static void shrink(struct sim_opts *o)
         sim_step_describe(&s.steps[i], d, sizeof d);
         printf("  step %d: %s\n", i, d);
     }
-    printf("replay: moonshard-sim --seed %llu%s%s\n",
-           (unsigned long long)o->seed, at ? " --drop " : "", drop);
+    /* every option that shapes the run, or the replay does not fail */
+    printf("replay: moonshard-sim --seed %llu", (unsigned long long)o->seed);
+    if (o->nodes != 5)
+        printf(" --nodes %d", o->nodes);
+    if (o->duration_ms != 20000)
+        printf(" --duration %llu", (unsigned long long)o->duration_ms);
+    if (o->nfaults != 6)
+        printf(" --faults %d", o->nfaults);
+    if (o->island)
+        printf(" --island");
+    for (int i = 0; i < o->nbreaks; i++)
+        printf(" --break %s", o->breaks[i]);
+    printf("%s%s\n", at ? " --drop " : "", drop);
     o->quiet = 0;
     sim_run(o, &s, &res);
 }

@@ -903,6 +903,24 @@ int run_event(struct ev *e)
     case EV_FINAL_TOUCH:
         final_touch();
         break;
+    case EV_GMOVE: {
+        /* a graceful move in the quiet part after the faults, so that
+         * no-loss-in-graceful-move has moves to judge (its window is the
+         * tells accepted 10-15 s after the faults) */
+        struct node *n = coordinator_node();
+        int type = (int)sim_rng_below(&W.grng, SIM_NTYPES);
+        uint32_t sc = type ? SIM_ACCOUNT_SHARDS : SIM_COUNTER_SHARDS;
+        uint32_t sh = (uint32_t)sim_rng_below(&W.grng, sc);
+        if (n) {
+            int rc = ms_coord_move(ms_region_coord(n->rg), type, sh,
+                                   node_now(n));
+            trace(slot_index(n), "graceful move %s/%u: %d", n->tc[type].name,
+                  sh, rc);
+            rg_drain(n);
+            W.res->moves++;
+        }
+        break;
+    }
     case EV_END:
         break;
     case EV_CONV:
@@ -1061,6 +1079,10 @@ int sim_run(const struct sim_opts *o, const struct sim_schedule *sch,
     push(ev_new(EV_FINAL_TOUCH, sch->faults_end_ms + 5000, -1));
     push(ev_new(EV_CONV, sch->faults_end_ms + 5500, -1));
     push(ev_new(EV_END, sch->end_ms, -1));
+    sim_rng_seed(&W.grng, o->seed ^ 0x9e3779b97f4a7c15ULL);
+    for (int k = 0; k < 8; k++)
+        push(ev_new(EV_GMOVE, sch->faults_end_ms + 10000 + 600 * (uint64_t)k,
+                    -1));
     struct ev *e;
     while (!W.failed && (e = pop()) != NULL) {
         if (e->t > sch->end_ms) {

@@ -136,6 +136,7 @@ struct world {
     int ring_at, ring_n;
     uint64_t checksum;
     /* switches */
+    struct sim_rng grng;   /* the graceful moves after the faults */
     int brk_two_owners, brk_skip_fence, brk_no_rollback, brk_ask_twice;
 };
 
@@ -155,7 +156,7 @@ enum {
     EV_MB_TICK = 1, EV_SWEEP, EV_WORK, EV_DTICK, EV_FRAME, EV_SELF_CTRL,
     EV_CONNECTED, EV_UTIMEOUT, EV_LEASE_EXEC, EV_LEASE_ANS, EV_COMMIT,
     EV_CLIENT, EV_STEP, EV_HEAL, EV_FAULTS_END, EV_FINAL_TOUCH, EV_END,
-    EV_NET, EV_CONV
+    EV_NET, EV_CONV, EV_GMOVE
 };
 
 /* sim.c: the queue, the network */
