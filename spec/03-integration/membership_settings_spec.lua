@@ -69,6 +69,24 @@ end)
 describe("a node's weight and version", function()
     local c
 
+    -- Waits until the coordinator `n1` has n2's registration of its types
+    -- (n2's answer to the view request, which a loaded machine may delay
+    -- past the converged view; until then every shard goes to n1): a
+    -- shard of the Probe type placed on n2 says so, and n2 registered its
+    -- other types in the same answer.
+    local function registered(n1)
+        local k = 0
+        helpers.wait_until(function()
+            k = k + 1
+            local status, _, raw = n1:activate("Probe", "p" .. k)
+            assert.is_true(status >= 200 and status < 300, raw)
+            for _, s in ipairs(n1:allocations("Probe").shards) do
+                if s.owner == "n2" then return true end
+            end
+            return nil, "no Probe shard on n2 yet"
+        end, 20, "n2's types registered with the coordinator", 0.1)
+    end
+
     setup(function()
         c = helpers.cluster_up({
             size = 2,
@@ -78,9 +96,11 @@ describe("a node's weight and version", function()
                     allocation = { __lua = "require(\"moonshard.strategy\")"
                                    .. ".weighted_least_loaded()" },
                 },
+                Probe = { module = "counter", shard_count = 64 },
             },
             node_fields = { n1 = { weight = 1 }, n2 = { weight = 3 } },
         })
+        registered(c:node("n1"))
     end)
 
     -- Activates entities of `t` through `n` until every shard has an
@@ -140,10 +160,12 @@ describe("a node's weight and version", function()
        .. "to the newer one (a rolling upgrade)", function()
         local v = helpers.cluster_up({
             size = 2,
-            entities = { Counter = { module = "counter", shard_count = 8 } },
+            entities = { Counter = { module = "counter", shard_count = 8 },
+                         Probe = { module = "counter", shard_count = 64 } },
             node_fields = { n1 = { version = "1.4.2" },
                             n2 = { version = "1.10.0-rc1" } },
         })
+        registered(v:node("n1"))
         for _, n in ipairs(v.nodes) do
             local m1, view = member(n, "n1")
             assert.equal("1.4.2", m1.version)

@@ -60,7 +60,7 @@ describe("install", function()
         must({ "cp", "-R", helpers.home .. "/CMakeLists.txt",
                helpers.home .. "/runtime", helpers.home .. "/lua",
                helpers.home .. "/entities", helpers.home .. "/spec",
-               helpers.home .. "/bench", src })
+               helpers.home .. "/bench", helpers.home .. "/sim", src })
         -- Release with -Werror: the default flags of a standard build type
         -- build clean. Only the binary is built (the install and the
         -- package need nothing else).
