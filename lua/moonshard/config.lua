@@ -954,34 +954,31 @@ local function check_membership(t, root, cfg)
         local b = B[key]
         return seconds_field(t, key, root, b.lo, b.hi, b.default)
     end
+    -- `big` (ms) must be at least twice `small` (ms); the error names
+    -- the setting the user changed when the other is its default
+    local function twice(small_key, small, big_key, big, why)
+        if big >= 2 * small then
+            return
+        end
+        if t[big_key] == nil then
+            fail(child(root, small_key), format(
+                 "must be at most %s / 2 (%g s, from the default %s; set"
+                 .. " that too)", big_key, big / 2000, big_key),
+                 t[small_key])
+        end
+        fail(child(root, big_key), format(
+             "must be at least 2 x %s (%g s), %s", small_key,
+             2 * small / 1000, why), t[big_key])
+    end
     local hb = secs("heartbeat_interval")
     local ua = secs("unreachable_after")
-    if ua < 2 * hb then
-        if t.unreachable_after == nil then
-            fail(child(root, "heartbeat_interval"), format(
-                 "must be at most unreachable_after / 2 (%g s, from the"
-                 .. " default unreachable_after; set that too)",
-                 ua / 2000), t.heartbeat_interval)
-        end
-        fail(child(root, "unreachable_after"), format(
-             "must be at least 2 x heartbeat_interval (%g s), so one late"
-             .. " answer does not make a member unreachable",
-             2 * hb / 1000), t.unreachable_after)
-    end
+    twice("heartbeat_interval", hb, "unreachable_after", ua,
+          "so one late answer does not make a member unreachable")
     local gi = secs("gossip_interval")
     local st = secs("seed_timeout")
-    if st < 2 * gi then
-        if t.seed_timeout == nil then
-            fail(child(root, "gossip_interval"), format(
-                 "must be at most seed_timeout / 2 (%g s, from the"
-                 .. " default seed_timeout; set that too)", st / 2000),
-                 t.gossip_interval)
-        end
-        fail(child(root, "seed_timeout"), format(
-             "must be at least 2 x gossip_interval (%g s), so the first"
-             .. " seed hears from the others before it founds a cluster",
-             2 * gi / 1000), t.seed_timeout)
-    end
+    twice("gossip_interval", gi, "seed_timeout", st,
+          "so the first seed hears from the others before it founds a"
+          .. " cluster")
     cfg.heartbeat_interval_ms = hb
     cfg.unreachable_after_ms = ua
     cfg.gossip_interval_ms = gi
