@@ -206,6 +206,17 @@ static int two_loops(uv_loop_t *loop, uv_loop_t *other, struct side *a,
     return pb;
 }
 
+/* Closes what two_loops() made. */
+static void two_loops_end(uv_loop_t *loop, uv_loop_t *other, struct side *a,
+                          struct side *b)
+{
+    ms_transport_close(a->t);
+    ms_transport_close(b->t);
+    spin(loop, 50);
+    uv_run(other, UV_RUN_DEFAULT);
+    CHECK(uv_loop_close(other) == 0);
+}
+
 /* B authenticates, then its loop stops running: it reads nothing more.
  * A's queue to B grows until max_out_bytes; then A drops B and counts
  * it, and serves on. */
@@ -245,11 +256,7 @@ static void a_peer_that_stops_reading_is_dropped(uv_loop_t *loop)
     ms_transport_stats(a.t, &st);
     CHECK(st.link_drops > 0);
     CHECK(b.frames + (int)st.link_drops == sent);
-    ms_transport_close(a.t);
-    ms_transport_close(b.t);
-    spin(loop, 50);
-    uv_run(&other, UV_RUN_DEFAULT);
-    CHECK(uv_loop_close(&other) == 0);
+    two_loops_end(loop, &other, &a, &b);
 }
 
 /* A raw TCP client of 127.0.0.1:port from the loopback address `from`
@@ -824,6 +831,16 @@ static int dial_fd_to(int port)
     return -1;
 }
 
+/* Sets TCP_USER_TIMEOUT of this process's connection to 127.0.0.1:port
+ * to `ms` (the transport's 5 s made short for a test). */
+static void shorten_user_timeout(int port, unsigned ms)
+{
+    int fd = dial_fd_to(port);
+    CHECK(fd >= 0);
+    CHECK(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) ==
+          0);
+}
+
 /* B stops reading; A's tells fill B's receive window, A's kernel and A's
  * queue. A's kernel then ends the connection (its user timeout, made
  * short here, passes while B's window stays closed, as for a paused
@@ -834,11 +851,7 @@ static void a_connection_the_kernel_ends_counts_what_it_held(uv_loop_t *loop)
     uv_loop_t other;
     struct side a, b;
     int pb = two_loops(loop, &other, &a, &b);
-    int fd = dial_fd_to(pb);
-    CHECK(fd >= 0);
-    unsigned ms = 300;
-    CHECK(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) ==
-          0);
+    shorten_user_timeout(pb, 300);
     static char mid[20000];
     memset(mid, 'y', sizeof mid - 1);
     struct ms_frame f = tell(mid);
@@ -868,11 +881,7 @@ static void a_connection_the_kernel_ends_counts_what_it_held(uv_loop_t *loop)
     }
     CHECK(b.frames > 0);
     CHECK(b.frames + (int)st.link_drops == sent);
-    ms_transport_close(a.t);
-    ms_transport_close(b.t);
-    spin(loop, 50);
-    uv_run(&other, UV_RUN_DEFAULT);
-    CHECK(uv_loop_close(&other) == 0);
+    two_loops_end(loop, &other, &a, &b);
 }
 
 /* As a_peer_that_stops_reading_is_dropped, but B stays stopped longer
@@ -886,11 +895,7 @@ static void a_dropped_slow_peer_that_stays_stopped_counts_everything(
     uv_loop_t other;
     struct side a, b;
     int pb = two_loops(loop, &other, &a, &b);
-    int fd = dial_fd_to(pb);
-    CHECK(fd >= 0);
-    unsigned ms = 300;
-    CHECK(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) ==
-          0);
+    shorten_user_timeout(pb, 300);
     static char big[60000];
     memset(big, 'x', sizeof big - 1);
     struct ms_frame f = tell(big);
@@ -915,11 +920,7 @@ static void a_dropped_slow_peer_that_stays_stopped_counts_everything(
     ms_transport_stats(a.t, &st);
     CHECK(b.downs == 1);
     CHECK(b.frames + (int)st.link_drops == sent);
-    ms_transport_close(a.t);
-    ms_transport_close(b.t);
-    spin(loop, 50);
-    uv_run(&other, UV_RUN_DEFAULT);
-    CHECK(uv_loop_close(&other) == 0);
+    two_loops_end(loop, &other, &a, &b);
 }
 
 int main(void)
