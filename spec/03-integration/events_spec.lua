@@ -295,7 +295,11 @@ describe("GET /v1/events", function()
     it("serves text/event-stream, refuses streams past its limit with "
        .. "503, and keeps serving other requests", function()
         dir = helpers.tmpdir()
-        n = helpers.start({ entities = { Counter = { module = "counter" } } })
+        -- room for the 16 streams and one more connection; a short
+        -- http_timeout, which closes idle connections but not streams
+        n = helpers.start({ entities = { Counter = { module = "counter" } },
+                            limits = { http_connections = 17,
+                                       http_timeout = 0.5 } })
         -- the head, from a HEAD request
         local _, out = helpers.run({ "curl", "-sI", "--max-time", "5",
                                      "http://" .. n.address
@@ -319,12 +323,26 @@ describe("GET /v1/events", function()
         assert.equal(503, status)
         assert.equal("too_many_streams", body.error.code)
         assert.equal(1, n:stats().event_streams_refused)
-        -- other requests are served while the streams stay open
+        -- other requests are served while the streams stay open: each
+        -- takes the one free place; no stream is evicted for it
         for i = 1, 20 do
             assert.equal(202, (n:tell("Counter", "c" .. i,
                                       { type = "incr" })))
         end
         assert.equal(200, (n:http("GET", "/v1/members")))
+        -- and no stream is closed by http_timeout (0.5 s) either
+        helpers.sleep(1.5)
+        local st = n:stats()
+        assert.equal(16, st.event_streams)
+        for i = 1, 16 do
+            assert.is_false(streams[i].proc:poll(), "stream " .. i
+                            .. " ended")
+        end
+        -- an idle connection is still closed by it
+        local idle = helpers.tcp_open(n.port)
+        helpers.sleep(1.5)
+        assert.is_true(n:stats().http_timeouts > st.http_timeouts)
+        idle:close()
         -- a stream that ends frees its place
         streams[16].proc:terminate(2)
         helpers.wait_until(function()
