@@ -108,12 +108,19 @@ void ms_http_event(struct ms_http *h, uint64_t seq, const char *kind,
         return;
     size_t cap = len + strlen(kind) + 64;
     char *text = malloc(cap);
-    if (text == NULL)
-        return; /* the streams miss it: they are cut off, so they know */
-    int n = snprintf(text, cap, "id: %llu\nevent: %s\ndata: %.*s\n\n",
-                     (unsigned long long)seq, kind, (int)len, json);
+    int n = text ? snprintf(text, cap, "id: %llu\nevent: %s\ndata: %.*s\n\n",
+                            (unsigned long long)seq, kind, (int)len, json)
+                 : -1;
     if (n < 0 || (size_t)n >= cap) {
+        /* out of memory: no stream may miss an event silently, so each
+         * is ended (counted as cut off); its client reconnects and gets
+         * a new snapshot */
         free(text);
+        while (ev->nstreams > 0) {
+            ev->cut_off++;
+            ms__http_conn_end(ev->streams[ev->nstreams - 1]);
+            drop(ev, ev->nstreams - 1);
+        }
         return;
     }
     for (int i = ev->nstreams; i-- > 0;)

@@ -360,6 +360,9 @@ describe("GET /v1/events", function()
         assert.is_false(n:alive(), "the node did not stop")
         for i, s in ipairs(streams) do
             assert.is_true(s.proc:wait(10), "stream " .. i .. " still open")
+            -- curl exits 0: the body ended with the connection, as its
+            -- head said (no length, Connection: close), not cut by a reset
+            assert.equal(0, s.proc.code, "curl of stream " .. i)
         end
     end)
 end)
