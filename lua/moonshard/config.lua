@@ -396,7 +396,7 @@ local TOP_FIELDS = {
     operation_retention = true, database_connections = true,
     heartbeat_interval = true, unreachable_after = true,
     gossip_interval = true, gossip_fanout = true, seed_timeout = true,
-    lone_leave_timeout = true, log_format = true,
+    lone_leave_timeout = true, log_format = true, on_member_event = true,
 }
 local NODE_FIELDS = {
     name = true, listen = true, http = true, roles = true, weight = true,
@@ -1039,6 +1039,14 @@ local function check(t)
              lf)
     end
     cfg.log_format = lf or "text"
+    -- membership events (README "Membership events"): a function the
+    -- node calls on its loop with each event table
+    local hook = t.on_member_event
+    if hook ~= nil and type(hook) ~= "function" then
+        fail(child(root, "on_member_event"), "must be a function(ev), "
+             .. "called with each membership event", hook)
+    end
+    cfg.on_member_event = hook
     -- a persistent type needs the database, named once at the top, and
     -- so does the postgres store of remember-entities
     for _, e in ipairs(cfg.entity_list) do

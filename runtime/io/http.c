@@ -732,6 +732,7 @@ void ms__http_route(struct conn *c)
         {"/", get_index},           {"/v1/stats", get_stats},
         {"/metrics", get_metrics},  {"/v1/members", get_members},
         {"/v1/health", get_health},
+        {"/v1/events", ms__http_get_events}, /* http_events.c */
     };
     for (size_t i = 0; i < sizeof gets / sizeof gets[0]; i++) {
         if (streq(path, plen, gets[i].path)) {

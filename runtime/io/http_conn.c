@@ -118,6 +118,11 @@ static void handle_closed(struct ms_http *h)
         free(h);
 }
 
+void ms__http_handle_closed(struct ms_http *h)
+{
+    handle_closed(h);
+}
+
 static void on_listener_closed(uv_handle_t *hd)
 {
     handle_closed(hd->data);
@@ -708,6 +713,8 @@ static void feed(struct conn *c, const char *data, size_t len)
 
     if (c->closing)
         return;
+    if (c->streaming)
+        return; /* GET /v1/events: reads go on, to see the peer go */
     if (c->busy) {
         /* A request is being answered (parser paused), or a callback
          * answered an error and failed the parser (keep_alive is 0). */
@@ -750,7 +757,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
-    if (c->lingering) {
+    if (c->lingering || c->streaming) {
         c->discarded += (size_t)nread;
         if (c->discarded > LINGER_MAX)
             conn_close(c);
@@ -760,6 +767,59 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         feed(c, buf->base, (size_t)nread);
         settle(c);
     }
+}
+
+/* ---- event streams (http_events.c) ------------------------------------ */
+
+void ms__http_conn_stream(struct conn *c)
+{
+    c->streaming = 1;
+    c->keep_alive = 0;
+    c->busy = 1;
+    set_deadline(c, 0);
+    set_class(c, ACTIVE);
+    free(c->rest); /* a request pipelined after it is never answered */
+    c->rest = NULL;
+    c->rest_len = 0;
+    read_start(c);
+}
+
+static void on_stream_write(uv_write_t *req, int status)
+{
+    struct conn *c = req->data;
+    free(req);
+    if (status < 0 && !c->closing)
+        conn_close(c);
+}
+
+int ms__http_conn_write(struct conn *c, const char *data, size_t len)
+{
+    if (c->closing)
+        return -1;
+    struct wreq *w = malloc(sizeof *w + len);
+    if (w == NULL) {
+        conn_close(c);
+        return -1;
+    }
+    memcpy(w->data, data, len);
+    w->req.data = c;
+    uv_buf_t b = uv_buf_init(w->data, (unsigned int)len);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1,
+                 on_stream_write) != 0) {
+        free(w);
+        conn_close(c);
+        return -1;
+    }
+    return 0;
+}
+
+void ms__http_conn_end(struct conn *c)
+{
+    if (c->closing || c->lingering)
+        return;
+    c->streaming = 0;
+    read_stop(c);
+    linger(c);
 }
 
 /* 1 when c's peer has sent bytes not read yet (a peek, no read). */
@@ -964,6 +1024,7 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop,
     h->handles++;
     uv_timer_start(&h->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
     uv_unref((uv_handle_t *)&h->sweep); /* it keeps no loop alive */
+    ms__http_events_init(h);
     *out = h;
     return 0;
 }
@@ -995,6 +1056,7 @@ void ms_http_close(struct ms_http *h)
     for (int k = 0; k < NCLASS; k++)
         while (h->head[k] != NULL)
             conn_close(h->head[k]);
+    ms__http_events_close(h);
     uv_close((uv_handle_t *)&h->sweep, on_sweep_closed);
     uv_close((uv_handle_t *)&h->listener, on_listener_closed);
 }

@@ -67,6 +67,19 @@ struct conn {
     char *rest;                 /* unparsed input held while busy */
     size_t rest_len;
     size_t discarded;           /* bytes read while lingering */
+    unsigned streaming : 1;     /* GET /v1/events: an event stream */
+    uint64_t stream_sent_ms;    /* a stream's last write (loop time) */
+};
+
+/* The event streams of the gateway (http_events.c): GET /v1/events. */
+struct ms_http_events {
+    uv_timer_t keepalive;       /* reaps closed streams, sends comments */
+    struct conn *streams[MS_HTTP_EVENT_STREAMS]; /* each holds a ref */
+    int nstreams;
+    uint64_t last_seq;          /* of the last event published */
+    uint64_t cut_off;           /* streams ended: client too slow */
+    uint64_t refused;           /* stream requests answered 503 */
+    uint64_t published;         /* events published */
 };
 
 struct ms_http {
@@ -87,6 +100,7 @@ struct ms_http {
     struct ms_log_budget log4xx, log5xx;
     int closing;
     char address[64];           /* "host:port" bound, for the help page */
+    struct ms_http_events ev;   /* event streams (http_events.c) */
     char rbuf[READ_BUF];
 };
 
@@ -136,6 +150,34 @@ void ms__http_conn_unref(struct conn *c);
 /* Answers the complete request of c (defined in http.c): every path ends
  * in exactly one response, now or from an ask callback. */
 void ms__http_route(struct conn *c);
+
+/* ---- for the event streams (http_events.c) ---- */
+
+/* Turns c, whose request is being answered, into a stream: no deadline,
+ * never evicted (it stays ACTIVE), input read and discarded so that the
+ * peer's close is seen, closed when the client goes or the gateway
+ * closes. The caller writes with ms__http_conn_write. */
+void ms__http_conn_stream(struct conn *c);
+
+/* Queues `len` bytes (copied) on c. A failed write closes c. Returns 0,
+ * or -1 when c is closing or the write could not be queued. */
+int ms__http_conn_write(struct conn *c, const char *data, size_t len);
+
+/* Ends c after what was queued: half-close, then close (as after a
+ * response with Connection: close). */
+void ms__http_conn_end(struct conn *c);
+
+/* GET /v1/events (http_events.c). */
+void ms__http_get_events(struct conn *c);
+
+/* Sets up and closes the event streams' part of the gateway
+ * (http_events.c); init adds its timer to h->handles. */
+void ms__http_events_init(struct ms_http *h);
+void ms__http_events_close(struct ms_http *h);
+
+/* Called by the close callback of each handle of the gateway; frees the
+ * gateway after the last. */
+void ms__http_handle_closed(struct ms_http *h);
 
 /* The short names both halves use. */
 #define respond ms__http_respond

@@ -226,6 +226,11 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
         }
         lua_pop(L, 1);
     }
+    lua_getfield(L, c, "on_member_event");
+    if (lua_isfunction(L, -1))
+        ms__bridge_set_event_hook(b); /* pops it */
+    else
+        lua_pop(L, 1);
     b->cfg = cfg; /* names in logs until ms_bridge_start */
     /* the coordinator's strategies come from this config */
     lua_pushvalue(L, c);
