@@ -479,6 +479,8 @@ static int on_message_begin(http_parser *p)
     c->in_token = 0;
     c->token_len = 0;
     c->token_seen = 0;
+    c->api_len = 0;
+    c->api_seen = 0;
     c->in_opid = 0;
     c->opid_seen = 0;
     c->opid_len = 0;
@@ -542,10 +544,11 @@ static int on_header(http_parser *p, const char *at, size_t len)
         return bad_header(c, "whitespace in a header name");
     if (c->head_done)
         return head_add(c, len);
-    if (c->in_token || c->in_expect || c->in_opid ||
+    if (c->in_token || c->in_expect || c->in_opid || c->in_api ||
         c->field_len == SIZE_MAX) {
         c->field_len = 0;
         c->in_token = 0;
+        c->in_api = 0;
         c->in_expect = 0;
         c->in_opid = 0;
     }
@@ -568,6 +571,15 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
             return bad_header(c, "X-Moonshard-Token appears twice");
         if (c->in_token)
             c->token_seen = 1;
+        c->in_api = (c->field_len == 21 &&
+                     memcmp(c->field, "x-moonshard-api-token", 21) == 0) ||
+                    (c->field_len == 13 &&
+                     memcmp(c->field, "authorization", 13) == 0);
+        if (c->in_api && c->api_seen)
+            return bad_header(c, "the API token appears twice "
+                                 "(X-Moonshard-Api-Token, Authorization)");
+        if (c->in_api)
+            c->api_seen = 1;
         c->in_opid = c->field_len == 15 &&
                       memcmp(c->field, "idempotency-key", 15) == 0;
         if (c->in_opid && c->opid_seen)
@@ -583,6 +595,9 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
     if (c->in_token)
         for (size_t i = 0; i < len && c->token_len < sizeof c->token; i++)
             c->token[c->token_len++] = at[i];
+    if (c->in_api)
+        for (size_t i = 0; i < len && c->api_len < sizeof c->api; i++)
+            c->api[c->api_len++] = at[i];
     if (c->in_opid)
         for (size_t i = 0; i < len && c->opid_len < sizeof c->opid; i++)
             c->opid[c->opid_len++] = at[i];

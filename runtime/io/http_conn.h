@@ -49,6 +49,12 @@ struct conn {
     size_t field_len;
     char token[128];            /* X-Moonshard-Token value */
     size_t token_len;
+    unsigned in_api : 1;        /* the header being read carries the API
+                                   token (X-Moonshard-Api-Token or
+                                   Authorization) */
+    unsigned api_seen : 1;      /* this request has one */
+    char api[160];              /* its value ("Bearer " kept), cut */
+    size_t api_len;
     unsigned in_opid : 1;       /* the header being read is Idempotency-Key */
     unsigned opid_seen : 1;     /* this request has one */
     char opid[MS_HTTP_OPID_MAX + 1]; /* its value; one byte more marks a

@@ -104,6 +104,7 @@
 #define MS_TRANSPORT_USER_TIMEOUT_MS 5000
 
 struct ms_transport;
+struct ms_tls_ctx;
 
 struct ms_transport_config {
     const char *cluster;       /* all strings are copied */
@@ -120,6 +121,11 @@ struct ms_transport_config {
                                       first frame is due within the
                                       smaller of this and
                                       MS_TRANSPORT_FIRST_FRAME_MS */
+    struct ms_tls_ctx *tls;    /* NULL: plaintext; else every link runs
+                                  TLS (tls.h, MS_TLS_MUTUAL) and the
+                                  handshake above inside it. Owned by the
+                                  transport from ms_transport_start on,
+                                  also when it fails */
 };
 
 struct ms_transport_callbacks {

@@ -56,7 +56,7 @@ static int start_with(struct side *s, uv_loop_t *loop, const char *name,
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     struct ms_transport_config cfg = {
         "test", name, addr, uid, (const uint8_t *)secret, strlen(secret),
-        "127.0.0.1", port, 1 << 16, 4 << 20, handshake_ms};
+        "127.0.0.1", port, 1 << 16, 4 << 20, handshake_ms, NULL};
     struct ms_transport_callbacks cb = {s, on_peer, on_frame};
     char err[200];
     memset(s, 0, sizeof *s);
