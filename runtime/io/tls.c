@@ -128,15 +128,17 @@ int ms_tls_ctx_new(struct ms_tls_ctx **out, int mode,
         snprintf(err, errlen, "CA certificate %s: %s", ca, why);
         goto fail;
     }
-    if (SSL_CTX_use_certificate_chain_file(ssl, files->cert) != 1) {
-        queue_reason(why, sizeof why);
-        snprintf(err, errlen, "certificate %s: %s", files->cert, why);
-        goto fail;
-    }
+    /* the key first: a certificate that does not match it then leaves
+     * no key, which SSL_CTX_check_private_key names below */
     if (SSL_CTX_use_PrivateKey_file(ssl, files->key, SSL_FILETYPE_PEM)
         != 1) {
         queue_reason(why, sizeof why);
         snprintf(err, errlen, "private key %s: %s", files->key, why);
+        goto fail;
+    }
+    if (SSL_CTX_use_certificate_chain_file(ssl, files->cert) != 1) {
+        queue_reason(why, sizeof why);
+        snprintf(err, errlen, "certificate %s: %s", files->cert, why);
         goto fail;
     }
     if (SSL_CTX_check_private_key(ssl) != 1) {
