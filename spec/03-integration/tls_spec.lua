@@ -151,8 +151,9 @@ describe("TLS between nodes", function()
     end)
 
     it("encrypts the links: a capture on the loopback holds neither the "
-       .. "tells' payload nor the cluster's name or secret; without TLS "
-       .. "it holds the payload and the address", function()
+       .. "tells' payload nor a member address (nor the cluster's name or "
+       .. "secret); without TLS it holds the payload and the address",
+       function()
         local payload = "PLAINTEXT-MARKER-kx93vq"
         local data, packets, crossed, addr = captured_run(true, payload)
         -- tells did cross the link, and were captured (encrypted)
