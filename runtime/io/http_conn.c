@@ -44,6 +44,7 @@
 #include "../core/auth.h"
 #include "../core/jsoncheck.h"
 #include "../core/log.h"
+#include "tls.h"
 #include "uverr.h"
 
 /*
@@ -114,8 +115,10 @@ set_err(char *err, size_t errlen, const char *fmt, ...)
 
 static void handle_closed(struct ms_http *h)
 {
-    if (--h->handles == 0)
+    if (--h->handles == 0) {
+        ms_tls_ctx_free(h->tls);
         free(h);
+    }
 }
 
 static void on_listener_closed(uv_handle_t *hd)
@@ -144,6 +147,7 @@ void ms__http_conn_unref(struct conn *c)
     free(c->url);
     free(c->body);
     free(c->rest);
+    ms_tls_free(c->tls);
     free(c);
 }
 
@@ -347,7 +351,7 @@ void ms__http_respond_v(struct conn *c, int status, const char *ctype,
     }
     w->req.data = c;
     b = uv_buf_init(w->data, (unsigned int)off);
-    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
+    if (ms__http_write(c, &w->req, &b, on_write) != 0) {
         free(w);
         conn_close(c);
     }
@@ -627,7 +631,7 @@ static void send_continue(struct conn *c)
         return;
     }
     req->data = c;
-    if (uv_write(req, (uv_stream_t *)&c->tcp, &b, 1, on_continue_written)) {
+    if (ms__http_write(c, req, &b, on_continue_written)) {
         free(req);
         conn_close(c);
     }
@@ -771,7 +775,13 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             conn_close(c);
         return;
     }
-    if (nread > 0) {
+    if (nread > 0 && c->tls) {
+        if (ms__http_tls_in(c, buf->base, (size_t)nread, feed) < 0) {
+            conn_close(c);
+            return;
+        }
+        settle(c);
+    } else if (nread > 0) {
         feed(c, buf->base, (size_t)nread);
         settle(c);
     }
@@ -826,7 +836,8 @@ static void refuse(struct conn *c)
                   "Connection: close\r\n\r\n", n);
     uv_buf_t b[2] = {uv_buf_init(head, (unsigned)hn),
                      uv_buf_init(body, (unsigned)n)};
-    (void)uv_try_write((uv_stream_t *)&c->tcp, b, 2);
+    if (!c->tls) /* no TLS session to say it in yet */
+        (void)uv_try_write((uv_stream_t *)&c->tcp, b, 2);
     conn_close(c);
 }
 
@@ -851,7 +862,8 @@ static void on_connection(uv_stream_t *server, int status)
     h->handles++;
     h->nconns++;
     link_conn(c, FRESH);
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
+        ms__http_tls_accept(c) < 0) {
         conn_close(c);
         return;
     }
@@ -939,6 +951,11 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop,
     }
     h->loop = loop;
     h->gw = *gw;
+    rc = ms__http_tls_setup(h, gw, err, errlen);
+    if (rc < 0) {
+        free(h);
+        return rc;
+    }
     h->timeout_ms = gw->timeout_ms;
     h->max_conns = gw->connections;
     if (uv_random(NULL, NULL, &h->id_seed, sizeof h->id_seed, 0, NULL) != 0)

@@ -14,6 +14,10 @@
 #include "../core/client_error.h"
 #include "http.h"
 
+struct ms_tls;
+struct ms_tls_ctx;
+struct ms_gateway;
+
 #define READ_BUF (64 * 1024)        /* one read, shared by all connections */
 #define JSON "application/json"
 
@@ -73,6 +77,8 @@ struct conn {
     char *rest;                 /* unparsed input held while busy */
     size_t rest_len;
     size_t discarded;           /* bytes read while lingering */
+    struct ms_tls *tls;         /* gateway_tls: its state (http_tls.c) */
+    int tls_up;                 /* its handshake is done */
 };
 
 struct ms_http {
@@ -93,6 +99,7 @@ struct ms_http {
     struct ms_log_budget log4xx, log5xx;
     int closing;
     char address[64];           /* "host:port" bound, for the help page */
+    struct ms_tls_ctx *tls;     /* gateway_tls; NULL: plain HTTP */
     char rbuf[READ_BUF];
 };
 
@@ -135,6 +142,21 @@ void ms__http_respond_error_x(struct conn *c, int status, const char *extra,
 void ms__http_respond_error(struct conn *c, int status, const char *code,
                             const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* http_tls.c: writes b (as uv_write does; with TLS, sealed first, and cb
+ * gets `req` once the ciphertext is written). 0 or a negative code. */
+int ms__http_write(struct conn *c, uv_write_t *req, const uv_buf_t *b,
+                   uv_write_cb cb);
+/* http_tls.c: n bytes read from a TLS connection: the handshake, then
+ * the plaintext to `feed`. 0, or a negative code (close it). */
+int ms__http_tls_in(struct conn *c, const char *p, size_t n,
+                    void (*feed)(struct conn *, const char *, size_t));
+/* http_tls.c: a new connection's TLS state, when the gateway has TLS. */
+int ms__http_tls_accept(struct conn *c);
+/* http_tls.c: the gateway's TLS context from gw (none without
+ * tls_cert); the files are checked. 0, or negative with err set. */
+int ms__http_tls_setup(struct ms_http *h, const struct ms_gateway *gw,
+                       char *err, size_t errlen);
 
 /* Drops a reference to c (a pending ask's); frees it after the last. */
 void ms__http_conn_unref(struct conn *c);
