@@ -305,6 +305,99 @@ describe("TLS between nodes", function()
     end)
 end)
 
+describe("the gateway with TLS", function()
+    local c, n1, base, dir
+
+    setup(function()
+        local opts = cluster_opts(1, false, {
+            gateway_tls = { cert = "n1.pem", key = "n1.key" },
+            api_token = API,
+        })
+        c = helpers.cluster(opts)
+        make_certs(c.dir)
+        dir = c.dir
+        n1 = c:node("n1")
+        n1:launch()
+        base = "https://127.0.0.1:" .. n1.port
+        helpers.wait_until(function()
+            local _, rc = sh(format("curl -sf --cacert %s/ca.pem %s/v1/health",
+                                    dir, base))
+            return rc == 0
+        end, 10, "the TLS gateway to answer")
+    end)
+
+    teardown(function()
+        helpers.stop_all_checked()
+    end)
+
+    -- curl's status code for `args`, and its output.
+    local function curl(args)
+        local out = sh(format("curl -s -o %s/body -w '%%{http_code}' "
+                              .. "--cacert %s/ca.pem %s", dir, dir, args))
+        return out, helpers.read_file(dir .. "/body") or ""
+    end
+
+    it("answers HTTPS verified against its CA, and the entity endpoints "
+       .. "only with the API token", function()
+        assert.equal("200", (curl(base .. "/v1/members")))
+        local code, body = curl("-X POST -d '{\"type\":\"get\"}' " .. base
+                                .. entity("g1", "ask"))
+        assert.equal("401", code)
+        assert.matches("unauthorized", body, 1, true)
+        code, body = curl("-X POST -H 'X-Moonshard-Api-Token: " .. API
+                          .. "' -d '{\"type\":\"get\"}' " .. base
+                          .. entity("g1", "ask"))
+        assert.equal("200", code)
+        assert.equal('{"value":0}', body)
+        -- a body larger than one TLS record (and curl's Expect:
+        -- 100-continue)
+        local big = string.rep("x", 100000)
+        helpers.write_file(dir .. "/big.json",
+                           '{"type":"incr","pad":"' .. big .. '"}')
+        code = curl("-X POST -H 'X-Moonshard-Api-Token: " .. API .. "' "
+                    .. "-H 'Content-Type: application/json' "
+                    .. "--data-binary @" .. dir .. "/big.json " .. base
+                    .. entity("g1", "tell"))
+        assert.equal("202", code)
+        helpers.wait_until(function()
+            code, body = curl("-X POST -H 'Authorization: Bearer " .. API
+                              .. "' -d '{\"type\":\"get\"}' " .. base
+                              .. entity("g1", "ask"))
+            return code == "200" and body == '{"value":1}'
+        end, 10, "the big tell to count")
+    end)
+
+    it("refuses plain HTTP on its port, and a client that trusts "
+       .. "another CA refuses it", function()
+        local _, rc = sh(format("curl -s -m 3 http://127.0.0.1:%d/v1/health",
+                                n1.port))
+        assert.is_not.equal(0, rc)
+        local out
+        out, rc = sh(format("curl -s -m 3 --cacert %s/other.pem "
+                            .. "%s/v1/health", dir, base))
+        assert.equal(60, rc, out) -- the peer's certificate did not verify
+        assert.is_true(n1:alive())
+    end)
+
+    it("is spoken to by the CLI at https://, with $MOONSHARD_CA and "
+       .. "$MOONSHARD_API_TOKEN", function()
+        local env = format("MOONSHARD_CA=%s/ca.pem MOONSHARD_API_TOKEN=%s ",
+                           dir, API)
+        local out, rc = sh(env .. helpers.bin .. " ask --node " .. base
+                           .. " Counter g2 '{\"type\":\"get\"}'")
+        assert.equal(0, rc, out)
+        assert.equal('{"value":0}\n', out)
+        out, rc = sh(env .. helpers.bin .. " status --json --node " .. base)
+        assert.equal(0, rc, out)
+        out, rc = sh(format("MOONSHARD_CA=%s/other.pem %s status --node %s",
+                            dir, helpers.bin, base))
+        assert.equal(2, rc, out)
+        assert.matches("TLS with 127.0.0.1:" .. n1.port .. " failed: "
+                       .. "unable to get local issuer certificate", out, 1,
+                       true)
+    end)
+end)
+
 describe("TLS settings", function()
     teardown(function()
         helpers.stop_all_checked()
