@@ -27,7 +27,7 @@
 
 struct ms_tls_ctx {
     SSL_CTX *ssl;
-    int mode;                  /* MS_TLS_*; 0 for a client (the CLI) */
+    int mode;                  /* MS_TLS_MUTUAL or MS_TLS_SERVER */
 };
 
 struct ms_tls {
@@ -165,37 +165,6 @@ fail:
     SSL_CTX_free(ssl);
     free(c);
     return rc;
-}
-
-int ms_tls_client_ctx_new(struct ms_tls_ctx **out, const char *ca,
-                          char *err, size_t errlen)
-{
-    if (ca && ca[0] && readable("CA certificate", ca, err, errlen) < 0)
-        return MS_EINVAL;
-    ERR_clear_error();
-    struct ms_tls_ctx *c = calloc(1, sizeof *c);
-    SSL_CTX *ssl = c ? SSL_CTX_new(TLS_client_method()) : NULL;
-    if (!ssl) {
-        free(c);
-        snprintf(err, errlen, "out of memory making a TLS context");
-        return MS_ENOMEM;
-    }
-    c->ssl = ssl;
-    SSL_CTX_set_min_proto_version(ssl, TLS1_2_VERSION);
-    int ok = ca && ca[0] ? SSL_CTX_load_verify_locations(ssl, ca, NULL)
-                         : SSL_CTX_set_default_verify_paths(ssl);
-    if (ok != 1) {
-        char why[200];
-        queue_reason(why, sizeof why);
-        snprintf(err, errlen, "CA certificate %s: %s",
-                 ca && ca[0] ? ca : "(system)", why);
-        SSL_CTX_free(ssl);
-        free(c);
-        return MS_EINVAL;
-    }
-    SSL_CTX_set_verify(ssl, SSL_VERIFY_PEER, NULL);
-    *out = c;
-    return 0;
 }
 
 void ms_tls_ctx_free(struct ms_tls_ctx *ctx)

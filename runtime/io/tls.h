@@ -17,7 +17,8 @@
  * and every certificate it signed is a member's. The gateway presents its
  * certificate and verifies clients only when a client CA is configured.
  *
- * A context is checked when it is made, so a node with a bad setting
+ * (The CLI's client side is in runtime/client/httpc.c, on its blocking
+ * socket.) A context is checked when it is made, so a node with a bad setting
  * does not start: every file exists and is readable, the key matches the
  * certificate, and the certificate verifies against the CA.
  *
@@ -55,10 +56,6 @@ struct ms_tls;
 int ms_tls_ctx_new(struct ms_tls_ctx **out, int mode,
                    const struct ms_tls_files *files, char *err,
                    size_t errlen);
-/* A client context (the CLI): verifies the server against `ca` (a file;
- * NULL or "": the system's CAs) and its host name when `host` is set. */
-int ms_tls_client_ctx_new(struct ms_tls_ctx **out, const char *ca,
-                          char *err, size_t errlen);
 void ms_tls_ctx_free(struct ms_tls_ctx *ctx);
 
 /* A connection's TLS state: `server` 1 for the side that accepted. NULL
