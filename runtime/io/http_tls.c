@@ -5,7 +5,7 @@
  * The model: a connection of a gateway with TLS has a struct ms_tls
  * (tls.h: memory BIOs). What libuv reads goes through ms__http_tls_in,
  * which runs the TLS handshake and hands the plaintext to the parser
- * (the `feed` given); every write of http_conn.c goes through
+ * (the `feed` given, once per read); every write of http_conn.c goes through
  * ms__http_write, which seals the bytes into records and writes the
  * ciphertext, then calls the caller's callback with the caller's request
  * as if it had written the plaintext. A plaintext request to a TLS
@@ -93,15 +93,37 @@ int ms__http_tls_in(struct conn *c, const char *p, size_t n,
             return 0;
         c->tls_up = 1;
     }
-    char plain[MS_TLS_RECORD];
-    while (!c->closing) {
-        ssize_t got = ms_tls_read(c->tls, plain, sizeof plain);
+    /* all the plaintext of this read in one piece: feed() keeps what
+     * follows a request being answered in c->rest, once per read (as
+     * without TLS, where reading stops until the answer is out) */
+    /* (the TLS state may hold part of a record besides what the BIO
+     * shows: the buffer grows by a record when it is full) */
+    size_t cap = ms_tls_buffered(c->tls) + MS_TLS_RECORD, len = 0;
+    char *plain = malloc(cap);
+    if (!plain)
+        return MS_ENOMEM;
+    for (;;) {
+        if (len == cap) {
+            char *more = realloc(plain, cap + MS_TLS_RECORD);
+            if (!more) {
+                free(plain);
+                return MS_ENOMEM;
+            }
+            plain = more;
+            cap += MS_TLS_RECORD;
+        }
+        ssize_t got = ms_tls_read(c->tls, plain + len, cap - len);
         if (got == 0)
             break;
-        if (got < 0)
+        if (got < 0) {
+            free(plain);
             return (int)got;
-        feed(c, plain, (size_t)got);
+        }
+        len += (size_t)got;
     }
+    if (len)
+        feed(c, plain, len);
+    free(plain);
     return 0;
 }
 

@@ -294,6 +294,11 @@ int ms_tls_write(struct ms_tls *s, const void *p, size_t n)
     return MS_EINVAL;
 }
 
+size_t ms_tls_buffered(struct ms_tls *s)
+{
+    return BIO_ctrl_pending(s->in);
+}
+
 size_t ms_tls_pending(struct ms_tls *s)
 {
     return BIO_ctrl_pending(s->out);

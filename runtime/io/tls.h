@@ -76,6 +76,9 @@ int ms_tls_handshake(struct ms_tls *s);
 ssize_t ms_tls_read(struct ms_tls *s, void *buf, size_t cap);
 /* Encrypts n (1..MS_TLS_RECORD) bytes as one record. 0, or MS_EINVAL. */
 int ms_tls_write(struct ms_tls *s, const void *p, size_t n);
+/* Ciphertext fed and still in the read BIO (the SSL may hold part of
+ * a record besides). */
+size_t ms_tls_buffered(struct ms_tls *s);
 /* Ciphertext waiting to be sent. */
 size_t ms_tls_pending(struct ms_tls *s);
 /* Takes up to cap bytes of it; returns how many. */

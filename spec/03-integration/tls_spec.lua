@@ -354,17 +354,39 @@ describe("the gateway with TLS", function()
         local big = string.rep("x", 100000)
         helpers.write_file(dir .. "/big.json",
                            '{"type":"incr","pad":"' .. big .. '"}')
-        code = curl("-X POST -H 'X-Moonshard-Api-Token: " .. API .. "' "
-                    .. "-H 'Content-Type: application/json' "
-                    .. "--data-binary @" .. dir .. "/big.json " .. base
-                    .. entity("g1", "tell"))
-        assert.equal("202", code)
+        for _ = 1, 10 do
+            code = curl("-X POST -H 'X-Moonshard-Api-Token: " .. API .. "' "
+                        .. "-H 'Content-Type: application/json' "
+                        .. "--data-binary @" .. dir .. "/big.json " .. base
+                        .. entity("g1", "tell"))
+            assert.equal("202", code)
+        end
         helpers.wait_until(function()
             code, body = curl("-X POST -H 'Authorization: Bearer " .. API
                               .. "' -d '{\"type\":\"get\"}' " .. base
                               .. entity("g1", "ask"))
-            return code == "200" and body == '{"value":1}'
-        end, 10, "the big tell to count")
+            return code == "200" and body == '{"value":10}'
+        end, 10, "the big tells to count")
+    end)
+
+    it("answers pipelined requests in order", function()
+        local reqs = "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
+            .. "POST " .. entity("p1", "ask") .. " HTTP/1.1\r\nHost: x\r\n"
+            .. "X-Moonshard-Api-Token: " .. API .. "\r\n"
+            .. "Content-Length: 14\r\n\r\n{\"type\":\"get\"}"
+            .. "GET /v1/health HTTP/1.1\r\nHost: x\r\n"
+            .. "Connection: close\r\n\r\n"
+        helpers.write_file(dir .. "/pipeline.txt", reqs)
+        local out = sh(format("(cat %s/pipeline.txt; sleep 2) | timeout 10 "
+                              .. "openssl s_client -quiet -CAfile %s/ca.pem "
+                              .. "-connect 127.0.0.1:%d 2>/dev/null", dir,
+                              dir, n1.port))
+        local _, statuses = out:gsub("HTTP/1.1 200 OK", "")
+        assert.equal(3, statuses, out)
+        local a = out:find('"ok":true', 1, true)
+        local b = out:find('{"value":0}', 1, true)
+        assert.is_true(a ~= nil and b ~= nil and a < b, out)
+        assert.is_not_nil(out:find('"ok":true', b, true), out)
     end)
 
     it("refuses plain HTTP on its port, and a client that trusts "
