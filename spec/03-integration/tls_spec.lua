@@ -420,6 +420,40 @@ describe("the gateway with TLS", function()
     end)
 end)
 
+describe("the gateway with TLS and a client CA", function()
+    teardown(function()
+        helpers.stop_all_checked()
+    end)
+
+    it("answers only clients whose certificate that CA signed", function()
+        local c = helpers.cluster(cluster_opts(1, false, {
+            gateway_tls = { cert = "n1.pem", key = "n1.key", ca = "ca.pem" },
+        }))
+        make_certs(c.dir)
+        local n1 = c:node("n1")
+        n1:launch()
+        local url = format("https://127.0.0.1:%d/v1/health", n1.port)
+        local function curl(args)
+            return sh(format("curl -s -m 5 -o /dev/null -w '%%{http_code}' "
+                             .. "--cacert %s/ca.pem %s %s", c.dir, args, url))
+        end
+        helpers.wait_until(function()
+            return curl(format("--cert %s/n2.pem --key %s/n2.key", c.dir,
+                               c.dir)) == "200"
+        end, 10, "the gateway to answer a client with a certificate")
+        local out, rc = curl("")
+        assert.is_not.equal(0, rc, out)
+        assert.is_not.equal("200", out)
+        out, rc = curl(format("--cert %s/bad.pem --key %s/bad.key", c.dir,
+                              c.dir))
+        assert.is_not.equal(0, rc, out)
+        assert.is_not.equal("200", out)
+        assert.equal("200", (curl(format("--cert %s/n3.pem --key %s/n3.key",
+                                         c.dir, c.dir))))
+        assert.is_true(n1:alive())
+    end)
+end)
+
 describe("TLS settings", function()
     teardown(function()
         helpers.stop_all_checked()
