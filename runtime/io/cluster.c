@@ -17,6 +17,7 @@
 #include "../core/mbevent.h"
 #include "../core/membership.h"
 #include "../moonshard.h"
+#include "tls.h"
 #include "transport.h"
 
 #define MAX_PENDING_SEEDS 16
@@ -414,7 +415,23 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
     struct ms_transport_config tcfg = {
         cfg->cluster, cfg->node_name, cfg->listen, c->uid,
         secret, secret_len, host, port,
-        cfg->max_message + 4096, 64u << 20, 5000};
+        cfg->max_message + 4096, 64u << 20, 5000, NULL};
+    if (cfg->tls_ca[0]) {
+        /* checked here, before the node listens: a bad file, a key that
+         * does not match, a certificate another CA signed */
+        struct ms_tls_files files = {cfg->tls_ca, cfg->tls_cert,
+                                     cfg->tls_key};
+        char why[400];
+        rc = ms_tls_ctx_new(&tcfg.tls, MS_TLS_MUTUAL, &files, why,
+                            sizeof why);
+        if (rc < 0) {
+            snprintf(err, errlen, "tls: %s", why);
+            memset(secret, 0, sizeof secret);
+            ms_mb_free(c->mb);
+            free(c);
+            return rc;
+        }
+    }
     struct ms_transport_callbacks tcb = {c, on_peer, on_frame};
     rc = ms_transport_start(&c->t, loop, &tcfg, &tcb, err, errlen);
     /* the transport keeps its own copy */

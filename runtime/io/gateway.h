@@ -23,6 +23,12 @@ struct ms_gateway {
     size_t max_message; /* largest accepted body (limits.max_message_bytes) */
     uint64_t timeout_ms;/* limits.http_timeout */
     int connections;    /* limits.http_connections */
+    const char *api_token; /* the entity endpoints want it (borrowed);
+                              NULL or "": they answer anyone */
+    /* gateway_tls (borrowed paths; tls_cert NULL or "": plain HTTP):
+     * the server's certificate and key, and the CA of the clients let in
+     * (NULL or "": any client) */
+    const char *tls_cert, *tls_key, *tls_ca;
 
     /* The entity API (see ms_node_type, ms_node_check_message,
      * ms_node_tell, ms_node_ask, ms_node_activate, ms_node_stop_entity

@@ -333,6 +333,10 @@ static void gateway_of(struct ms_node *n, struct ms_gateway *gw)
     gw->data = n;
     gw->name = n->cfg.node_name;
     gw->max_message = n->cfg.max_message;
+    gw->api_token = n->cfg.api_token;
+    gw->tls_cert = n->cfg.gw_cert;
+    gw->tls_key = n->cfg.gw_key;
+    gw->tls_ca = n->cfg.gw_ca;
     ms_node_http_limits(n, &gw->timeout_ms, &gw->connections);
     gw->type = gw_type;
     gw->check_message = gw_check_message;
