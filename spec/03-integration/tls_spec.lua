@@ -389,6 +389,18 @@ describe("the gateway with TLS", function()
         assert.is_not_nil(out:find('"ok":true', b, true), out)
     end)
 
+    it("streams membership events over TLS (GET /v1/events)", function()
+        -- curl reads the stream for 2 s: the snapshot must arrive sealed
+        -- like every response (a plaintext write would break the TLS
+        -- session and curl would report an error, not the event)
+        local out, rc = sh(format("curl -sN -m 2 --cacert %s/ca.pem "
+                                  .. "%s/v1/events", dir, base))
+        assert.equal(28, rc, out) -- ended by -m, not by a TLS error
+        assert.matches("event: snapshot\n", out, 1, true)
+        assert.matches('"name":"n1"', out, 1, true)
+        assert.is_true(n1:alive())
+    end)
+
     it("refuses plain HTTP on its port, and a client that trusts "
        .. "another CA refuses it", function()
         local _, rc = sh(format("curl -s -m 3 http://127.0.0.1:%d/v1/health",
