@@ -23,6 +23,8 @@ struct ms_gateway {
     size_t max_message; /* largest accepted body (limits.max_message_bytes) */
     uint64_t timeout_ms;/* limits.http_timeout */
     int connections;    /* limits.http_connections */
+    const char *home;   /* the folder of lua/, entities/ and ui/ (the
+                           status page's files); borrowed; NULL: none */
 
     /* The entity API (see ms_node_type, ms_node_check_message,
      * ms_node_tell, ms_node_ask, ms_node_activate, ms_node_stop_entity

@@ -319,6 +319,7 @@ static void gateway_of(struct ms_node *n, struct ms_gateway *gw)
     gw->data = n;
     gw->name = n->cfg.node_name;
     gw->max_message = n->cfg.max_message;
+    gw->home = n->home;
     ms_node_http_limits(n, &gw->timeout_ms, &gw->connections);
     gw->type = gw_type;
     gw->check_message = gw_check_message;
