@@ -1,0 +1,325 @@
+-- The status page (GET /ui, ui/ and runtime/io/http_ui.c) in a real
+-- headless browser, against a running 3-node cluster: Debian's chromium
+-- driven through chromedriver's WebDriver HTTP API on 127.0.0.1 (both
+-- installed by .ci/deps; a missing one fails the spec, it never skips).
+--
+-- chromedriver is started by PID on a free port; the session runs
+-- chromium headless (--no-sandbox: the specs run as root) with its own
+-- profile folder and the browser's console log on. Teardown deletes the
+-- session (chromedriver then ends its chromium), stops chromedriver by
+-- PID, checks that no process of that profile is left, and stops the
+-- nodes. The screenshot goes to the build folder (the folder of
+-- MOONSHARD_BIN: build/ui-screenshot.png), a CI artifact.
+
+local helpers = require "helpers.node"
+
+local cjson = helpers.json
+local format, concat = string.format, table.concat
+
+local TOKEN_HEADER = "X-Moonshard-Token"
+
+-- Base64 (the WebDriver screenshot) to bytes.
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+local function unbase64(s)
+    local val = {}
+    for i = 1, #B64 do val[B64:byte(i)] = i - 1 end
+    local out, acc, bits = {}, 0, 0
+    for i = 1, #s do
+        local v = val[s:byte(i)]
+        if v then
+            acc = acc * 64 + v
+            bits = bits + 6
+            if bits >= 8 then
+                bits = bits - 8
+                local byte = math.floor(acc / 2 ^ bits)
+                out[#out + 1] = string.char(byte)
+                acc = acc - byte * 2 ^ bits
+            end
+        end
+    end
+    return concat(out)
+end
+
+-- The pids whose command line names `needle` (read from /proc).
+local function pids_naming(needle)
+    local found = {}
+    local ls = helpers.must({ "ls", "/proc" })
+    for pid in ls:gmatch("(%d+)") do
+        local cmd = helpers.read_file("/proc/" .. pid .. "/cmdline")
+        if cmd and cmd:find(needle, 1, true) then
+            found[#found + 1] = tonumber(pid)
+        end
+    end
+    return found
+end
+
+describe("the status page in headless chromium", function()
+    local c, n1, driver, port, session, profile
+    local console = {} -- every browser log entry read so far
+
+    -- One HTTP exchange with chromedriver, which keeps its connections
+    -- open: the response ends by its Content-Length, not by EOF. Returns
+    -- the status, the decoded body and the raw body.
+    local function exchange(method, path, body, max_time)
+        local conn, why = helpers.tcp_open(port)
+        if not conn then return 0, nil, why end
+        assert(conn:send(helpers.format_request(port, method, path, body,
+                                                true)))
+        local got, deadline = "", helpers.now() + max_time
+        local head_end, len
+        while helpers.now() < deadline do
+            local more, closed = conn:read(0.02)
+            got = got .. more
+            head_end = head_end or got:find("\r\n\r\n", 1, true)
+            if head_end and not len then
+                len = tonumber(got:sub(1, head_end):lower()
+                               :match("\ncontent%-length: *(%d+)"))
+            end
+            if (len and #got >= head_end + 3 + len) or closed then break end
+        end
+        conn:close()
+        local status = tonumber(got:match("^HTTP/1%.%d (%d%d%d)")) or 0
+        local raw = head_end and got:sub(head_end + 4,
+                                         head_end + 3 + (len or #got)) or ""
+        return status, cjson.decode(raw), raw
+    end
+
+    -- A WebDriver command; returns its "value", raises on an error status.
+    local function wd(method, path, body, max_time)
+        local st, b, raw = exchange(method, path, body, max_time or 60)
+        if st ~= 200 or type(b) ~= "table" then
+            error(format("WebDriver %s %s: %s %s", method, path,
+                         tostring(st), tostring(raw):sub(1, 500)), 2)
+        end
+        return b.value
+    end
+
+    -- Runs `script` (a function body) in the page; its return value.
+    local function js(script)
+        return wd("POST", "/session/" .. session .. "/execute/sync",
+                  '{"script":' .. cjson.encode(script) .. ',"args":[]}')
+    end
+
+    -- The browser's console entries since the last call, kept in
+    -- `console`; returns those of level SEVERE (errors).
+    local function severe()
+        local got = wd("POST", "/session/" .. session .. "/se/log",
+                       { type = "browser" })
+        local bad = {}
+        for _, e in ipairs(got) do
+            console[#console + 1] = e
+            if e.level == "SEVERE" then bad[#bad + 1] = e.message end
+        end
+        return bad
+    end
+
+    -- The page's view of a type's shard map: { count, cells = { [shard] =
+    -- { owner, moving } } }.
+    local function page_map(t)
+        return js(format([[
+            const map = document.querySelector('.map[data-type="%s"]');
+            if (!map) return null;
+            const cells = {};
+            for (const c of map.querySelectorAll('.cell'))
+                cells[c.dataset.shard] = { owner: c.dataset.owner,
+                    moving: c.classList.contains('moving') };
+            return { count: map.querySelectorAll('.cell').length, cells };
+        ]], t))
+    end
+
+    local function page_moves()
+        return js([[
+            return Array.from(document.querySelectorAll('#moves tbody tr'))
+                .map(r => r.dataset.type + '/' + r.dataset.shard);
+        ]])
+    end
+
+    local function screenshot(path)
+        local b64 = wd("GET", "/session/" .. session .. "/screenshot")
+        local png = unbase64(b64)
+        assert.are.equal("\137PNG", png:sub(1, 4))
+        helpers.write_file(path, png)
+    end
+
+    setup(function()
+        c = helpers.cluster_up({
+            size = 3,
+            entities = {
+                Counter = { module = "counter", shard_count = 24 },
+                Tally = { module = "counter", shard_count = 7 },
+            },
+            -- no voluntary moves: only the spec's move changes owners
+            settings = { rebalance_interval = 600, handoff_timeout = 30 },
+        })
+        n1 = c:node("n1")
+        -- every shard of Counter and Tally gets an owner
+        for i = 1, 120 do
+            assert.are.equal(202, n1:tell("Counter", "c" .. i,
+                                          { type = "incr" }))
+            assert.are.equal(202, n1:tell("Tally", "t" .. i,
+                                          { type = "incr" }))
+        end
+        helpers.wait_until(function()
+            for _, t in ipairs({ "Counter", "Tally" }) do
+                for _, s in ipairs(n1:allocations(t).shards) do
+                    if s.owner == cjson.null then return nil end
+                end
+            end
+            return true
+        end, 15, "every shard to have an owner")
+
+        port = helpers.free_port()
+        local dir = helpers.tmpdir()
+        profile = dir .. "/chromium-profile"
+        driver = helpers.spawn({ "chromedriver", "--port=" .. port },
+                               { stdout = dir .. "/chromedriver.log",
+                                 stderr = "stdout" })
+        helpers.wait_until(function()
+            if driver:poll() then
+                error("chromedriver exited: "
+                      .. (helpers.read_file(dir .. "/chromedriver.log")
+                          or ""))
+            end
+            local st, b = exchange("GET", "/status", nil, 2)
+            return st == 200 and type(b) == "table" and b.value.ready
+        end, 20, "chromedriver to be ready", 0.1)
+        local caps = wd("POST", "/session", {
+            capabilities = { alwaysMatch = {
+                browserName = "chrome",
+                ["goog:chromeOptions"] = { args = {
+                    "--headless=new", "--no-sandbox", "--disable-gpu",
+                    "--window-size=1280,1040", "--hide-scrollbars",
+                    "--user-data-dir=" .. profile,
+                } },
+                ["goog:loggingPrefs"] = { browser = "ALL" },
+            } },
+        }, 120)
+        session = caps.sessionId
+        assert.is_string(session)
+        wd("POST", "/session/" .. session .. "/url",
+           { url = "http://" .. n1.address .. "/ui" })
+    end)
+
+    teardown(function()
+        if session then
+            pcall(wd, "DELETE", "/session/" .. session)
+        end
+        if driver then driver:terminate(5) end
+        -- chromedriver ended its chromium with the session: nothing of
+        -- the profile may be left (any leftover is stopped by its PID)
+        local left = {}
+        if profile then
+            pcall(helpers.wait_until, function()
+                return #pids_naming(profile) == 0
+            end, 10, "chromium to exit", 0.1)
+            left = pids_naming(profile)
+            for _, pid in ipairs(left) do
+                helpers.run({ "kill", "-KILL", tostring(pid) })
+            end
+        end
+        helpers.stop_all_checked()
+        assert.same({}, helpers.leaks())
+        assert.same({}, left)
+    end)
+
+    it("loads without console errors and shows the three members",
+       function()
+        local rows = helpers.wait_until(function()
+            local r = js([[
+                return Array.from(document.querySelectorAll(
+                    '#members tbody tr')).map(r => r.dataset.name + ' '
+                    + r.dataset.status);
+            ]])
+            return #r == 3 and r or nil, #r
+        end, 15, "the page to list the members", 0.2)
+        table.sort(rows)
+        assert.same({ "n1 up", "n2 up", "n3 up" }, rows)
+        local text = js("return document.querySelector('#members')"
+                        .. ".innerText;")
+        assert.is_truthy(text:find("coordinator", 1, true), text)
+        assert.is_true(js("return document.querySelector('#banner')"
+                          .. ".hidden;"))
+        -- a few refreshes later, with some traffic for the counters,
+        -- still no error in the console
+        local stop_at, k = helpers.now() + 3, 0
+        while helpers.now() < stop_at do
+            k = k + 1
+            n1:tell("Counter", "load" .. k % 50, { type = "incr" })
+            helpers.sleep(0.01)
+        end
+        assert.same({}, severe())
+        -- the counters' sparklines
+        assert.is_true(js("return document.querySelectorAll("
+                          .. "'.card canvas').length;") >= 4)
+    end)
+
+    it("draws one cell per shard, coloured by the plan's owner", function()
+        for _, t in ipairs({ "Counter", "Tally" }) do
+            local a = n1:allocations(t)
+            local m = helpers.wait_until(function()
+                local m = page_map(t)
+                return m and m.count == a.shard_count and m or nil
+            end, 10, t .. "'s shard map", 0.2)
+            assert.are.equal(a.shard_count, m.count)
+            for _, s in ipairs(a.shards) do
+                assert.are.equal(s.owner, m.cells[tostring(s.shard)].owner)
+            end
+        end
+        assert.same({}, severe())
+    end)
+
+    it("shows a move started by hand while it lasts, then the new owner",
+       function()
+        local n3 = c:node("n3")
+        local shard
+        for _, s in ipairs(n1:allocations("Counter").shards) do
+            if s.owner == "n3" then shard = s.shard break end
+        end
+        assert.is_number(shard)
+        -- n3 paused: the move waits for it, visibly
+        n3:signal(helpers.SIGSTOP)
+        local ok, err = pcall(function()
+            local st, _, raw = n1:http("POST", format("/v1/move/Counter/%d",
+                shard), nil, { headers = { [TOKEN_HEADER] = c.admin_token } })
+            assert.are.equal(202, st, raw)
+            helpers.wait_until(function()
+                local m = page_map("Counter")
+                return m and m.cells[tostring(shard)].moving
+            end, 10, "the page to mark the shard moving", 0.2)
+            local moves = page_moves()
+            assert.same({ "Counter/" .. shard }, moves)
+            screenshot(helpers.bin:match("^(.*)/[^/]+$")
+                       .. "/ui-screenshot.png")
+        end)
+        n3:signal(helpers.SIGCONT)
+        assert(ok, err)
+        local m = helpers.wait_until(function()
+            local m = page_map("Counter")
+            local cell = m and m.cells[tostring(shard)]
+            return cell and not cell.moving and cell.owner ~= "n3"
+                and #page_moves() == 0 and m or nil
+        end, 20, "the move to end on the page", 0.2)
+        local now = n1:allocations("Counter").shards[shard + 1]
+        assert.are.equal(shard, now.shard)
+        assert.are_not.equal("n3", now.owner)
+        assert.are.equal(now.owner, m.cells[tostring(shard)].owner)
+        assert.same({}, severe())
+    end)
+
+    it("says so when its node stops answering, and recovers", function()
+        n1:signal(helpers.SIGSTOP)
+        local ok, text = pcall(helpers.wait_until, function()
+            return js("const b = document.querySelector('#banner');"
+                      .. "return !b.hidden && b.textContent;")
+        end, 10, "the error banner", 0.2)
+        n1:signal(helpers.SIGCONT)
+        assert(ok, text)
+        assert.is_truthy(text:find("Cannot reach", 1, true), text)
+        helpers.wait_until(function()
+            return js("return document.querySelector('#banner').hidden;")
+        end, 10, "the banner to go once the node answers", 0.2)
+        -- still three members, refreshed
+        assert.are.equal(3, js("return document.querySelectorAll("
+                               .. "'#members tbody tr').length;"))
+    end)
+end)
