@@ -222,6 +222,48 @@ describe("the status page in headless chromium", function()
         assert.same({}, left)
     end)
 
+    it("serves its files with their types and refuses other paths",
+       function()
+        local want = {
+            ["/ui"] = "text/html; charset=utf-8",
+            ["/ui/"] = "text/html; charset=utf-8",
+            ["/ui/index.html"] = "text/html; charset=utf-8",
+            ["/ui/style.css"] = "text/css; charset=utf-8",
+            ["/ui/app.js"] = "text/javascript; charset=utf-8",
+            ["/ui/favicon.svg"] = "image/svg+xml",
+        }
+        for path, ctype in pairs(want) do
+            local conn = assert(helpers.tcp_open(n1.port))
+            assert(conn:send(helpers.format_request(n1.port, "GET", path,
+                                                    nil, true)))
+            local got = conn:read(5)
+            conn:close()
+            assert.is_truthy(got:find("^HTTP/1.1 200 "), path .. ": " .. got)
+            assert.is_truthy(got:find("\r\nContent%-Type: "
+                .. ctype:gsub("%p", "%%%0") .. "\r\n"), path)
+            assert.is_truthy(got:find("\r\nX%-Content%-Type%-Options: "
+                                      .. "nosniff\r\n"), path)
+        end
+        local refused = {
+            ["/ui/../README.md"] = 400, ["/ui/..%2fREADME.md"] = 400,
+            ["/ui/%2e%2e/README.md"] = 400, ["/ui/%2e%2e%2fREADME.md"] = 400,
+            ["/ui/..\\README.md"] = 400, ["/ui/a/b.js"] = 400,
+            ["/ui/..."] = 400, ["/ui/nope.js"] = 404,
+            ["/ui/.hidden.js"] = 404, ["/ui/app.js.map"] = 404,
+            ["/ui/README"] = 404, ["/ui/" .. ("a"):rep(70) .. ".js"] = 404,
+            ["/uix"] = 404,
+        }
+        for path, status in pairs(refused) do
+            local st, body = n1:http("GET", path)
+            assert.are.equal(status, st, path)
+            assert.is_table(body.error, path)
+        end
+        assert.are.equal(405, (n1:http("POST", "/ui", "{}")))
+        local _, _, raw = n1:http("GET", "/")
+        assert.is_truthy(raw:find("http://" .. n1.address .. "/ui", 1,
+                                  true), raw)
+    end)
+
     it("loads without console errors and shows the three members",
        function()
         local rows = helpers.wait_until(function()
