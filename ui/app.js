@@ -86,6 +86,14 @@
                Math.floor((ms % 60000) / 1000) + " s";
     }
 
+    // A plan generation: its high 32 bits are the coordinator term that
+    // issued it (runtime/core/plan.h), the low ones count within it.
+    function gen(g) {
+        if (typeof g !== "number") return String(g);
+        const term = Math.floor(g / 4294967296);
+        return (g - term * 4294967296) + " of term " + term;
+    }
+
     function fmt(v) {
         if (v === null || v === undefined || Number.isNaN(v)) return "–";
         if (Math.abs(v) >= 1e6) return (v / 1e6).toFixed(1) + "M";
@@ -222,7 +230,7 @@
         $("#moves").hidden = moves.length === 0;
         $("#moves-empty").hidden = moves.length !== 0;
         const mv = stats.moves || {};
-        $("#moves-note").textContent = "· by this node as coordinator: " +
+        $("#moves-note").textContent = "· as coordinator: " +
             (mv.started || 0) + " started, " + (mv.finished || 0) +
             " done, " + (mv.aborted || 0) + " aborted";
     }
@@ -272,11 +280,12 @@
                 owned++;
                 c.dataset.owner = s.owner;
                 c.style.setProperty("background", colourOf(s.owner));
-                tip += "owner " + s.owner + " (generation " + s.generation +
-                       ")";
+                tip += "owner " + s.owner + " (generation " +
+                       gen(s.generation) + ")";
             }
             if (mv) {
                 c.classList.add("moving");
+                c.append(el("span", "arrow", "\u21c4"));
                 tip += "\nmoving: " + mv.state + " for " + age(mv.for_ms) +
                        ", " + mv.buffered + " buffered";
             }
@@ -298,7 +307,7 @@
         map.querySelector("h3").textContent = type.name + " · " +
             alloc.shard_count + " shards · " + owned + " owned · " +
             Object.keys(moving).length + " moving · generation " +
-            alloc.generation + (type.leased ? " · leased (epochs of "
+            gen(alloc.generation) + (type.leased ? " · leased (epochs of "
                                 + selfName + "'s leases shown)" : "");
     }
 
