@@ -12,106 +12,18 @@
 -- MOONSHARD_BIN: build/ui-screenshot.png), a CI artifact.
 
 local helpers = require "helpers.node"
+local webdriver = require "helpers.webdriver"
 
 local cjson = helpers.json
-local format, concat = string.format, table.concat
+local format = string.format
 
 local TOKEN_HEADER = "X-Moonshard-Token"
 
--- Base64 (the WebDriver screenshot) to bytes.
-local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-local function unbase64(s)
-    local val = {}
-    for i = 1, #B64 do val[B64:byte(i)] = i - 1 end
-    local out, acc, bits = {}, 0, 0
-    for i = 1, #s do
-        local v = val[s:byte(i)]
-        if v then
-            acc = acc * 64 + v
-            bits = bits + 6
-            if bits >= 8 then
-                bits = bits - 8
-                local byte = math.floor(acc / 2 ^ bits)
-                out[#out + 1] = string.char(byte)
-                acc = acc - byte * 2 ^ bits
-            end
-        end
-    end
-    return concat(out)
-end
-
--- The pids whose command line names `needle` (read from /proc).
-local function pids_naming(needle)
-    local found = {}
-    local ls = helpers.must({ "ls", "/proc" })
-    for pid in ls:gmatch("(%d+)") do
-        local cmd = helpers.read_file("/proc/" .. pid .. "/cmdline")
-        if cmd and cmd:find(needle, 1, true) then
-            found[#found + 1] = tonumber(pid)
-        end
-    end
-    return found
-end
-
 describe("the status page in headless chromium", function()
-    local c, n1, driver, port, session, profile
-    local console = {} -- every browser log entry read so far
+    local c, n1, browser
 
-    -- One HTTP exchange with chromedriver, which keeps its connections
-    -- open: the response ends by its Content-Length, not by EOF. Returns
-    -- the status, the decoded body and the raw body.
-    local function exchange(method, path, body, max_time)
-        local conn, why = helpers.tcp_open(port)
-        if not conn then return 0, nil, why end
-        assert(conn:send(helpers.format_request(port, method, path, body,
-                                                true)))
-        local got, deadline = "", helpers.now() + max_time
-        local head_end, len
-        while helpers.now() < deadline do
-            local more, closed = conn:read(0.02)
-            got = got .. more
-            head_end = head_end or got:find("\r\n\r\n", 1, true)
-            if head_end and not len then
-                len = tonumber(got:sub(1, head_end):lower()
-                               :match("\ncontent%-length: *(%d+)"))
-            end
-            if (len and #got >= head_end + 3 + len) or closed then break end
-        end
-        conn:close()
-        local status = tonumber(got:match("^HTTP/1%.%d (%d%d%d)")) or 0
-        local raw = head_end and got:sub(head_end + 4,
-                                         head_end + 3 + (len or #got)) or ""
-        return status, cjson.decode(raw), raw
-    end
-
-    -- A WebDriver command; returns its "value", raises on an error status.
-    local function wd(method, path, body, max_time)
-        local st, b, raw = exchange(method, path, body, max_time or 60)
-        if st ~= 200 or type(b) ~= "table" then
-            error(format("WebDriver %s %s: %s %s", method, path,
-                         tostring(st), tostring(raw):sub(1, 500)), 2)
-        end
-        return b.value
-    end
-
-    -- Runs `script` (a function body) in the page; its return value.
-    local function js(script)
-        return wd("POST", "/session/" .. session .. "/execute/sync",
-                  '{"script":' .. cjson.encode(script) .. ',"args":[]}')
-    end
-
-    -- The browser's console entries since the last call, kept in
-    -- `console`; returns those of level SEVERE (errors).
-    local function severe()
-        local got = wd("POST", "/session/" .. session .. "/se/log",
-                       { type = "browser" })
-        local bad = {}
-        for _, e in ipairs(got) do
-            console[#console + 1] = e
-            if e.level == "SEVERE" then bad[#bad + 1] = e.message end
-        end
-        return bad
-    end
+    local function js(script) return browser:js(script) end
+    local function severe() return browser:severe() end
 
     -- The page's view of a type's shard map: { count, cells = { [shard] =
     -- { owner, moving } } }.
@@ -132,13 +44,6 @@ describe("the status page in headless chromium", function()
             return Array.from(document.querySelectorAll('#moves tbody tr'))
                 .map(r => r.dataset.type + '/' + r.dataset.shard);
         ]])
-    end
-
-    local function screenshot(path)
-        local b64 = wd("GET", "/session/" .. session .. "/screenshot")
-        local png = unbase64(b64)
-        assert.are.equal("\137PNG", png:sub(1, 4))
-        helpers.write_file(path, png)
     end
 
     setup(function()
@@ -168,58 +73,15 @@ describe("the status page in headless chromium", function()
             return true
         end, 15, "every shard to have an owner")
 
-        port = helpers.free_port()
-        local dir = helpers.tmpdir()
-        profile = dir .. "/chromium-profile"
-        driver = helpers.spawn({ "chromedriver", "--port=" .. port },
-                               { stdout = dir .. "/chromedriver.log",
-                                 stderr = "stdout" })
-        helpers.wait_until(function()
-            if driver:poll() then
-                error("chromedriver exited: "
-                      .. (helpers.read_file(dir .. "/chromedriver.log")
-                          or ""))
-            end
-            local st, b = exchange("GET", "/status", nil, 2)
-            return st == 200 and type(b) == "table" and b.value.ready
-        end, 20, "chromedriver to be ready", 0.1)
-        local caps = wd("POST", "/session", {
-            capabilities = { alwaysMatch = {
-                browserName = "chrome",
-                ["goog:chromeOptions"] = { args = {
-                    "--headless=new", "--no-sandbox", "--disable-gpu",
-                    "--window-size=1280,1040", "--hide-scrollbars",
-                    "--user-data-dir=" .. profile,
-                } },
-                ["goog:loggingPrefs"] = { browser = "ALL" },
-            } },
-        }, 120)
-        session = caps.sessionId
-        assert.is_string(session)
-        wd("POST", "/session/" .. session .. "/url",
-           { url = "http://" .. n1.address .. "/ui" })
+        browser = webdriver.start()
+        browser:open("http://" .. n1.address .. "/ui")
     end)
 
     teardown(function()
-        if session then
-            pcall(wd, "DELETE", "/session/" .. session)
-        end
-        if driver then driver:terminate(5) end
-        -- chromedriver ended its chromium with the session: nothing of
-        -- the profile may be left (any leftover is stopped by its PID)
-        local left = {}
-        if profile then
-            pcall(helpers.wait_until, function()
-                return #pids_naming(profile) == 0
-            end, 10, "chromium to exit", 0.1)
-            left = pids_naming(profile)
-            for _, pid in ipairs(left) do
-                helpers.run({ "kill", "-KILL", tostring(pid) })
-            end
-        end
+        local left = browser and browser:close() or {}
         helpers.stop_all_checked()
         assert.same({}, helpers.leaks())
-        assert.same({}, left)
+        assert.same({}, left) -- no chromium process outlived its session
     end)
 
     it("serves its files with their types and refuses other paths",
@@ -330,8 +192,8 @@ describe("the status page in headless chromium", function()
             end, 10, "the page to mark the shard moving", 0.2)
             local moves = page_moves()
             assert.same({ "Counter/" .. shard }, moves)
-            screenshot(helpers.bin:match("^(.*)/[^/]+$")
-                       .. "/ui-screenshot.png")
+            browser:screenshot(helpers.bin:match("^(.*)/[^/]+$")
+                               .. "/ui-screenshot.png")
         end)
         n3:signal(helpers.SIGCONT)
         assert(ok, err)
