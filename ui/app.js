@@ -206,6 +206,7 @@
             const h = history[c.key] || [];
             const last = h.length ? h[h.length - 1] : null;
             card.querySelector(".number").textContent = fmt(last);
+            card.dataset.peak = h.length ? Math.max(...h) : 0;
             const colour = c.bad && last > 0 ? "#c92a2a" : "#3b5bdb";
             sparkline(card.querySelector("canvas"), h, colour);
         }

@@ -152,9 +152,15 @@ describe("the status page in headless chromium", function()
             helpers.sleep(0.01)
         end
         assert.same({}, severe())
-        -- the counters' sparklines
-        assert.is_true(js("return document.querySelectorAll("
-                          .. "'.card canvas').length;") >= 4)
+        -- the counters' sparklines: the load is in the throughput's
+        -- history (its peak over the last minute)
+        assert.are.equal(6, js("return document.querySelectorAll("
+                               .. "'.card canvas').length;"))
+        helpers.wait_until(function()
+            return tonumber(js("return document.querySelector("
+                .. "'.card[data-counter=\"throughput\"]').dataset.peak;"))
+                > 0
+        end, 5, "the throughput's history to show the load", 0.2)
     end)
 
     it("draws one cell per shard, coloured by the plan's owner", function()

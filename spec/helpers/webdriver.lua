@@ -130,6 +130,7 @@ function M.start(w, h)
             browserName = "chrome",
             ["goog:chromeOptions"] = { args = {
                 "--headless=new", "--no-sandbox", "--disable-gpu",
+                "--disable-dev-shm-usage",
                 format("--window-size=%d,%d", w or 1280, h or 1040),
                 "--hide-scrollbars", "--user-data-dir=" .. b.profile,
             } },
