@@ -100,9 +100,30 @@ static int fetch(const char *node, const char *method, const char *path,
 {
     struct ms_httpc_resp r;
     char why[512];
+    /* the entity endpoints of a node with api_token want it: sent on
+     * every request (the other endpoints ignore it) */
+    const char *api = getenv("MOONSHARD_API_TOKEN");
+    char *all = NULL;
+    if (api && api[0]) {
+        if (strcspn(api, "\r\n") != strlen(api)) {
+            fprintf(stderr, "error: MOONSHARD_API_TOKEN holds a line "
+                    "break\n");
+            return 2;
+        }
+        size_t n = strlen(headers ? headers : "") + strlen(api) + 32;
+        all = malloc(n);
+        if (!all) {
+            fprintf(stderr, "error: out of memory\n");
+            return 2;
+        }
+        snprintf(all, n, "%sX-Moonshard-Api-Token: %s\r\n",
+                 headers ? headers : "", api);
+        headers = all;
+    }
     int rc = ms_httpc_fetch(node, method, path, headers, body,
                             body ? strlen(body) : 0, SEND_TIMEOUT_S,
                             recv_timeout_s, &r, why, sizeof why);
+    free(all);
     if (rc < 0) {
         fprintf(stderr, "error: %s\n", why);
         return 2;

@@ -268,7 +268,8 @@ local function sorted_keys(t)
 end
 
 -- the fields whose values no error shows
-local CONCEALED_FIELDS = { secret = true, admin_token = true, database = true }
+local CONCEALED_FIELDS = { secret = true, admin_token = true, database = true,
+                           api_token = true }
 
 -- Fails on the first key of `t` (in sorted order) not listed in `known`.
 local function check_known(t, path, known)
@@ -325,7 +326,8 @@ local function string_field(t, key, path, opts)
         fail(p, "must be a non-empty string", v)
     end
     if opts.pattern and not find(v, opts.pattern) then
-        fail(p, opts.pattern_reason, v)
+        fail(p, opts.pattern_reason, opts.conceal and setmetatable(
+            { what = format("%d bytes", #v) }, Concealed) or v)
     end
     if opts.max_len and #v > opts.max_len then
         fail(p, format("must be at most %d bytes", opts.max_len),
@@ -396,12 +398,15 @@ local TOP_FIELDS = {
     operation_retention = true, database_connections = true,
     heartbeat_interval = true, unreachable_after = true,
     gossip_interval = true, gossip_fanout = true, seed_timeout = true,
-    lone_leave_timeout = true, log_format = true,
+    lone_leave_timeout = true, log_format = true, on_member_event = true,
+    tls = true, gateway_tls = true, api_token = true,
 }
 local NODE_FIELDS = {
     name = true, listen = true, http = true, roles = true, weight = true,
-    version = true,
+    version = true, tls = true, gateway_tls = true,
 }
+local TLS_FIELDS = { ca = true, cert = true, key = true }
+local NODE_TLS_FIELDS = { cert = true, key = true }
 local ENTITY_FIELDS = {
     module = true, shard_count = true, idle_timeout = true, on_error = true,
     max_pending = true, slow_handler_ms = true, allocation = true,
@@ -503,6 +508,20 @@ local function check_nodes(v, path)
             pattern = VERSION_PATTERN, pattern_reason = VERSION_REASON,
             max_len = M.MAX_VERSION,
         })
+        -- the node's own certificate and key (check_tls)
+        for _, key in ipairs({ "tls", "gateway_tls" }) do
+            if raw[key] ~= nil then
+                local tp = child(p, key)
+                check_table(raw[key], tp)
+                check_known(raw[key], tp, NODE_TLS_FIELDS)
+                node[key] = {
+                    cert = string_field(raw[key], "cert", tp,
+                                        { max_len = 511 }),
+                    key = string_field(raw[key], "key", tp,
+                                       { max_len = 511 }),
+                }
+            end
+        end
         nodes[i] = node
     end
     return nodes
@@ -894,6 +913,81 @@ local function check_secret(cfg)
     end
 end
 
+-- TLS (runtime/io/tls.h). `tls` (links between nodes): a CA and, at the
+-- top or in each node's entry (which wins), a certificate and its key;
+-- every node then has both, since all nodes of a cluster use TLS or none
+-- (a plaintext node's handshake is refused by a TLS node). `gateway_tls`
+-- (the HTTP gateway): a certificate and key, at the top or per node, and
+-- an optional CA whose clients alone are let in. Paths relative to the
+-- config file's directory (resolve_paths). The files themselves are
+-- checked when the node starts (a missing file, a key that does not
+-- match its certificate, a certificate the CA did not sign).
+local function check_tls(t, root, cfg, key, ca_required)
+    local v = t[key]
+    local any_node = nil
+    for i, n in ipairs(cfg.nodes) do
+        if n[key] and not any_node then
+            any_node = i
+        end
+    end
+    if v == nil then
+        if any_node then
+            fail({ "nodes", any_node, key }, "needs the top-level '" .. key
+                 .. "'" .. (ca_required and " (its ca): all nodes of a "
+                 .. "cluster use TLS or none" or ""), "a table")
+        end
+        return nil
+    end
+    local p = child(root, key)
+    check_table(v, p)
+    check_known(v, p, TLS_FIELDS)
+    local out = {
+        ca = string_field(v, "ca", p, { required = ca_required,
+                                        max_len = 511 }),
+        cert = string_field(v, "cert", p, { max_len = 511 }),
+        key = string_field(v, "key", p, { max_len = 511 }),
+    }
+    for i, n in ipairs(cfg.nodes) do
+        local own = n[key] or {}
+        local np = { "nodes", i, key }
+        for _, f in ipairs({ "cert", "key" }) do
+            own[f] = own[f] or out[f]
+            if not own[f] then
+                fail(n[key] and child(np, f) or np, "required: '" .. key
+                     .. "' is on, and node " .. n.name .. " has no " .. f
+                     .. " (set " .. key .. "." .. f .. " at the top or in"
+                     .. " its entry)", nil)
+            end
+        end
+        n[key] = own
+    end
+    return out
+end
+
+-- The paths of the TLS settings, relative to the directory of `file`
+-- (the config file) unless absolute.
+local function resolve_paths(cfg, file)
+    local dir = match(file, "^(.*)/[^/]*$")
+    if not dir then
+        return
+    end
+    if dir == "" then
+        dir = "/"
+    end
+    local function fix(t, f)
+        if t and t[f] and sub(t[f], 1, 1) ~= "/" then
+            t[f] = dir .. "/" .. t[f]
+        end
+    end
+    for _, key in ipairs({ "tls", "gateway_tls" }) do
+        fix(cfg[key], "ca")
+        for _, n in ipairs(cfg.nodes) do
+            fix(n[key], "cert")
+            fix(n[key], "key")
+        end
+    end
+end
+
 -- The watchdog (runtime/io/watchdog.h): Lua code that runs this long is
 -- logged as stuck; at stuck_handler_exit_ms (false: never) the process
 -- exits with status 70.
@@ -1007,6 +1101,13 @@ local function check(t)
              t.admin_remote)
     end
     cfg.admin_remote = t.admin_remote == true
+    -- the entity endpoints want it when set (X-Moonshard-Api-Token or
+    -- Authorization: Bearer); the admin endpoints keep admin_token
+    cfg.api_token = string_field(t, "api_token", root, {
+        max_len = 127, conceal = true, pattern = "^[!-~]+$",
+        pattern_reason = "must be printable ASCII without spaces (it is"
+            .. " sent in an HTTP header)",
+    })
     local seeds = check_seeds(t.seeds, { "seeds" })
     cfg.nodes = check_nodes(t.nodes, { "nodes" })
     -- Without seeds, the nodes listed are the seeds, the first first: it
@@ -1022,6 +1123,8 @@ local function check(t)
     end
     cfg.seeds = seeds
     check_secret(cfg)
+    cfg.tls = check_tls(t, root, cfg, "tls", true)
+    cfg.gateway_tls = check_tls(t, root, cfg, "gateway_tls", false)
     cfg.database = check_database(t, root)
     cfg.entities, cfg.entity_list = check_entities(t.entities, { "entities" })
     cfg.limits = check_limits(t.limits, { "limits" })
@@ -1039,6 +1142,14 @@ local function check(t)
              lf)
     end
     cfg.log_format = lf or "text"
+    -- membership events (README "Membership events"): a function the
+    -- node calls on its loop with each event table
+    local hook = t.on_member_event
+    if hook ~= nil and type(hook) ~= "function" then
+        fail(child(root, "on_member_event"), "must be a function(ev), "
+             .. "called with each membership event", hook)
+    end
+    cfg.on_member_event = hook
     -- a persistent type needs the database, named once at the top, and
     -- so does the postgres store of remember-entities
     for _, e in ipairs(cfg.entity_list) do
@@ -1085,6 +1196,7 @@ function M.normalize(t, file, source)
                            res.reason, show(res.value))
     end
     res.file = file
+    resolve_paths(res, file)
     return res
 end
 

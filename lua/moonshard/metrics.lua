@@ -49,6 +49,22 @@ local FIELDS = {
         .. "(slow request, idle, slow reader)." },
     http_refused = { "counter", "HTTP connections answered 503: too many "
         .. "open, none idle." },
+    event_streams = { "gauge", "Open GET /v1/events streams." },
+    event_streams_cut_off = { "counter", "Event streams ended because "
+        .. "their client fell too far behind." },
+    event_streams_refused = { "counter", "GET /v1/events answered 503: "
+        .. "too many streams." },
+    member_events = { "counter", "Membership events made by this node." },
+    member_event_hook_calls = { "counter", "Calls of the config's "
+        .. "on_member_event." },
+    member_event_hook_errors = { "counter", "Calls of on_member_event "
+        .. "that raised (or ran past their budget)." },
+    member_event_hook_timeouts = { "counter", "Calls of on_member_event "
+        .. "stopped at their budget." },
+    member_event_hook_slow = { "counter", "Calls of on_member_event that "
+        .. "took 100 ms or more." },
+    member_event_hook_dropped = { "counter", "Membership events never "
+        .. "given to on_member_event (its queue was full)." },
     local_routes = { "counter", "Messages routed to this node's own "
         .. "shards." },
     remote_routes = { "counter", "Messages sent to the owner on another "

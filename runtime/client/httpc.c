@@ -18,6 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
 /* ---- the response parser ----------------------------------------------- */
 
 static int on_body(http_parser *p, const char *at, size_t len)
@@ -156,15 +160,80 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* The TLS handshake with the node on c->fd (https://), verifying its
+ * certificate against $MOONSHARD_CA (else the system's CAs) and `host`.
+ * Returns 0, or MS_HTTPC_ECONNECT with a reason in err (c closed). */
+static int tls_open(struct ms_httpc *c, const char *host, double timeout_s,
+                    char *err, size_t errlen)
+{
+    const char *ca = getenv("MOONSHARD_CA");
+    struct timeval tv = to_timeval(timeout_s);
+    char why[256] = "";
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    SSL *ssl = NULL;
+    int ok = ctx != NULL;
+
+    ERR_clear_error();
+    if (ok) {
+        SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        ok = (ca && ca[0] ? SSL_CTX_load_verify_locations(ctx, ca, NULL)
+                          : SSL_CTX_set_default_verify_paths(ctx)) == 1;
+        if (!ok)
+            snprintf(why, sizeof why, "cannot read the CA file %s",
+                     ca && ca[0] ? ca : "(system)");
+    }
+    if (ok && (ssl = SSL_new(ctx)) != NULL) {
+        X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
+        SSL_set_tlsext_host_name(ssl, host);
+        if (X509_VERIFY_PARAM_set1_ip_asc(vp, host) != 1) {
+            ERR_clear_error();
+            SSL_set1_host(ssl, host);
+        }
+        SSL_set_fd(ssl, c->fd);
+        /* the handshake's reads are bounded like the connect */
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        ok = SSL_connect(ssl) == 1;
+        if (!ok) {
+            long v = SSL_get_verify_result(ssl);
+            unsigned long e = ERR_peek_error();
+            snprintf(why, sizeof why, "%s",
+                     v != X509_V_OK ? X509_verify_cert_error_string(v)
+                     : e ? ERR_reason_error_string(e)
+                         : "the node closed the connection (no TLS?)");
+        }
+    } else if (ok) {
+        ok = 0;
+        snprintf(why, sizeof why, "out of memory");
+    }
+    ERR_clear_error();
+    c->ssl = ssl;
+    c->ctx = ctx;
+    if (!ok) {
+        snprintf(err, errlen, "TLS with %s failed: %s", c->node,
+                 why[0] ? why : "out of memory");
+        ms_httpc_close(c);
+        return MS_HTTPC_ECONNECT;
+    }
+    return 0;
+}
+
 int ms_httpc_open(struct ms_httpc *c, const char *node,
                   double connect_timeout_s, char *err, size_t errlen)
 {
     struct addrinfo hints, *res, *ai;
     struct timeval tv = to_timeval(connect_timeout_s);
     char host[256], port[16];
-    int fd = -1, rc, e = ECONNREFUSED, one = 1;
+    int fd = -1, rc, e = ECONNREFUSED, one = 1, tls = 0;
 
     c->fd = -1;
+    c->ssl = c->ctx = NULL;
+    if (strncmp(node, "https://", 8) == 0) {
+        node += 8;
+        tls = 1;
+    } else if (strncmp(node, "http://", 7) == 0) {
+        node += 7;
+    }
     c->send_timeout_s = connect_timeout_s;
     snprintf(c->node, sizeof c->node, "%s", node);
     if (strlen(node) >= sizeof c->node ||
@@ -204,7 +273,7 @@ int ms_httpc_open(struct ms_httpc *c, const char *node,
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->fd = fd;
-    return 0;
+    return tls ? tls_open(c, host, connect_timeout_s, err, errlen) : 0;
 }
 
 int ms_httpc_usable(const struct ms_httpc *c)
@@ -214,15 +283,31 @@ int ms_httpc_usable(const struct ms_httpc *c)
 
 void ms_httpc_close(struct ms_httpc *c)
 {
+    SSL_free(c->ssl);
+    SSL_CTX_free(c->ctx);
+    c->ssl = c->ctx = NULL;
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
 }
 
-static int send_all(int fd, const char *p, size_t n)
+static int send_all(struct ms_httpc *c, const char *p, size_t n)
 {
     while (n > 0) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        ssize_t k;
+        if (c->ssl) {
+            errno = 0;
+            int w = SSL_write(c->ssl, p, n > (1u << 30) ? (1 << 30)
+                                                        : (int)n);
+            ERR_clear_error();
+            if (w <= 0) {
+                errno = errno ? errno : EPIPE;
+                return -1;
+            }
+            k = w;
+        } else {
+            k = send(c->fd, p, n, MSG_NOSIGNAL);
+        }
         if (k < 0) {
             if (errno == EINTR)
                 continue;
@@ -245,7 +330,9 @@ static int read_response(struct ms_httpc *c, struct ms_httpc_parser *ps,
     for (;;) {
         double left = deadline - mono_s();
         struct pollfd pfd = {c->fd, POLLIN, 0};
-        int pr = left > 0 ? poll(&pfd, 1, (int)(left * 1000) + 1) : 0;
+        /* TLS may hold decrypted bytes the socket no longer shows */
+        int pr = c->ssl && SSL_pending(c->ssl) > 0 ? 1
+                 : left > 0 ? poll(&pfd, 1, (int)(left * 1000) + 1) : 0;
         if (pr < 0 && errno == EINTR)
             continue;
         if (pr == 0) {
@@ -253,7 +340,24 @@ static int read_response(struct ms_httpc *c, struct ms_httpc_parser *ps,
                      c->node, timeout_s);
             return MS_HTTPC_ETIMEOUT;
         }
-        ssize_t n = pr < 0 ? -1 : recv(c->fd, buf, sizeof buf, 0);
+        ssize_t n;
+        if (pr < 0) {
+            n = -1;
+        } else if (c->ssl) {
+            /* a record may come in pieces: bounded by what is left */
+            struct timeval tv = to_timeval(left);
+            setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            errno = 0;
+            int r = SSL_read(c->ssl, buf, (int)sizeof buf);
+            int e = r > 0 ? 0 : SSL_get_error(c->ssl, r);
+            ERR_clear_error();
+            n = r > 0 ? r : e == SSL_ERROR_ZERO_RETURN ? 0
+                : e == SSL_ERROR_SYSCALL && errno == 0 ? 0 : -1;
+            if (n < 0 && !errno)
+                errno = EPROTO;
+        } else {
+            n = recv(c->fd, buf, sizeof buf, 0);
+        }
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -328,7 +432,7 @@ int ms_httpc_request(struct ms_httpc *c, const char *method,
     /* A node that refuses the request (413) may close before reading it
      * all; its answer can still be waiting, so read even after a failed
      * send. */
-    if (send_all(c->fd, req, (size_t)n + body_len) != 0)
+    if (send_all(c, req, (size_t)n + body_len) != 0)
         send_errno = errno;
     free(req);
 

@@ -6,6 +6,11 @@
  * struct ms_httpc_parser, which the benches' event-driven load client
  * (bench/load.c) uses on its own sockets too.
  *
+ * A node given as https://HOST:PORT is spoken to over TLS (libssl on the
+ * blocking socket; TLS 1.2 or newer): its certificate must verify against
+ * the CA file in $MOONSHARD_CA (else the system's CAs) and name HOST (a
+ * DNS name or an IP address in its subjectAltName).
+ *
  * Limits: a response body of at most the `body_max` given (the CLI and
  * the benches pass MS_HTTPC_BODY_MAX); a node address (HOST:PORT or
  * [V6]:PORT) of at most 255 bytes of host and 15 of port.
@@ -78,6 +83,7 @@ void ms_httpc_parser_free(struct ms_httpc_parser *ps);
 /* A connection to one node. */
 struct ms_httpc {
     int fd;                     /* -1: closed */
+    void *ssl, *ctx;            /* https://: SSL and SSL_CTX; else NULL */
     char node[300];             /* as given, for messages and Host: */
     double send_timeout_s;
 };

@@ -102,6 +102,12 @@ struct ms_config {
     uint32_t weight;
     char version[33];          /* MS_MB_MAX_VERSION bytes and a NUL */
     int log_json;              /* log_format = "json" */
+    /* TLS (runtime/io/tls.h), paths resolved against the config file's
+     * directory; tls_ca "" when links are plaintext, gw_cert "" when the
+     * gateway is */
+    char tls_ca[512], tls_cert[512], tls_key[512];
+    char gw_ca[512], gw_cert[512], gw_key[512];
+    char api_token[128];       /* entity endpoints ("" when not set) */
 };
 
 /* Frees what `c` owns (its types) and leaves it without them; `c` itself

@@ -14,8 +14,10 @@
 #include <sys/time.h>
 
 #include "../core/log.h"
+#include "../core/mbevent.h"
 #include "../core/membership.h"
 #include "../moonshard.h"
+#include "tls.h"
 #include "transport.h"
 
 #define MAX_PENDING_SEEDS 16
@@ -26,6 +28,7 @@ struct ms_cluster {
     struct ms_cluster_hooks hooks;
     struct ms_transport *t;
     struct ms_membership *mb;
+    struct ms_mbev *events;   /* with hooks.on_event, else NULL */
     uv_timer_t tick;
     uint64_t uid;
     uint64_t coordinator;
@@ -96,11 +99,22 @@ static void owe_seed(struct ms_cluster *c, const char *address)
 
 static void arm(struct ms_cluster *c);
 
-/* Performs the membership's queued actions. */
+static void on_event(void *data, uint64_t seq, const char *kind,
+                     const char *json, size_t len)
+{
+    struct ms_cluster *c = data;
+    c->hooks.on_event(c->hooks.data, seq, kind, json, len);
+}
+
+/* Performs the membership's queued actions. Events are made from each
+ * action before it is performed, so that a hook sees, say, this node's
+ * removal before the node stops. */
 static void drain(struct ms_cluster *c)
 {
     struct ms_mb_action a;
     while (ms_mb_next_action(c->mb, &a)) {
+        if (c->events)
+            ms_mbev_on_action(c->events, c->mb, &a, wall_ms(), on_event, c);
         switch (a.kind) {
         case MS_MB_SEND_GOSSIP:
             if (a.uid && ms_transport_connected(c->t, a.uid)) {
@@ -164,6 +178,8 @@ static void drain(struct ms_cluster *c)
         }
         }
     }
+    if (c->events)
+        ms_mbev_settle(c->events, c->mb, wall_ms(), on_event, c);
     arm(c);
 }
 
@@ -379,8 +395,11 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
     mcfg.seeds = seeds;
     mcfg.nseeds = cfg->nseeds;
     int rc = ms_mb_new(&c->mb, &self, &mcfg);
+    if (rc == 0 && hooks->on_event)
+        rc = ms_mbev_new(&c->events, cfg->node_name);
     if (rc < 0) {
         snprintf(err, errlen, "membership: %s", ms_strerror(rc));
+        ms_mb_free(c->mb);
         free(c);
         return rc;
     }
@@ -388,6 +407,7 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
     int port;
     if (split_host(cfg->listen, host, sizeof host, &port) < 0) {
         snprintf(err, errlen, "bad listen address %s", cfg->listen);
+        ms_mbev_free(c->events);
         ms_mb_free(c->mb);
         free(c);
         return MS_EINVAL;
@@ -395,12 +415,29 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
     struct ms_transport_config tcfg = {
         cfg->cluster, cfg->node_name, cfg->listen, c->uid,
         secret, secret_len, host, port,
-        cfg->max_message + 4096, 64u << 20, 5000};
+        cfg->max_message + 4096, 64u << 20, 5000, NULL};
+    if (cfg->tls_ca[0]) {
+        /* checked here, before the node listens: a bad file, a key that
+         * does not match, a certificate another CA signed */
+        struct ms_tls_files files = {cfg->tls_ca, cfg->tls_cert,
+                                     cfg->tls_key};
+        char why[400];
+        rc = ms_tls_ctx_new(&tcfg.tls, MS_TLS_MUTUAL, &files, why,
+                            sizeof why);
+        if (rc < 0) {
+            snprintf(err, errlen, "tls: %s", why);
+            memset(secret, 0, sizeof secret);
+            ms_mb_free(c->mb);
+            free(c);
+            return rc;
+        }
+    }
     struct ms_transport_callbacks tcb = {c, on_peer, on_frame};
     rc = ms_transport_start(&c->t, loop, &tcfg, &tcb, err, errlen);
     /* the transport keeps its own copy */
     memset(secret, 0, sizeof secret);
     if (rc < 0) {
+        ms_mbev_free(c->events);
         ms_mb_free(c->mb);
         free(c);
         return rc;
@@ -526,6 +563,7 @@ struct ms_membership *ms_cluster_membership(struct ms_cluster *c)
 static void on_tick_closed(uv_handle_t *h)
 {
     struct ms_cluster *c = h->data;
+    ms_mbev_free(c->events);
     ms_mb_free(c->mb);
     free(c);
 }

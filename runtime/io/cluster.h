@@ -25,6 +25,10 @@ struct ms_cluster_hooks {
     void (*on_member)(void *data, uint64_t uid, int status, int is_self);
     /* This node was removed or downed: the node should stop. */
     void (*on_self_removed)(void *data);
+    /* A membership event (runtime/core/mbevent.h): its number, kind and
+     * JSON, borrowed for the call. NULL: events are not made. */
+    void (*on_event)(void *data, uint64_t seq, const char *kind,
+                     const char *json, size_t len);
 };
 
 /* Starts the transport listener and the membership of this node. Returns

@@ -25,6 +25,12 @@ struct ms_gateway {
     int connections;    /* limits.http_connections */
     const char *home;   /* the folder of lua/, entities/ and ui/ (the
                            status page's files); borrowed; NULL: none */
+    const char *api_token; /* the entity endpoints want it (borrowed);
+                              NULL or "": they answer anyone */
+    /* gateway_tls (borrowed paths; tls_cert NULL or "": plain HTTP):
+     * the server's certificate and key, and the CA of the clients let in
+     * (NULL or "": any client) */
+    const char *tls_cert, *tls_key, *tls_ca;
 
     /* The entity API (see ms_node_type, ms_node_check_message,
      * ms_node_tell, ms_node_ask, ms_node_activate, ms_node_stop_entity

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../core/downreq.h"
 #include "../core/jsoncheck.h"
@@ -315,6 +316,41 @@ static void get_allocations(struct conn *c, char *type, size_t tlen)
     gw->allocations_json(gw->data, t, buf, need + 1);
     respond(c, 200, JSON, buf, need);
     free(buf);
+}
+
+/*
+ * 1 when the entity endpoints answer this request: no api_token is
+ * configured, or the request carries it in X-Moonshard-Api-Token or as
+ * "Authorization: Bearer TOKEN". Else answers 401 and returns 0. The
+ * comparison takes the same time whatever the bytes (the length of the
+ * configured token aside).
+ */
+static int api_ok(struct conn *c)
+{
+    const char *want = c->h->gw.api_token;
+    size_t wl = want ? strlen(want) : 0;
+    if (!wl)
+        return 1;
+    const char *got = c->api;
+    size_t gl = c->api_len;
+    if (gl >= 7 && strncasecmp(got, "Bearer ", 7) == 0) {
+        got += 7;
+        gl -= 7;
+    }
+    unsigned diff = (unsigned)(wl ^ gl);
+    for (size_t i = 0; i < wl; i++)
+        diff |= (unsigned)(want[i] ^ (i < gl ? got[i] : 0));
+    if (!diff)
+        return 1;
+    respond_error_x(c, 401, "WWW-Authenticate: Bearer\r\n", "unauthorized",
+                    c->api_seen ? "wrong API token (X-Moonshard-Api-Token "
+                                  "or Authorization: Bearer)"
+                                : "this node wants an API token for the "
+                                  "entity endpoints: send it in "
+                                  "X-Moonshard-Api-Token or as "
+                                  "Authorization: Bearer",
+                    OWN, "unauthorized");
+    return 0;
 }
 
 /* 1 when the request carries the admin token; else answers 403, 0. */
@@ -735,6 +771,7 @@ void ms__http_route(struct conn *c)
         {"/", get_index},           {"/v1/stats", get_stats},
         {"/metrics", get_metrics},  {"/v1/members", get_members},
         {"/v1/health", get_health},
+        {"/v1/events", ms__http_get_events}, /* http_events.c */
     };
     if (ms__http_ui_path(path, plen)) { /* the status page: http_ui.c */
         if (get)
@@ -776,7 +813,8 @@ void ms__http_route(struct conn *c)
         else
             not_allowed(c, "POST");
     } else if (plen > 13 && memcmp(path, "/v1/entities/", 13) == 0) {
-        post_entity(c, path + 13, plen - 13, query, qlen);
+        if (api_ok(c))
+            post_entity(c, path + 13, plen - 13, query, qlen);
     } else {
         respond_error(c, 404, "not_found",
                       "no such endpoint; GET / lists them");

@@ -51,4 +51,29 @@ void ms_http_close(struct ms_http *h);
 void ms_http_stats(struct ms_http *h, uint64_t *conns, uint64_t *timeouts,
                    uint64_t *refused);
 
+/*
+ * Membership events as server-sent events (GET /v1/events, README
+ * "Membership events"). A stream client gets a `snapshot` event first,
+ * then every event published from then on. At most MS_HTTP_EVENT_STREAMS
+ * streams at once (503 past it); a client that lets more than
+ * MS_HTTP_EVENT_BUFFER bytes wait in its send queue is cut off after a
+ * last `cut_off` event; a comment line keeps an idle stream alive every
+ * MS_HTTP_EVENT_KEEPALIVE_MS. Streams count among limits.http_connections
+ * but are never evicted for a new connection nor closed by
+ * limits.http_timeout.
+ */
+#define MS_HTTP_EVENT_STREAMS 16
+#define MS_HTTP_EVENT_BUFFER (256 * 1024)
+#define MS_HTTP_EVENT_KEEPALIVE_MS 15000
+
+/* Publishes event number `seq` of kind `kind` with its JSON (borrowed for
+ * the call; one line, no newline) to every stream. h may be NULL. */
+void ms_http_event(struct ms_http *h, uint64_t seq, const char *kind,
+                   const char *json, size_t len);
+
+/* Open streams, streams cut off (slow client), stream requests refused
+ * (too many). h may be NULL (zeros). */
+void ms_http_event_stats(struct ms_http *h, uint64_t *streams,
+                         uint64_t *cut_off, uint64_t *refused);
+
 #endif

@@ -44,6 +44,7 @@
 #include "../core/auth.h"
 #include "../core/jsoncheck.h"
 #include "../core/log.h"
+#include "tls.h"
 #include "uverr.h"
 
 /*
@@ -114,8 +115,15 @@ set_err(char *err, size_t errlen, const char *fmt, ...)
 
 static void handle_closed(struct ms_http *h)
 {
-    if (--h->handles == 0)
+    if (--h->handles == 0) {
+        ms_tls_ctx_free(h->tls);
         free(h);
+    }
+}
+
+void ms__http_handle_closed(struct ms_http *h)
+{
+    handle_closed(h);
 }
 
 static void on_listener_closed(uv_handle_t *hd)
@@ -144,6 +152,7 @@ void ms__http_conn_unref(struct conn *c)
     free(c->url);
     free(c->body);
     free(c->rest);
+    ms_tls_free(c->tls);
     free(c);
 }
 
@@ -347,7 +356,7 @@ void ms__http_respond_v(struct conn *c, int status, const char *ctype,
     }
     w->req.data = c;
     b = uv_buf_init(w->data, (unsigned int)off);
-    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
+    if (ms__http_write(c, &w->req, &b, on_write) != 0) {
         free(w);
         conn_close(c);
     }
@@ -479,6 +488,8 @@ static int on_message_begin(http_parser *p)
     c->in_token = 0;
     c->token_len = 0;
     c->token_seen = 0;
+    c->api_len = 0;
+    c->api_seen = 0;
     c->in_opid = 0;
     c->opid_seen = 0;
     c->opid_len = 0;
@@ -542,10 +553,11 @@ static int on_header(http_parser *p, const char *at, size_t len)
         return bad_header(c, "whitespace in a header name");
     if (c->head_done)
         return head_add(c, len);
-    if (c->in_token || c->in_expect || c->in_opid ||
+    if (c->in_token || c->in_expect || c->in_opid || c->in_api ||
         c->field_len == SIZE_MAX) {
         c->field_len = 0;
         c->in_token = 0;
+        c->in_api = 0;
         c->in_expect = 0;
         c->in_opid = 0;
     }
@@ -568,6 +580,15 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
             return bad_header(c, "X-Moonshard-Token appears twice");
         if (c->in_token)
             c->token_seen = 1;
+        c->in_api = (c->field_len == 21 &&
+                     memcmp(c->field, "x-moonshard-api-token", 21) == 0) ||
+                    (c->field_len == 13 &&
+                     memcmp(c->field, "authorization", 13) == 0);
+        if (c->in_api && c->api_seen)
+            return bad_header(c, "the API token appears twice "
+                                 "(X-Moonshard-Api-Token, Authorization)");
+        if (c->in_api)
+            c->api_seen = 1;
         c->in_opid = c->field_len == 15 &&
                       memcmp(c->field, "idempotency-key", 15) == 0;
         if (c->in_opid && c->opid_seen)
@@ -583,6 +604,9 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
     if (c->in_token)
         for (size_t i = 0; i < len && c->token_len < sizeof c->token; i++)
             c->token[c->token_len++] = at[i];
+    if (c->in_api)
+        for (size_t i = 0; i < len && c->api_len < sizeof c->api; i++)
+            c->api[c->api_len++] = at[i];
     if (c->in_opid)
         for (size_t i = 0; i < len && c->opid_len < sizeof c->opid; i++)
             c->opid[c->opid_len++] = at[i];
@@ -612,7 +636,7 @@ static void send_continue(struct conn *c)
         return;
     }
     req->data = c;
-    if (uv_write(req, (uv_stream_t *)&c->tcp, &b, 1, on_continue_written)) {
+    if (ms__http_write(c, req, &b, on_continue_written)) {
         free(req);
         conn_close(c);
     }
@@ -708,6 +732,8 @@ static void feed(struct conn *c, const char *data, size_t len)
 
     if (c->closing)
         return;
+    if (c->streaming)
+        return; /* GET /v1/events: reads go on, to see the peer go */
     if (c->busy) {
         /* A request is being answered (parser paused), or a callback
          * answered an error and failed the parser (keep_alive is 0). */
@@ -750,16 +776,76 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
-    if (c->lingering) {
+    if (c->lingering || c->streaming) {
         c->discarded += (size_t)nread;
         if (c->discarded > LINGER_MAX)
             conn_close(c);
         return;
     }
-    if (nread > 0) {
+    if (nread > 0 && c->tls) {
+        if (ms__http_tls_in(c, buf->base, (size_t)nread, feed) < 0) {
+            conn_close(c);
+            return;
+        }
+        settle(c);
+    } else if (nread > 0) {
         feed(c, buf->base, (size_t)nread);
         settle(c);
     }
+}
+
+/* ---- event streams (http_events.c) ------------------------------------ */
+
+void ms__http_conn_stream(struct conn *c)
+{
+    c->streaming = 1;
+    c->keep_alive = 0;
+    c->busy = 1;
+    set_deadline(c, 0);
+    set_class(c, ACTIVE);
+    free(c->rest); /* a request pipelined after it is never answered */
+    c->rest = NULL;
+    c->rest_len = 0;
+    read_start(c);
+}
+
+static void on_stream_write(uv_write_t *req, int status)
+{
+    struct conn *c = req->data;
+    free(req);
+    if (status < 0 && !c->closing)
+        conn_close(c);
+}
+
+int ms__http_conn_write(struct conn *c, const char *data, size_t len)
+{
+    if (c->closing)
+        return -1;
+    struct wreq *w = malloc(sizeof *w + len);
+    if (w == NULL) {
+        conn_close(c);
+        return -1;
+    }
+    memcpy(w->data, data, len);
+    w->req.data = c;
+    uv_buf_t b = uv_buf_init(w->data, (unsigned int)len);
+    /* through ms__http_write: sealed into records on a gateway_tls
+     * connection, as every response is */
+    if (ms__http_write(c, &w->req, &b, on_stream_write) != 0) {
+        free(w);
+        conn_close(c);
+        return -1;
+    }
+    return 0;
+}
+
+void ms__http_conn_end(struct conn *c)
+{
+    if (c->closing || c->lingering)
+        return;
+    c->streaming = 0;
+    read_stop(c);
+    linger(c);
 }
 
 /* 1 when c's peer has sent bytes not read yet (a peek, no read). */
@@ -811,7 +897,8 @@ static void refuse(struct conn *c)
                   "Connection: close\r\n\r\n", n);
     uv_buf_t b[2] = {uv_buf_init(head, (unsigned)hn),
                      uv_buf_init(body, (unsigned)n)};
-    (void)uv_try_write((uv_stream_t *)&c->tcp, b, 2);
+    if (!c->tls) /* no TLS session to say it in yet */
+        (void)uv_try_write((uv_stream_t *)&c->tcp, b, 2);
     conn_close(c);
 }
 
@@ -836,7 +923,8 @@ static void on_connection(uv_stream_t *server, int status)
     h->handles++;
     h->nconns++;
     link_conn(c, FRESH);
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
+        ms__http_tls_accept(c) < 0) {
         conn_close(c);
         return;
     }
@@ -924,6 +1012,11 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop,
     }
     h->loop = loop;
     h->gw = *gw;
+    rc = ms__http_tls_setup(h, gw, err, errlen);
+    if (rc < 0) {
+        free(h);
+        return rc;
+    }
     h->timeout_ms = gw->timeout_ms;
     h->max_conns = gw->connections;
     if (uv_random(NULL, NULL, &h->id_seed, sizeof h->id_seed, 0, NULL) != 0)
@@ -964,6 +1057,7 @@ int ms_http_start(struct ms_http **out, uv_loop_t *loop,
     h->handles++;
     uv_timer_start(&h->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
     uv_unref((uv_handle_t *)&h->sweep); /* it keeps no loop alive */
+    ms__http_events_init(h);
     *out = h;
     return 0;
 }
@@ -995,6 +1089,7 @@ void ms_http_close(struct ms_http *h)
     for (int k = 0; k < NCLASS; k++)
         while (h->head[k] != NULL)
             conn_close(h->head[k]);
+    ms__http_events_close(h);
     uv_close((uv_handle_t *)&h->sweep, on_sweep_closed);
     uv_close((uv_handle_t *)&h->listener, on_listener_closed);
 }

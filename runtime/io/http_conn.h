@@ -14,6 +14,10 @@
 #include "../core/client_error.h"
 #include "http.h"
 
+struct ms_tls;
+struct ms_tls_ctx;
+struct ms_gateway;
+
 #define READ_BUF (64 * 1024)        /* one read, shared by all connections */
 #define JSON "application/json"
 
@@ -49,6 +53,12 @@ struct conn {
     size_t field_len;
     char token[128];            /* X-Moonshard-Token value */
     size_t token_len;
+    unsigned in_api : 1;        /* the header being read carries the API
+                                   token (X-Moonshard-Api-Token or
+                                   Authorization) */
+    unsigned api_seen : 1;      /* this request has one */
+    char api[160];              /* its value ("Bearer " kept), cut */
+    size_t api_len;
     unsigned in_opid : 1;       /* the header being read is Idempotency-Key */
     unsigned opid_seen : 1;     /* this request has one */
     char opid[MS_HTTP_OPID_MAX + 1]; /* its value; one byte more marks a
@@ -67,6 +77,21 @@ struct conn {
     char *rest;                 /* unparsed input held while busy */
     size_t rest_len;
     size_t discarded;           /* bytes read while lingering */
+    unsigned streaming : 1;     /* GET /v1/events: an event stream */
+    uint64_t stream_sent_ms;    /* a stream's last write (loop time) */
+    struct ms_tls *tls;         /* gateway_tls: its state (http_tls.c) */
+    int tls_up;                 /* its handshake is done */
+};
+
+/* The event streams of the gateway (http_events.c): GET /v1/events. */
+struct ms_http_events {
+    uv_timer_t keepalive;       /* reaps closed streams, sends comments */
+    struct conn *streams[MS_HTTP_EVENT_STREAMS]; /* each holds a ref */
+    int nstreams;
+    uint64_t last_seq;          /* of the last event published */
+    uint64_t cut_off;           /* streams ended: client too slow */
+    uint64_t refused;           /* stream requests answered 503 */
+    uint64_t published;         /* events published */
 };
 
 struct ms_http {
@@ -87,6 +112,8 @@ struct ms_http {
     struct ms_log_budget log4xx, log5xx;
     int closing;
     char address[64];           /* "host:port" bound, for the help page */
+    struct ms_http_events ev;   /* event streams (http_events.c) */
+    struct ms_tls_ctx *tls;     /* gateway_tls; NULL: plain HTTP */
     char rbuf[READ_BUF];
 };
 
@@ -130,12 +157,55 @@ void ms__http_respond_error(struct conn *c, int status, const char *code,
                             const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* http_tls.c: writes b (as uv_write does; with TLS, sealed first, and cb
+ * gets `req` once the ciphertext is written). 0 or a negative code. */
+int ms__http_write(struct conn *c, uv_write_t *req, const uv_buf_t *b,
+                   uv_write_cb cb);
+/* http_tls.c: n bytes read from a TLS connection: the handshake, then
+ * the plaintext to `feed`. 0, or a negative code (close it). */
+int ms__http_tls_in(struct conn *c, const char *p, size_t n,
+                    void (*feed)(struct conn *, const char *, size_t));
+/* http_tls.c: a new connection's TLS state, when the gateway has TLS. */
+int ms__http_tls_accept(struct conn *c);
+/* http_tls.c: the gateway's TLS context from gw (none without
+ * tls_cert); the files are checked. 0, or negative with err set. */
+int ms__http_tls_setup(struct ms_http *h, const struct ms_gateway *gw,
+                       char *err, size_t errlen);
+
 /* Drops a reference to c (a pending ask's); frees it after the last. */
 void ms__http_conn_unref(struct conn *c);
 
 /* Answers the complete request of c (defined in http.c): every path ends
  * in exactly one response, now or from an ask callback. */
 void ms__http_route(struct conn *c);
+
+/* ---- for the event streams (http_events.c) ---- */
+
+/* Turns c, whose request is being answered, into a stream: no deadline,
+ * never evicted (it stays ACTIVE), input read and discarded so that the
+ * peer's close is seen, closed when the client goes or the gateway
+ * closes. The caller writes with ms__http_conn_write. */
+void ms__http_conn_stream(struct conn *c);
+
+/* Queues `len` bytes (copied) on c. A failed write closes c. Returns 0,
+ * or -1 when c is closing or the write could not be queued. */
+int ms__http_conn_write(struct conn *c, const char *data, size_t len);
+
+/* Ends c after what was queued: half-close, then close (as after a
+ * response with Connection: close). */
+void ms__http_conn_end(struct conn *c);
+
+/* GET /v1/events (http_events.c). */
+void ms__http_get_events(struct conn *c);
+
+/* Sets up and closes the event streams' part of the gateway
+ * (http_events.c); init adds its timer to h->handles. */
+void ms__http_events_init(struct ms_http *h);
+void ms__http_events_close(struct ms_http *h);
+
+/* Called by the close callback of each handle of the gateway; frees the
+ * gateway after the last. */
+void ms__http_handle_closed(struct ms_http *h);
 
 /* The short names both halves use. */
 #define respond ms__http_respond

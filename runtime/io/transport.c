@@ -30,6 +30,7 @@
 #include "../core/log.h"
 #include "../moonshard.h"
 #include "tcpinfo.h"
+#include "tls.h"
 #include "uverr.h"
 
 #define READ_BUF (64 * 1024)
@@ -53,6 +54,8 @@ struct obuf {
 struct tellring {
     uint64_t *end;
     size_t head, len, cap;
+    size_t sealed;             /* TLS: the oldest `sealed` ends are in
+                                  wire_out terms (their record is made) */
 };
 
 struct conn {
@@ -94,6 +97,9 @@ struct conn {
     int closing;
     int close_after_write;
     int open_handles;
+    struct ms_tls *tls;        /* NULL: plaintext link */
+    int tls_up;                /* the TLS handshake is done */
+    uint64_t wire_out;         /* TLS: ciphertext bytes handed to libuv */
 };
 
 struct ms_transport {
@@ -111,7 +117,9 @@ struct ms_transport {
     uint64_t dial_failures;    /* this node's dials whose handshake failed */
     int closing;
     int open;                  /* listener + connections not yet freed */
+    struct ms_tls_ctx *tls;    /* NULL: plaintext links; owned */
     char rbuf[READ_BUF];
+    char pbuf[READ_BUF];       /* TLS: plaintext of what was read */
 };
 
 static void conn_close(struct conn *c, const char *reason);
@@ -173,16 +181,75 @@ static void on_write(uv_write_t *req, int status)
         }
         return;
     }
-    if (c->close_after_write && !c->pending.len) {
+    if (c->close_after_write && !c->pending.len &&
+        !(c->tls && ms_tls_pending(c->tls))) {
         conn_close(c, NULL);
         return;
     }
     flush(c);
 }
 
+/*
+ * TLS: seals what is pending into records, then writes all the
+ * ciphertext waiting (records, and the handshake's or an alert's bytes),
+ * unless a write is in flight. Nothing is sealed before the TLS handshake
+ * is done. Each record holds at most MS_TLS_RECORD bytes of `pending`;
+ * a tell whose last byte is in it now ends where the record ends in the
+ * ciphertext (wire_out terms): the peer can read no part of a record
+ * before all of it arrived, so the tell counts as delivered once the
+ * peer's kernel acknowledged the record's last byte.
+ */
+static void flush_tls(struct conn *c)
+{
+    if (c->writing || c->closing)
+        return;
+    struct tellring *r = &c->tells;
+    if (c->tls_up && c->pending.len) {
+        uint64_t plain = c->out_bytes - c->pending.len;
+        size_t off = 0;
+        while (off < c->pending.len) {
+            size_t n = c->pending.len - off;
+            if (n > MS_TLS_RECORD)
+                n = MS_TLS_RECORD;
+            if (ms_tls_write(c->tls, c->pending.p + off, n) < 0) {
+                conn_close(c, ms_tls_reason(c->tls));
+                return;
+            }
+            off += n;
+            uint64_t wire_end = c->wire_out + ms_tls_pending(c->tls);
+            while (r->sealed < r->len &&
+                   r->end[(r->head + r->sealed) % r->cap] <= plain + off)
+                r->end[(r->head + r->sealed++) % r->cap] = wire_end;
+        }
+        c->pending.len = 0;
+    }
+    size_t n = ms_tls_pending(c->tls);
+    if (!n)
+        return;
+    c->inflight.len = 0;
+    if (obuf_reserve(&c->inflight, n) < 0) {
+        conn_close(c, "out of memory");
+        return;
+    }
+    c->inflight.len = ms_tls_take(c->tls, c->inflight.p, n);
+    c->wire_out += c->inflight.len;
+    uv_buf_t buf = uv_buf_init(c->inflight.p, (unsigned)c->inflight.len);
+    c->wreq.data = c;
+    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
+    if (rc < 0) {
+        conn_close(c, uv_strerror(rc));
+        return;
+    }
+    c->writing = 1;
+}
+
 /* Writes what is pending, unless a write is in flight. */
 static void flush(struct conn *c)
 {
+    if (c->tls) {
+        flush_tls(c);
+        return;
+    }
     if (c->writing || !c->pending.len || c->closing)
         return;
     struct obuf tmp = c->inflight;
@@ -211,13 +278,30 @@ static int64_t acked_bytes(struct conn *c)
     return (int64_t)(n - c->acked_base);
 }
 
-/* Forgets the tells whose bytes ended at or before `upto`. */
-static void tells_forget(struct tellring *r, uint64_t upto)
+/* Forgets the tells whose bytes ended at or before `upto` (stream
+ * bytes; with TLS, ciphertext bytes: only sealed tells are compared). */
+static void tells_forget(struct conn *c, uint64_t upto)
 {
-    while (r->len && r->end[r->head] <= upto) {
+    struct tellring *r = &c->tells;
+    while (r->len && (!c->tls || r->sealed) && r->end[r->head] <= upto) {
         r->head = (r->head + 1) % r->cap;
         r->len--;
+        if (c->tls)
+            r->sealed--;
     }
+}
+
+/* The bytes of the stream handed to the kernel so far (with TLS, the
+ * ciphertext's): queued, less what is still pending or in libuv's write
+ * queue. */
+static uint64_t handed_bytes(struct conn *c)
+{
+    uint64_t queued = c->writing ? uv_stream_get_write_queue_size(
+                                       (uv_stream_t *)&c->tcp)
+                                 : 0;
+    if (c->tls)
+        return c->wire_out - queued;
+    return c->out_bytes - c->pending.len - queued;
 }
 
 /* Makes room for one more tell: forgets the acknowledged ones, else
@@ -233,12 +317,9 @@ static int tells_reserve(struct conn *c)
         /* the kernel does not say: what it was handed is all that is
          * counted when the connection ends (count_lost_tells), so the
          * ring need hold no more */
-        uint64_t queued = c->pending.len;
-        if (c->writing)
-            queued += uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
-        acked = (int64_t)(c->out_bytes - queued);
+        acked = (int64_t)handed_bytes(c);
     }
-    tells_forget(r, (uint64_t)acked);
+    tells_forget(c, (uint64_t)acked);
     /* grow unless a quarter is free: a ring that stays nearly full must
      * not cost a getsockopt per tell */
     if (r->cap && r->len <= r->cap - r->cap / 4)
@@ -268,16 +349,13 @@ static void count_lost_tells(struct conn *c)
     struct tellring *r = &c->tells;
     if (!r->len)
         return;
-    uint64_t queued = c->pending.len;
-    if (c->writing)
-        queued += uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
-    uint64_t upto = c->out_bytes - queued;
+    uint64_t upto = handed_bytes(c);
     if (c->dead) {
         int64_t acked = acked_bytes(c);
         if (acked >= 0 && (uint64_t)acked < upto)
             upto = (uint64_t)acked;
     }
-    tells_forget(r, upto);
+    tells_forget(c, upto);
     c->t->st.link_drops += r->len;
     r->len = 0;
 }
@@ -308,7 +386,13 @@ static void conn_drain(struct conn *c, const char *reason)
     struct ms_transport *t = c->t;
     struct tellring *r = &c->tells;
     uint64_t handed = c->out_bytes - c->pending.len;
-    while (r->len && r->end[(r->head + r->len - 1) % r->cap] > handed) {
+    if (c->tls) {
+        /* what is not sealed is still pending, and is dropped */
+        t->st.link_drops += r->len - r->sealed;
+        r->len = r->sealed;
+    }
+    while (!c->tls && r->len &&
+           r->end[(r->head + r->len - 1) % r->cap] > handed) {
         r->len--;
         t->st.link_drops++;
     }
@@ -377,9 +461,11 @@ static void on_handle_closed(uv_handle_t *h)
     free(c->pending.p);
     free(c->inflight.p);
     free(c->tells.end);
+    ms_tls_free(c->tls);
     free(c);
     if (--t->open == 0 && t->closing) {
         ms_auth_replay_free(t->replay);
+        ms_tls_ctx_free(t->tls);
         free(t);
     }
 }
@@ -571,6 +657,15 @@ static int conn_new(struct ms_transport *t, int outbound, struct conn **out)
         free(c);
         return rc;
     }
+    if (t->tls) {
+        c->tls = ms_tls_new(t->tls, !outbound, NULL);
+        if (!c->tls) {
+            ms_log(MS_LOG_ERROR, NULL, "TLS setup failed: out of memory");
+            ms_auth_free(c->auth);
+            free(c);
+            return MS_ENOMEM;
+        }
+    }
     c->t = t;
     c->outbound = outbound;
     uv_tcp_init(t->loop, &c->tcp);
@@ -684,21 +779,16 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     buf->len = sizeof c->t->rbuf;
 }
 
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+/* Decodes and handles the frames in `n` bytes of the (plaintext)
+ * stream. */
+static void on_bytes(struct conn *c, const char *p, size_t n)
 {
-    struct conn *c = s->data;
-    if (nread < 0) {
-        c->dead = 1;
-        conn_close(c, nread == UV_EOF ? "peer closed the connection"
-                                      : uv_strerror((int)nread));
-        return;
-    }
     size_t off = 0;
-    while (off < (size_t)nread && !c->closing && !c->refused) {
+    while (off < n && !c->closing && !c->refused) {
         size_t used = 0;
         struct ms_frame f;
-        int rc = ms_frame_feed(&c->dec, (const uint8_t *)buf->base + off,
-                               (size_t)nread - off, &used, &f);
+        int rc = ms_frame_feed(&c->dec, (const uint8_t *)p + off, n - off,
+                               &used, &f);
         off += used;
         if (rc < 0) {
             c->t->st.rejected_frames++;
@@ -727,6 +817,76 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             c->t->cb.on_frame)
             c->t->cb.on_frame(c->t->cb.data, c->peer_uid, &f);
     }
+}
+
+/* The TLS handshake failed: counted and logged as a refused handshake
+ * (a plaintext node dialing a TLS node ends here, and so does a peer
+ * whose certificate the CA did not sign); the alert is sent, then the
+ * connection closes. */
+static void tls_refused(struct conn *c)
+{
+    c->refused = 1;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->t->st.auth_failures++;
+    char why[300];
+    snprintf(why, sizeof why, "%s", ms_tls_reason(c->tls));
+    note_failure(c, why);
+    c->pending.len = 0; /* the HMAC handshake's frames: never sealed */
+    c->close_after_write = 1;
+    flush(c);
+    if (!c->writing && !c->closing)
+        conn_close(c, NULL);
+}
+
+/* TLS: ciphertext arrived; runs the handshake until it is done, then
+ * hands the plaintext to on_bytes and sends what the TLS layer has to
+ * say (handshake messages, the pending frames once it is up). */
+static void on_cipher(struct conn *c, const char *p, size_t n)
+{
+    if (ms_tls_feed(c->tls, p, n) < 0) {
+        conn_close(c, ms_tls_reason(c->tls));
+        return;
+    }
+    if (!c->tls_up) {
+        int rc = ms_tls_handshake(c->tls);
+        if (rc < 0) {
+            tls_refused(c);
+            return;
+        }
+        if (rc == 0) {
+            flush(c);
+            return;
+        }
+        c->tls_up = 1;
+    }
+    char *plain = c->t->pbuf;
+    while (!c->closing && !c->refused) {
+        ssize_t got = ms_tls_read(c->tls, plain, sizeof c->t->pbuf);
+        if (got == 0)
+            break;
+        if (got < 0) {
+            c->dead = 1;
+            conn_close(c, ms_tls_reason(c->tls));
+            return;
+        }
+        on_bytes(c, plain, (size_t)got);
+    }
+    flush(c);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *c = s->data;
+    if (nread < 0) {
+        c->dead = 1;
+        conn_close(c, nread == UV_EOF ? "peer closed the connection"
+                                      : uv_strerror((int)nread));
+        return;
+    }
+    if (c->tls)
+        on_cipher(c, buf->base, (size_t)nread);
+    else
+        on_bytes(c, buf->base, (size_t)nread);
 }
 
 /* Bounds how long data sent on `c` may stay unacknowledged before the
@@ -935,6 +1095,12 @@ static void on_connect(uv_connect_t *req, int status)
     uv_timer_start(&c->timer, on_handshake_timeout,
                    used < total ? total - used : 1, 0);
     start_reading(c);
+    if (c->tls && ms_tls_handshake(c->tls) < 0) {
+        tls_refused(c);
+        return;
+    }
+    /* with TLS its HELLO waits in `pending` until the TLS handshake is
+     * done; flush sends the ClientHello meanwhile */
     handshake(c, NULL);
 }
 
@@ -947,11 +1113,14 @@ int ms_transport_start(struct ms_transport **out, uv_loop_t *loop,
 {
     struct ms_transport *t = calloc(1, sizeof *t);
     if (!t) {
+        ms_tls_ctx_free(cfg->tls);
         snprintf(err, errlen, "out of memory");
         return MS_ENOMEM;
     }
     t->loop = loop;
     t->cfg = *cfg;
+    t->tls = cfg->tls;
+    t->cfg.tls = NULL;
     t->cb = *cb;
     snprintf(t->cluster, sizeof t->cluster, "%s", cfg->cluster);
     snprintf(t->name, sizeof t->name, "%s", cfg->name);
@@ -960,6 +1129,7 @@ int ms_transport_start(struct ms_transport **out, uv_loop_t *loop,
     if (cfg->secret_len > sizeof t->secret) {
         snprintf(err, errlen, "the cluster secret is longer than %zu bytes",
                  sizeof t->secret);
+        ms_tls_ctx_free(t->tls);
         free(t);
         return MS_EINVAL;
     }
@@ -972,6 +1142,7 @@ int ms_transport_start(struct ms_transport **out, uv_loop_t *loop,
     t->replay = ms_auth_replay_new();
     if (!t->replay) {
         snprintf(err, errlen, "out of memory");
+        ms_tls_ctx_free(t->tls);
         free(t);
         return MS_ENOMEM;
     }
@@ -995,6 +1166,7 @@ int ms_transport_start(struct ms_transport **out, uv_loop_t *loop,
     } else {
         snprintf(err, errlen, "bad listen address %s", addr);
         ms_auth_replay_free(t->replay);
+        ms_tls_ctx_free(t->tls);
         free(t);
         return rc;
     }
@@ -1066,6 +1238,7 @@ static void on_listener_closed(uv_handle_t *h)
     struct ms_transport *t = h->data;
     if (--t->open == 0) {
         ms_auth_replay_free(t->replay);
+        ms_tls_ctx_free(t->tls);
         free(t);
     }
 }

@@ -34,6 +34,17 @@
  *     HELLO at once, and its handshake takes milliseconds) still gets its
  *     turn while strangers keep opening connections.
  *
+ * With a TLS context (cfg.tls) every connection runs TLS 1.3 first (tls.h,
+ * memory BIOs driven by the libuv reads and writes; both sides verify
+ * the other's certificate against the cluster's CA) and the handshake
+ * above inside it, unchanged; its deadlines and caps count from accept
+ * as before, the TLS handshake included. A failed TLS handshake (a
+ * plaintext peer, a certificate of another CA) is counted and logged as
+ * a refused handshake. The output batching stays: `pending` holds
+ * plaintext, sealed into records (MS_TLS_RECORD bytes at most) when it
+ * is written; a tell then ends where its record ends in the ciphertext,
+ * and link_drops compares that with the bytes the peer's kernel
+ * acknowledged, as without TLS.
  * Every incoming connection that ends without authenticating (refused,
  * timed out, evicted, closed by the peer, malformed) is counted in
  * handshake_failures; a warning is logged only when that count reaches a
@@ -104,6 +115,7 @@
 #define MS_TRANSPORT_USER_TIMEOUT_MS 5000
 
 struct ms_transport;
+struct ms_tls_ctx;
 
 struct ms_transport_config {
     const char *cluster;       /* all strings are copied */
@@ -120,6 +132,11 @@ struct ms_transport_config {
                                       first frame is due within the
                                       smaller of this and
                                       MS_TRANSPORT_FIRST_FRAME_MS */
+    struct ms_tls_ctx *tls;    /* NULL: plaintext; else every link runs
+                                  TLS (tls.h, MS_TLS_MUTUAL) and the
+                                  handshake above inside it. Owned by the
+                                  transport from ms_transport_start on,
+                                  also when it fails */
 };
 
 struct ms_transport_callbacks {

@@ -172,6 +172,40 @@ int ms_bridge_allocate(struct ms_bridge *b, const char *type_name,
                        uint32_t shard, const char *view_json, char *name,
                        size_t namelen, char *err, size_t errlen);
 
+/*
+ * Membership events (runtime/core/mbevent.h) and the config's
+ * on_member_event hook (lua/moonshard/events.lua, README "Membership
+ * events"). ms_bridge_member_event calls the hook with the event `json`
+ * (borrowed for the call) decoded to a table, on the main state, with
+ * the isolation of a handler: an error is logged and counted, never
+ * raised further; the call is published to the watchdog as
+ * "on_member_event"; a call that runs past MS_EVENT_HOOK_BUDGET_MS is
+ * stopped by a count hook with an error (JIT compilation is off for the
+ * hook's own code, so the count hook sees its loops; code it calls that
+ * was compiled elsewhere is watched by the watchdog only, as handlers
+ * are), and one past MS_EVENT_HOOK_SLOW_MS is logged as slow. Returns 0,
+ * or a negative code when the hook failed. Without a hook: 0.
+ */
+#define MS_EVENT_HOOK_BUDGET_MS 1000
+#define MS_EVENT_HOOK_SLOW_MS 100
+
+struct ms_bridge_hook_stats {
+    uint64_t calls;    /* hook calls */
+    uint64_t errors;   /* ... that raised an error (timeouts included) */
+    uint64_t timeouts; /* ... that ran past the budget */
+    uint64_t slow;     /* ... that took MS_EVENT_HOOK_SLOW_MS or more */
+};
+
+int ms_bridge_member_event(struct ms_bridge *b, const char *json,
+                           size_t len);
+
+/* 1 when the config has an on_member_event hook. */
+int ms_bridge_has_member_hook(struct ms_bridge *b);
+
+/* The hook's counters so far. */
+void ms_bridge_member_hook_stats(struct ms_bridge *b,
+                                 struct ms_bridge_hook_stats *out);
+
 /* Slow handlers seen so far are counted here. */
 uint64_t ms_bridge_slow_count(struct ms_bridge *b);
 

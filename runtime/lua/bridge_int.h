@@ -75,6 +75,11 @@ struct ms_bridge {
 
     /* what runs now, for the watchdog thread (see running.h) */
     struct ms_running running;
+
+    /* the config's on_member_event (event_hook.c) */
+    int event_hook;              /* registry ref, or LUA_NOREF */
+    uint64_t hook_deadline_ns;   /* the running call's budget ends then */
+    struct ms_bridge_hook_stats hook_stats;
 };
 
 /* An entity suspended in an ask: its coroutine, the kind of the message
@@ -154,6 +159,12 @@ void ms__bridge_finish(struct ms_bridge *b, uint32_t h);
 /* Adds core.p_load, core.p_append, core.p_save (bound to bridge `b`) to
  * the table on top of L's stack. */
 void ms__bridge_open_persist(lua_State *L, void *b);
+
+/* ---- event_hook.c -------------------------------------------------------- */
+
+/* Keeps the config's on_member_event (the function on top of L's stack,
+ * popped) for ms_bridge_member_event. */
+void ms__bridge_set_event_hook(struct ms_bridge *b);
 
 /* ---- strategy.c ---------------------------------------------------------- */
 

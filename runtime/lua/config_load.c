@@ -28,6 +28,25 @@ static lua_Number num_field(lua_State *L, int idx, const char *k)
     return v;
 }
 
+/* The TLS setting `k` (moonshard.config's check_tls): the CA from the
+ * top-level table at `c`, the certificate and key from the node's entry
+ * at `nd` (already merged with the top's); "" where not set. Each buffer
+ * holds 512 bytes. */
+static void copy_tls(lua_State *L, int c, int nd, const char *k, char *ca,
+                     char *cert, char *key)
+{
+    lua_getfield(L, c, k);
+    if (lua_istable(L, -1))
+        copy_field(L, lua_gettop(L), "ca", ca, 512);
+    lua_pop(L, 1);
+    lua_getfield(L, nd, k);
+    if (lua_istable(L, -1)) {
+        copy_field(L, lua_gettop(L), "cert", cert, 512);
+        copy_field(L, lua_gettop(L), "key", key, 512);
+    }
+    lua_pop(L, 1);
+}
+
 /* Loads and validates the config script at `path` (moonshard.config).
  * Returns 0 with the config table pushed, or MS_ECONFIG with the reason in
  * `err` and the stack as it was. */
@@ -156,6 +175,10 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
         (uint64_t)num_field(L, c, "lone_leave_timeout_ms");
     cfg->weight = (uint32_t)num_field(L, nd, "weight");
     copy_field(L, nd, "version", cfg->version, sizeof cfg->version);
+    copy_field(L, c, "api_token", cfg->api_token, sizeof cfg->api_token);
+    copy_tls(L, c, nd, "tls", cfg->tls_ca, cfg->tls_cert, cfg->tls_key);
+    copy_tls(L, c, nd, "gateway_tls", cfg->gw_ca, cfg->gw_cert,
+             cfg->gw_key);
     char log_format[8];
     copy_field(L, c, "log_format", log_format, sizeof log_format);
     cfg->log_json = strcmp(log_format, "json") == 0;
@@ -226,6 +249,11 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
         }
         lua_pop(L, 1);
     }
+    lua_getfield(L, c, "on_member_event");
+    if (lua_isfunction(L, -1))
+        ms__bridge_set_event_hook(b); /* pops it */
+    else
+        lua_pop(L, 1);
     b->cfg = cfg; /* names in logs until ms_bridge_start */
     /* the coordinator's strategies come from this config */
     lua_pushvalue(L, c);

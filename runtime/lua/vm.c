@@ -140,6 +140,7 @@ int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home)
     }
     b->loop = loop;
     b->cur_driver = LUA_NOREF;
+    b->event_hook = LUA_NOREF;
     b->pc_type = -1;
     snprintf(b->home, sizeof b->home, "%s", home);
     lua_State *L = b->L;

@@ -27,6 +27,7 @@
 #include "../lua/bridge.h"
 #include "../moonshard.h"
 #include "node_db.h"
+#include "node_events.h"
 #include "node_persist.h"
 #include "node_remember.h"
 
@@ -44,6 +45,8 @@ struct ms_node {
     struct ms_node_db *db;  /* with `database` in the config, else NULL */
     struct ms_node_persist *persist; /* persistent entities' side */
     struct ms_node_remember *remember; /* remembered types' side, or NULL */
+    struct ms_node_events *events; /* with on_member_event, else NULL */
+    uint64_t events_made;          /* membership events made */
     int closing_remember;
     uv_idle_t work;
     uv_timer_t tick;
@@ -157,6 +160,17 @@ static void on_member(void *data, uint64_t uid, int status, int is_self)
         return;
     ms_router_on_member(n->router, uid, status);
     arm(n);
+}
+
+/* A membership event: to the HTTP streams now, to the hook from its
+ * queue (node_events.h). */
+static void on_member_event(void *data, uint64_t seq, const char *kind,
+                            const char *json, size_t len)
+{
+    struct ms_node *n = data;
+    n->events_made++;
+    ms_http_event(n->http, seq, kind, json, len);
+    ms_node_events_push(n->events, seq, json, len);
 }
 
 static int allocate_lua(void *data, const char *type_name, uint32_t shard,
@@ -320,6 +334,10 @@ static void gateway_of(struct ms_node *n, struct ms_gateway *gw)
     gw->name = n->cfg.node_name;
     gw->max_message = n->cfg.max_message;
     gw->home = n->home;
+    gw->api_token = n->cfg.api_token;
+    gw->tls_cert = n->cfg.gw_cert;
+    gw->tls_key = n->cfg.gw_key;
+    gw->tls_ca = n->cfg.gw_ca;
     ms_node_http_limits(n, &gw->timeout_ms, &gw->connections);
     gw->type = gw_type;
     gw->check_message = gw_check_message;
@@ -430,7 +448,12 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     hooks.on_frame = on_cluster_frame;
     hooks.on_coordinator = on_coordinator;
     hooks.on_member = on_member;
-    rc = ms_cluster_start(&n->cluster, loop, &n->cfg, &hooks, err, errlen);
+    hooks.on_event = on_member_event;
+    rc = ms_bridge_has_member_hook(n->b)
+             ? ms_node_events_new(&n->events, loop, n->b)
+             : 0;
+    if (rc == 0)
+        rc = ms_cluster_start(&n->cluster, loop, &n->cfg, &hooks, err, errlen);
     if (rc == 0) {
         rc = ms_router_new(&n->router, loop, n->d, n->cluster, &n->cfg);
         if (rc < 0)
@@ -520,6 +543,11 @@ static void on_remember_closed(void *data)
     closed_one(data);
 }
 
+static void on_events_closed(void *data)
+{
+    closed_one(data);
+}
+
 void ms_node_close(struct ms_node *n)
 {
     if (n->closing && !n->d)
@@ -570,6 +598,12 @@ void ms_node_close(struct ms_node *n)
         n->open_handles++;
         ms_node_db_close(n->db, on_db_closed, n);
         n->db = NULL;
+    }
+    if (n->events) {
+        /* the hook gets what is queued (this node's removal, say) */
+        n->open_handles++;
+        ms_node_events_close(n->events, on_events_closed, n);
+        n->events = NULL;
     }
     uv_close((uv_handle_t *)&n->work, on_closed);
     uv_close((uv_handle_t *)&n->tick, on_closed);
@@ -827,9 +861,10 @@ int ms_node_catch_signals(struct ms_node *n,
 size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
 {
     struct ms_stats s;
-    uint64_t hconns, htimeouts, hrefused;
+    uint64_t hconns, htimeouts, hrefused, estreams, ecut, erefused;
     ms_dispatch_stats(n->d, &s);
     ms_http_stats(n->http, &hconns, &htimeouts, &hrefused);
+    ms_http_event_stats(n->http, &estreams, &ecut, &erefused);
     int len = snprintf(
         buf, buflen,
         "{\"node\":\"%s\",\"cluster\":\"%s\",\"version\":\"%s\","
@@ -841,7 +876,8 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         "\"shutdown_drops\":%llu,\"handoff_drops\":%llu,"
         "\"shards_stopped\":%llu,\"pending\":%llu,"
         "\"http_connections\":%llu,\"http_timeouts\":%llu,"
-        "\"http_refused\":%llu",
+        "\"http_refused\":%llu,\"event_streams\":%llu,"
+        "\"event_streams_cut_off\":%llu,\"event_streams_refused\":%llu",
         n->cfg.node_name, n->cfg.cluster, MS_VERSION,
         (unsigned long long)s.routed, (unsigned long long)s.delivered,
         (unsigned long long)s.activations, (unsigned long long)s.passivations,
@@ -856,10 +892,17 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         (unsigned long long)s.shards_stopped,
         (unsigned long long)ms_dispatch_pending(n->d),
         (unsigned long long)hconns, (unsigned long long)htimeouts,
-        (unsigned long long)hrefused);
+        (unsigned long long)hrefused, (unsigned long long)estreams,
+        (unsigned long long)ecut, (unsigned long long)erefused);
     if (len < 0)
         return 0;
     size_t o = (size_t)len;
+    if (o < buflen)
+        buf[o] = ',';
+    o++;
+    o += ms_node_events_stats_json(n->events, n->b, n->events_made,
+                                   o < buflen ? buf + o : NULL,
+                                   o < buflen ? buflen - o : 0);
     if (n->router) {
         /* the writers return the length they need, whatever fits */
         if (o < buflen)

@@ -269,6 +269,17 @@ cluster = "demo",
             assert.equal(90000, cfg.stuck_handler_exit_ms) -- not below it
         end)
 
+        it("keeps an on_member_event function, and none by default",
+           function()
+            local cfg = assert(config.load(write_temp(BASE)))
+            assert.is_nil(cfg.on_member_event)
+            local src = replace(BASE, [[cluster = "demo",]], [[cluster = "demo",
+    on_member_event = function(ev) return ev.kind end,]])
+            cfg = assert(config.load(write_temp(src)))
+            assert.is_function(cfg.on_member_event)
+            assert.equal("member_up", cfg.on_member_event({ kind = "member_up" }))
+        end)
+
         it("fills the membership's defaults and keeps its settings",
            function()
             local cfg = assert(config.load(write_temp(BASE)))
@@ -803,6 +814,13 @@ return {
             { "an unknown log_format",
               { { [[cluster = "demo",]], [[cluster = "demo", log_format = "logfmt", --@]] } },
               [[log_format: must be "text" or "json" (got "logfmt")]] },
+            { "an on_member_event that is not a function",
+              { { [[cluster = "demo",]], [[cluster = "demo", on_member_event = 5, --@]] } },
+              "on_member_event: must be a function(ev), called with each"
+              .. " membership event (got 5)" },
+            { "an on_member_event given as a string",
+              { { [[cluster = "demo",]], [[cluster = "demo", on_member_event = "print", --@]] } },
+              [[on_member_event: must be a function(ev), called with each membership event (got "print")]] },
             { "a weight of 0",
               { { [[name = "n2",]], [[name = "n2", weight = 0, --@]] } },
               "nodes[2].weight: must be an integer in 1..1000 (got 0)" },

@@ -1,10 +1,12 @@
 /* The HTTP gateway over a fake node (runtime/io/gateway.h): what each
  * endpoint asks of the node, with which arguments, and what it answers.
  * Real sockets on 127.0.0.1, one loop; no node, no Lua. */
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "../../runtime/core/log.h"
@@ -280,6 +282,81 @@ static int request(uv_loop_t *loop, int port, struct client *c,
     if (sscanf(c->resp, "HTTP/1.1 %d", &status) != 1)
         status = -1;
     return status;
+}
+
+/* Runs the loop until c->resp holds `text` (or 5 s pass). 1 when found. */
+static int until_seen(uv_loop_t *loop, struct client *c, const char *text)
+{
+    uint64_t end = uv_now(loop) + 5000;
+    while (!strstr(c->resp, text) && !c->done && uv_now(loop) < end)
+        uv_run(loop, UV_RUN_NOWAIT), uv_sleep(1), uv_update_time(loop);
+    return strstr(c->resp, text) != NULL;
+}
+
+/* GET /v1/events: the snapshot, an event as the SSE format writes it, and
+ * a client that never reads cut off once MS_HTTP_EVENT_BUFFER bytes wait
+ * for it. */
+static void test_events(uv_loop_t *loop, struct ms_http *h, int port)
+{
+    static struct client c;
+    struct sockaddr_in a;
+    memset(&c, 0, sizeof c);
+    c.request = "GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n";
+    c.tcp.data = c.conn.data = &c;
+    uv_ip4_addr("127.0.0.1", port, &a);
+    uv_tcp_init(loop, &c.tcp);
+    uv_tcp_connect(&c.conn, &c.tcp, (struct sockaddr *)&a, on_connect);
+    CHECK(until_seen(loop, &c, "\"members\":{\"members\":[]}}\n\n"));
+    CHECK(strstr(c.resp, "HTTP/1.1 200 OK\r\n"
+                         "Content-Type: text/event-stream\r\n") == c.resp);
+    CHECK(strstr(c.resp, "Content-Length") == NULL);
+    CHECK(strstr(c.resp, "\r\n\r\nid: 0\nevent: snapshot\ndata: "
+                         "{\"seq\":0,\"kind\":\"snapshot\",") != NULL);
+    uint64_t streams, cut, refused;
+    ms_http_event_stats(h, &streams, &cut, &refused);
+    CHECK(streams == 1 && cut == 0 && refused == 0);
+    ms_http_event(h, 1, "member_up", "{\"seq\":1}", 10);
+    CHECK(until_seen(loop, &c, "id: 1\nevent: member_up\n"
+                               "data: {\"seq\":1}\n\n"));
+    /* the client goes: its stream is dropped at the next event */
+    uv_close((uv_handle_t *)&c.tcp, on_closed);
+    while (!c.done)
+        uv_run(loop, UV_RUN_ONCE);
+    for (int i = 0; i < 200 && streams; i++) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        uv_sleep(1);
+        ms_http_event(h, 2, "member_up", "{\"seq\":2}", 10);
+        ms_http_event_stats(h, &streams, &cut, &refused);
+    }
+    CHECK(streams == 0 && cut == 0);
+
+    /* a client that never reads, with a small receive buffer */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    static const char req[] = "GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK(write(fd, req, sizeof req - 1) == (ssize_t)(sizeof req - 1));
+    for (int i = 0; i < 2000 && !streams; i++) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        uv_sleep(1);
+        ms_http_event_stats(h, &streams, &cut, &refused);
+    }
+    CHECK(streams == 1);
+    static char big[64 * 1024];
+    memset(big, 'x', sizeof big);
+    big[0] = '{', big[1] = '"', big[2] = 'x', big[3] = '"', big[4] = ':';
+    big[5] = '"', big[sizeof big - 2] = '"', big[sizeof big - 1] = '}';
+    int sent = 0;
+    /* the kernel's buffers take some MiB first; 64 MiB at most */
+    for (; sent < 1024 && !cut; sent++) {
+        ms_http_event(h, (uint64_t)sent + 3, "member_up", big, sizeof big);
+        uv_run(loop, UV_RUN_NOWAIT);
+        ms_http_event_stats(h, &streams, &cut, &refused);
+    }
+    CHECK(cut == 1 && streams == 0);
+    CHECK(sent > MS_HTTP_EVENT_BUFFER / (int)sizeof big);
+    close(fd);
 }
 
 static const char *body_of(const struct client *c)
@@ -598,6 +675,8 @@ int main(void)
                   "Content-Length: 0\r\n\r\n") == 405);
 #undef GET
     remove_home();
+
+    test_events(loop, h, port);
 
     ms_http_close(h);
     uv_close((uv_handle_t *)&f.answer, NULL);

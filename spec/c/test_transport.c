@@ -1,6 +1,9 @@
 /* The transport on 127.0.0.1: handshake, frames both ways, refusals, a
  * malformed frame, a peer that stops reading, what an unauthenticated
- * client can make a node hold. Real sockets, one loop. */
+ * client can make a node hold. Real sockets, one loop. The tests of
+ * frames and of link_drops run again with TLS between the two sides
+ * (certificates made by the `openssl` command line in a temp dir), and
+ * TLS refuses a plaintext peer and a peer of another CA. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -13,6 +16,7 @@
 #include "../../runtime/core/auth.h"
 #include "../../runtime/core/log.h"
 #include "../../runtime/io/logsink.h"
+#include "../../runtime/io/tls.h"
 #include "../../runtime/io/transport.h"
 #include "free_port.h"
 #include "../../runtime/moonshard.h"
@@ -48,6 +52,30 @@ static void on_frame(void *data, uint64_t uid, const struct ms_frame *f)
              f->payload);
 }
 
+/* With TLS: the directory of the certificates (ca, n1, n2 signed by ca;
+ * bad signed by the CA other), and the name of the certificate the next
+ * side started uses ("" : none, plaintext). */
+static char tls_dir[64];
+static const char *tls_cert = "";
+static const char *tls_ca = "ca";
+
+/* A TLS context for certificate `name` of tls_dir, or NULL without. */
+static struct ms_tls_ctx *tls_ctx(const char *name)
+{
+    if (!name[0])
+        return NULL;
+    char ca[128], cert[128], key[128], err[300];
+    snprintf(ca, sizeof ca, "%s/%s.pem", tls_dir, tls_ca);
+    snprintf(cert, sizeof cert, "%s/%s.pem", tls_dir, name);
+    snprintf(key, sizeof key, "%s/%s.key", tls_dir, name);
+    struct ms_tls_files files = {ca, cert, key};
+    struct ms_tls_ctx *ctx = NULL;
+    if (ms_tls_ctx_new(&ctx, MS_TLS_MUTUAL, &files, err, sizeof err) < 0)
+        fprintf(stderr, "tls: %s\n", err);
+    CHECK(ctx != NULL);
+    return ctx;
+}
+
 static int start_with(struct side *s, uv_loop_t *loop, const char *name,
                       uint64_t uid, int port, const char *secret,
                       uint64_t handshake_ms)
@@ -56,7 +84,8 @@ static int start_with(struct side *s, uv_loop_t *loop, const char *name,
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     struct ms_transport_config cfg = {
         "test", name, addr, uid, (const uint8_t *)secret, strlen(secret),
-        "127.0.0.1", port, 1 << 16, 4 << 20, handshake_ms};
+        "127.0.0.1", port, 1 << 16, 4 << 20, handshake_ms,
+        tls_ctx(tls_cert)};
     struct ms_transport_callbacks cb = {s, on_peer, on_frame};
     char err[200];
     memset(s, 0, sizeof *s);
@@ -923,6 +952,63 @@ static void a_dropped_slow_peer_that_stays_stopped_counts_everything(
     two_loops_end(loop, &other, &a, &b);
 }
 
+/* Makes the certificates of tls_dir with the openssl command line. */
+static void make_certs(void)
+{
+    snprintf(tls_dir, sizeof tls_dir, "/tmp/ms-test-tls-XXXXXX");
+    CHECK(mkdtemp(tls_dir) != NULL);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "set -e; cd %s; "
+             "for ca in ca other; do openssl req -x509 -newkey ec "
+             "-pkeyopt ec_paramgen_curve:P-256 -nodes -keyout $ca.key "
+             "-out $ca.pem -days 2 -subj /CN=$ca; done; "
+             "for n in n1:ca n2:ca bad:other; do leaf=${n%%:*}; "
+             "ca=${n#*:}; openssl req -newkey ec -pkeyopt "
+             "ec_paramgen_curve:P-256 -nodes -keyout $leaf.key -out "
+             "$leaf.csr -subj /CN=$leaf; openssl x509 -req -in $leaf.csr "
+             "-CA $ca.pem -CAkey $ca.key -CAcreateserial -out $leaf.pem "
+             "-days 2; done",
+             tls_dir);
+    char quiet[2100];
+    snprintf(quiet, sizeof quiet, "(%s) >/dev/null 2>&1", cmd);
+    CHECK(system(quiet) == 0);
+}
+
+static void remove_certs(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tls_dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* A (certificate `ca_cert`, or plaintext when "") dials B (TLS, n2):
+ * no side comes up, and B counts a failed handshake. */
+static void tls_refuses(uv_loop_t *loop, const char *a_cert,
+                        const char *a_ca)
+{
+    struct side a, b;
+    int pa = free_port(), pb = free_port();
+    tls_cert = a_cert;
+    tls_ca = a_ca;
+    CHECK(start(&a, loop, "a", 1, pa, "s3cret") == 0);
+    tls_cert = "n2";
+    tls_ca = "ca";
+    CHECK(start(&b, loop, "b", 2, pb, "s3cret") == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
+    CHECK(ms_transport_connect(a.t, addr) == 0);
+    spin(loop, 300);
+    CHECK(a.ups == 0 && b.ups == 0);
+    struct ms_transport_stats st;
+    ms_transport_stats(b.t, &st);
+    CHECK(st.handshake_failures == 1);
+    CHECK(st.auth_failures == 1);
+    ms_transport_close(a.t);
+    ms_transport_close(b.t);
+    spin(loop, 50);
+}
+
 int main(void)
 {
     ms_io_log_install();
@@ -946,6 +1032,18 @@ int main(void)
     connections_carry_the_user_timeout(loop);
     a_connection_the_kernel_ends_counts_what_it_held(loop);
     a_dropped_slow_peer_that_stays_stopped_counts_everything(loop);
+    /* again over TLS: every side presents n1 (the CA only checks the
+     * chain), and the tells are counted in records */
+    make_certs();
+    tls_cert = "n1";
+    handshake_and_frames(loop);
+    a_peer_that_stops_reading_is_dropped(loop);
+    a_connection_the_kernel_ends_counts_what_it_held(loop);
+    a_dropped_slow_peer_that_stays_stopped_counts_everything(loop);
+    tls_refuses(loop, "", "ca");      /* plaintext dials TLS */
+    tls_refuses(loop, "bad", "other"); /* another CA */
+    tls_cert = "";
+    remove_certs();
     uv_run(loop, UV_RUN_DEFAULT);
     CHECK(uv_loop_close(loop) == 0);
     CHECK_DONE();
