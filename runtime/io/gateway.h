@@ -23,6 +23,8 @@ struct ms_gateway {
     size_t max_message; /* largest accepted body (limits.max_message_bytes) */
     uint64_t timeout_ms;/* limits.http_timeout */
     int connections;    /* limits.http_connections */
+    const char *home;   /* the folder of lua/, entities/ and ui/ (the
+                           status page's files); borrowed; NULL: none */
     const char *api_token; /* the entity endpoints want it (borrowed);
                               NULL or "": they answer anyone */
     /* gateway_tls (borrowed paths; tls_cert NULL or "": plain HTTP):

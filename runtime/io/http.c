@@ -4,6 +4,7 @@
  * its ask ends. Endpoints are documented in README.md.
  */
 #include "http_conn.h"
+#include "http_ui.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +201,8 @@ static void get_index(struct conn *c)
         "The cluster: members, and a type's shard owners:\n"
         "  curl http://%s/v1/members\n"
         "  curl http://%s/v1/allocations/Counter\n"
+        "The status page, in a browser (works offline):\n"
+        "  http://%s/ui\n"
         "\n"
         "Bodies are JSON objects. Errors come back as\n"
         "{\"error\":{\"code\":...,\"message\":...,\"id\":...}} with a "
@@ -207,7 +210,7 @@ static void get_index(struct conn *c)
         "detail.\n"
         "The same from a shell: moonshard tell|ask|stop|status "
         "[--node %s] ...\n",
-        c->h->gw.name, a, a, a, a, a, a, a, a, a);
+        c->h->gw.name, a, a, a, a, a, a, a, a, a, a);
     if (n < 0)
         n = 0;
     if ((size_t)n >= sizeof text)
@@ -770,6 +773,13 @@ void ms__http_route(struct conn *c)
         {"/v1/health", get_health},
         {"/v1/events", ms__http_get_events}, /* http_events.c */
     };
+    if (ms__http_ui_path(path, plen)) { /* the status page: http_ui.c */
+        if (get)
+            ms__http_ui(c, path, plen);
+        else
+            not_allowed(c, "GET");
+        return;
+    }
     for (size_t i = 0; i < sizeof gets / sizeof gets[0]; i++) {
         if (streq(path, plen, gets[i].path)) {
             if (get)

@@ -593,6 +593,28 @@ static size_t leases_json(struct ms_router *r, struct moves_out *mo)
     return mo->o;
 }
 
+/* ,"entity_types":[{"name":..,"shard_count":N,"leased":bool},..]: the
+ * configured types, for the status page (ui/), which draws a shard map of
+ * each; "leased" says its shards hold leases (their epochs are under
+ * "leases"). Returns the whole length. */
+static size_t types_json(struct ms_router *r, struct moves_out *mo)
+{
+    char item[200];
+    static const char head[] = ",\"entity_types\":[";
+    put(mo, head, (int)sizeof head - 1);
+    for (int t = 0; t < r->cfg->ntypes; t++) {
+        const struct ms_type_config *tc = &r->cfg->types[t];
+        int w = snprintf(item, sizeof item,
+                         "%s{\"name\":\"%s\",\"shard_count\":%u,"
+                         "\"leased\":%s}", t ? "," : "", tc->name,
+                         tc->shard_count,
+                         ms_type_leased(tc) ? "true" : "false");
+        put(mo, item, w);
+    }
+    put(mo, "]", 1);
+    return mo->o;
+}
+
 size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
 {
     struct ms_coord_move_stats ms;
@@ -640,5 +662,6 @@ size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len)
     if (mo.o + 2 < len)
         memcpy(buf + mo.o, "]", 2);
     mo.o++;
-    return leases_json(r, &mo);
+    leases_json(r, &mo);
+    return types_json(r, &mo);
 }

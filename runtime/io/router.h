@@ -120,7 +120,9 @@ void ms_router_after_dispatch(struct ms_router *r);
 
 /* The router's figures as JSON members (no braces): routing counters,
  * "owned_shards", "handoffs_in_progress", handoff counters, "moves" (the
- * coordinator's) and "handoffs":[..] per moving shard (at most 64 listed).
+ * coordinator's) and "handoffs":[..] per moving shard (at most 64 listed),
+ * "leases" and "entity_types":[..] (each configured type's name,
+ * shard_count and whether its shards hold leases).
  * Writes what fits in len bytes (buf may be NULL with len 0) and returns
  * the length of the whole text. */
 size_t ms_router_stats_json(struct ms_router *r, char *buf, size_t len);

@@ -333,6 +333,7 @@ static void gateway_of(struct ms_node *n, struct ms_gateway *gw)
     gw->data = n;
     gw->name = n->cfg.node_name;
     gw->max_message = n->cfg.max_message;
+    gw->home = n->home;
     gw->api_token = n->cfg.api_token;
     gw->tls_cert = n->cfg.gw_cert;
     gw->tls_key = n->cfg.gw_key;

@@ -60,7 +60,8 @@ describe("install", function()
         must({ "cp", "-R", helpers.home .. "/CMakeLists.txt",
                helpers.home .. "/runtime", helpers.home .. "/lua",
                helpers.home .. "/entities", helpers.home .. "/spec",
-               helpers.home .. "/bench", helpers.home .. "/sim", src })
+               helpers.home .. "/bench", helpers.home .. "/sim",
+               helpers.home .. "/ui", src })
         -- Release with -Werror: the default flags of a standard build type
         -- build clean. Only the binary is built (the install and the
         -- package need nothing else).
@@ -98,6 +99,8 @@ describe("install", function()
         assert.is_true(exists(prefix
             .. "/share/moonshard/lua/moonshard/strategy/least_loaded.lua"))
         assert.is_true(exists(prefix .. "/share/moonshard/entities/counter.lua"))
+        assert.is_true(exists(prefix .. "/share/moonshard/ui/index.html"))
+        assert.is_true(exists(prefix .. "/share/moonshard/ui/app.js"))
         assert.is_true(exists(prefix
             .. "/lib/systemd/system/moonshard@.service"))
         assert.is_false(exists(root .. "/src"))
@@ -145,6 +148,11 @@ describe("install", function()
         assert.are.equal(200, status)
         assert.are.same({ value = 5 }, body)
 
+        -- and serves the status page from its share folder
+        local st, _, raw = helpers.request(http, "GET", "/ui")
+        assert.are.equal(200, st)
+        assert.is_truthy(find(raw, "ui/app.js", 1, true), raw)
+
         -- the installed CLI finds its Lua files too (status lays out its
         -- text with lua/moonshard/status.lua)
         local code, out, err = helpers.run({ "env", "-u", "MOONSHARD_HOME",
@@ -176,6 +184,7 @@ describe("install", function()
         for _, f in ipairs({ "./usr/bin/moonshard",
                              "./usr/share/moonshard/lua/moonshard/host.lua",
                              "./usr/share/moonshard/entities/counter.lua",
+                             "./usr/share/moonshard/ui/index.html",
                              "./usr/lib/systemd/system/moonshard@.service" })
         do
             assert.is_truthy(files:find(f, 1, true), f .. " in\n" .. files)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -364,6 +365,51 @@ static const char *body_of(const struct client *c)
     return p ? p + 4 : "";
 }
 
+/* ---- a home folder with a ui/ for the status page ------------------------- */
+
+static char home[64];
+
+static void put_file(const char *rel, const char *text, size_t len)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", home, rel);
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp != NULL);
+    CHECK(fwrite(text, 1, len, fp) == len);
+    fclose(fp);
+}
+
+static void make_home(void)
+{
+    char path[256];
+    snprintf(home, sizeof home, "/tmp/ms-test-gateway-XXXXXX");
+    CHECK(mkdtemp(home) != NULL);
+    snprintf(path, sizeof path, "%s/ui", home);
+    CHECK(mkdir(path, 0700) == 0);
+    snprintf(path, sizeof path, "%s/ui/dir.js", home);
+    CHECK(mkdir(path, 0700) == 0);
+    put_file("ui/index.html", "<p>page</p>", 11);
+    put_file("ui/app.js", "let a = 1;", 10);
+    put_file("secret.html", "<p>secret</p>", 13);
+    size_t big = 512 * 1024 + 1;
+    char *b = calloc(1, big);
+    CHECK(b != NULL);
+    put_file("ui/big.js", b, big);
+    free(b);
+}
+
+static void remove_home(void)
+{
+    static const char *const rel[] = {"ui/index.html", "ui/app.js",
+                                      "ui/big.js", "secret.html",
+                                      "ui/dir.js", "ui", ""};
+    char path[256];
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", home, rel[i]);
+        CHECK(remove(path) == 0);
+    }
+}
+
 int main(void)
 {
     ms_log_setup("test", getenv("VERBOSE") ? 0 : MS_LOG_ERROR + 1);
@@ -374,8 +420,10 @@ int main(void)
     f.admin_rc = MS_EINVAL;
     uv_timer_init(loop, &f.answer);
     f.answer.data = &f;
+    make_home();
     struct ms_gateway gw = {
-        .data = &f, .name = "fake", .max_message = 64, .timeout_ms = 5000,
+        .data = &f, .name = "fake", .home = home, .max_message = 64,
+        .timeout_ms = 5000,
         .connections = 16, .type = f_type, .check_message = f_check,
         .tell = f_tell, .ask = f_ask, .activate = f_activate,
         .stop = f_stop, .shard_of = f_shard_of, .stats_json = f_stats,
@@ -587,6 +635,46 @@ int main(void)
     CHECK(request(loop, port, &c, CLEAR("Counter/5")) == 403);
     CHECK(f.clears == 5);
 #undef CLEAR
+
+    /* the status page: files of <home>/ui by plain name, with their type */
+#define GET(path) "GET " path " HTTP/1.1\r\nHost: x\r\nConnection: close" \
+                  "\r\n\r\n"
+    CHECK(request(loop, port, &c, GET("/ui")) == 200);
+    CHECK(strstr(c.resp, "\r\nContent-Type: text/html; charset=utf-8\r\n"));
+    CHECK(strstr(c.resp, "\r\nContent-Security-Policy: default-src "
+                         "'self'\r\n"));
+    CHECK(strcmp(body_of(&c), "<p>page</p>") == 0);
+    CHECK(request(loop, port, &c, GET("/ui/")) == 200);
+    CHECK(strcmp(body_of(&c), "<p>page</p>") == 0);
+    CHECK(request(loop, port, &c, GET("/ui/app.js")) == 200);
+    CHECK(strstr(c.resp, "\r\nContent-Type: text/javascript"));
+    CHECK(strcmp(body_of(&c), "let a = 1;") == 0);
+    CHECK(request(loop, port, &c,
+                  "HEAD /ui/app.js HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\n\r\n") == 200);
+    CHECK(strstr(c.resp, "\r\nContent-Length: 10\r\n") &&
+          strcmp(body_of(&c), "") == 0);
+    /* no way out of ui/, plain or encoded */
+    CHECK(request(loop, port, &c, GET("/ui/../secret.html")) == 400);
+    CHECK(request(loop, port, &c, GET("/ui/..%2fsecret.html")) == 400);
+    CHECK(request(loop, port, &c, GET("/ui/%2e%2e/secret.html")) == 400);
+    CHECK(request(loop, port, &c, GET("/ui/..\\secret.html")) == 400);
+    CHECK(request(loop, port, &c, GET("/ui/x/../../secret.html")) == 400);
+    CHECK(request(loop, port, &c, GET("/ui/app%2ejs")) == 400);
+    CHECK(strstr(c.resp, "secret") == NULL);
+    /* unknown, hidden, not a regular file, no known type: 404 */
+    CHECK(request(loop, port, &c, GET("/ui/nope.js")) == 404);
+    CHECK(request(loop, port, &c, GET("/ui/.app.js")) == 404);
+    CHECK(request(loop, port, &c, GET("/ui/dir.js")) == 404);
+    CHECK(request(loop, port, &c, GET("/ui/index.htm")) == 404);
+    CHECK(request(loop, port, &c, GET("/uifoo")) == 404);
+    /* past the size bound: not sent */
+    CHECK(request(loop, port, &c, GET("/ui/big.js")) == 500);
+    CHECK(request(loop, port, &c,
+                  "POST /ui HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  "Content-Length: 0\r\n\r\n") == 405);
+#undef GET
+    remove_home();
 
     test_events(loop, h, port);
 
