@@ -279,6 +279,35 @@ describe("the on_member_event hook", function()
         assert.matches("on_member_event ran past its budget of 1000 ms",
                        log, 1, true)
     end)
+
+    it("that runs away inside its own pcall (a retry loop) is still "
+       .. "stopped by its budget", function()
+        local dir = helpers.tmpdir()
+        -- the budget's error is caught by the hook's pcall: the call
+        -- must end all the same, once, and the next events come
+        local bad = [[
+    if ev.kind == "member_up" then
+        local ok = false
+        while not ok do
+            ok = pcall(function() while true do end end)
+        end
+    end]]
+        local n = helpers.start({
+            entities = { Counter = { module = "counter" } },
+            settings = { on_member_event = { __lua = hook_source(dir, bad) } },
+        })
+        local evs = helpers.wait_until(function()
+            local e = hook_events(dir, "n1")
+            return #e >= 3 and e
+        end, 10, "three events in the hook")
+        assert.same({ "member_up", "coordinator_changed", "leader_changed" },
+                    { evs[1].kind, evs[2].kind, evs[3].kind })
+        local st = n:stats()
+        assert.equal(3, st.member_event_hook_calls)
+        assert.equal(1, st.member_event_hook_errors)
+        assert.equal(1, st.member_event_hook_timeouts)
+        assert.equal(200, (n:ask("Counter", "c1", { type = "get" })))
+    end)
 end)
 
 describe("GET /v1/events", function()
