@@ -160,7 +160,11 @@ void ms__http_get_events(struct conn *c)
     struct ms_http *h = c->h;
     struct ms_http_events *ev = &h->ev;
     if (c->parser.method == HTTP_HEAD) {
-        respond(c, 200, "text/event-stream", "", 0);
+        /* the head a GET gets, which has no length (a Content-Length: 0
+         * would say the stream is empty), then the end */
+        ms__http_conn_stream(c);
+        if (ms__http_conn_write(c, head, sizeof head - 1) == 0)
+            ms__http_conn_end(c);
         return;
     }
     reap(ev);
@@ -200,7 +204,7 @@ static void on_tick(uv_timer_t *t)
         struct conn *c = ev->streams[i];
         if (c->closing)
             drop(ev, i);
-        else if (now - c->stream_sent_ms >= MS_HTTP_EVENT_KEEPALIVE_MS)
+        else if (now - c->stream_sent_ms >= ev->keepalive_ms)
             send_to(h, i, comment, sizeof comment - 1);
     }
 }
@@ -212,6 +216,7 @@ static void on_tick_closed(uv_handle_t *hd)
 
 void ms__http_events_init(struct ms_http *h)
 {
+    h->ev.keepalive_ms = MS_HTTP_EVENT_KEEPALIVE_MS;
     uv_timer_init(h->loop, &h->ev.keepalive);
     h->ev.keepalive.data = h;
     h->handles++;
