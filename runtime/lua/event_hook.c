@@ -11,8 +11,8 @@
  * hook's own cannot keep it running: the error escapes at the first
  * instruction outside it; debug.traceback, the handler of the call, is C
  * and runs no instruction). LuaJIT runs no hook inside compiled code,
- * so moonshard.events.prepare turns the JIT off for the hook function and
- * the functions it defines.
+ * so moonshard.events.prepare turns the JIT off for the hook function,
+ * the functions it defines and those in its upvalues.
  */
 #include "bridge_int.h"
 

@@ -308,6 +308,36 @@ describe("the on_member_event hook", function()
         assert.equal(1, st.member_event_hook_timeouts)
         assert.equal(200, (n:ask("Counter", "c1", { type = "get" })))
     end)
+
+    it("whose loop is in a helper function of the config is still "
+       .. "stopped by its budget", function()
+        local dir = helpers.tmpdir()
+        -- a local function of the config, the hook's upvalue: compiled
+        -- by the JIT, its loop would run no count hook
+        local n = helpers.start({
+            entities = { Counter = { module = "counter" } },
+            settings = { on_member_event = { __lua = format([[(function()
+    local function spin(k)
+        local x = 0
+        while true do x = x + k end
+    end
+    local log = %s
+    return function(ev)
+        log(ev)
+        if ev.kind == "member_up" then spin(1) end
+    end
+end)()]], hook_source(dir)) } },
+        })
+        local evs = helpers.wait_until(function()
+            local e = hook_events(dir, "n1")
+            return #e >= 3 and e
+        end, 10, "three events in the hook")
+        assert.same({ "member_up", "coordinator_changed", "leader_changed" },
+                    { evs[1].kind, evs[2].kind, evs[3].kind })
+        local st = n:stats()
+        assert.equal(1, st.member_event_hook_timeouts)
+        assert.equal(200, (n:ask("Counter", "c1", { type = "get" })))
+    end)
 end)
 
 describe("GET /v1/events", function()
