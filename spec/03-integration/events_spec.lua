@@ -425,3 +425,43 @@ describe("GET /v1/events", function()
         end
     end)
 end)
+
+describe("GET /v1/events under a small limits.http_connections", function()
+    local streams = {}
+
+    teardown(function()
+        for _, s in ipairs(streams) do
+            s.proc:terminate(2)
+        end
+        helpers.stop_all_checked()
+        assert.same({}, helpers.leaks())
+    end)
+
+    it("leaves a place for other requests: streams never take every "
+       .. "connection", function()
+        local dir = helpers.tmpdir()
+        local n = helpers.start({ entities = { Counter = { module = "counter" } },
+                                  limits = { http_connections = 2 } })
+        streams[1] = open_stream(n, dir, "1")
+        helpers.wait_until(function()
+            local e = streams[1].events()[1]
+            return e and e.event == "snapshot"
+        end, 5, "the snapshot")
+        -- a second stream would take the last place: refused (curl
+        -- bounded in time: a stream accepted would not end)
+        local _, out = helpers.run({ "curl", "-s", "--max-time", "3",
+                                     "-w", "\n%{http_code}",
+                                     "http://" .. n.address
+                                     .. "/v1/events" })
+        local body, code = out:match("^(.*)\n(%d+)$")
+        assert.equal("503", code, out)
+        body = json.decode(body)
+        assert.equal("too_many_streams", body.error.code)
+        assert.matches("1 event streams at most", body.error.message, 1,
+                       true)
+        -- the gateway still answers
+        assert.equal(200, (n:http("GET", "/v1/health")))
+        assert.equal(200, (n:http("GET", "/v1/members")))
+        assert.equal(1, n:stats().event_streams)
+    end)
+end)
