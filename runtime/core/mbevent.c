@@ -190,6 +190,20 @@ const struct ms_mb_member *ms_mbev_leader(const struct ms_membership *mb)
     return m ? m : oldest(mb, MS_MB_LEAVING, MS_MB_EXITING);
 }
 
+/* Member k of a *_changed event with its status in the view now (none
+ * once it is gone), or null (uid 0: no member). */
+static void put_member_or_null(struct out *o, const struct ms_membership *mb,
+                               const struct known *k)
+{
+    if (!k->uid) {
+        put(o, "null");
+        return;
+    }
+    const struct ms_mb_member *m = ms_mb_find_by_uid(mb, k->uid);
+    put_member(o, k, m ? ms_mb_status_name(m->status) : NULL,
+               k->uid == ms_mb_self_uid(mb));
+}
+
 /* A *_changed event: `now` is the new member (uid 0: none), `*was` the
  * one told before, which becomes `now`. */
 static void changed(struct ms_mbev *ev, const struct ms_membership *mb,
@@ -198,24 +212,11 @@ static void changed(struct ms_mbev *ev, const struct ms_membership *mb,
                     void *data)
 {
     struct out o;
-    uint64_t self = ms_mb_self_uid(mb);
     begin(ev, &o, kind, time_ms);
     put(&o, ",\"member\":");
-    if (now->uid) {
-        const struct ms_mb_member *m = ms_mb_find_by_uid(mb, now->uid);
-        put_member(&o, now, m ? ms_mb_status_name(m->status) : NULL,
-                   now->uid == self);
-    } else {
-        put(&o, "null");
-    }
+    put_member_or_null(&o, mb, now);
     put(&o, ",\"previous\":");
-    if (was->uid) {
-        const struct ms_mb_member *m = ms_mb_find_by_uid(mb, was->uid);
-        put_member(&o, was, m ? ms_mb_status_name(m->status) : NULL,
-                   was->uid == self);
-    } else {
-        put(&o, "null");
-    }
+    put_member_or_null(&o, mb, was);
     *was = *now;
     finish(ev, &o, kind, cb, data);
 }
@@ -243,6 +244,22 @@ void ms_mbev_settle(struct ms_mbev *ev, const struct ms_membership *mb,
 }
 
 /* ---- actions ----------------------------------------------------------- */
+
+/* What is known of the member of action a: what this module remembers,
+ * else the name and address the action carries (no roles). */
+static void known_of(struct ms_mbev *ev, const struct ms_mb_action *a,
+                     struct known *k)
+{
+    const struct known *kn = find_known(ev, a->uid);
+    if (kn) {
+        *k = *kn;
+        return;
+    }
+    memset(k, 0, sizeof *k);
+    k->uid = a->uid;
+    snprintf(k->name, sizeof k->name, "%s", a->name);
+    snprintf(k->address, sizeof k->address, "%s", a->address);
+}
 
 static const char *member_kind(int status)
 {
@@ -283,16 +300,8 @@ void ms_mbev_on_action(struct ms_mbev *ev, const struct ms_membership *mb,
     case MS_MB_COORDINATOR_CHANGED: {
         struct known now;
         memset(&now, 0, sizeof now);
-        if (a->uid) {
-            const struct known *k = find_known(ev, a->uid);
-            if (k) {
-                now = *k;
-            } else {
-                now.uid = a->uid;
-                snprintf(now.name, sizeof now.name, "%s", a->name);
-                snprintf(now.address, sizeof now.address, "%s", a->address);
-            }
-        }
+        if (a->uid)
+            known_of(ev, a, &now);
         changed(ev, mb, "coordinator_changed", &now, &ev->coord, time_ms,
                 cb, data);
         if (ms_mb_self_status(mb) != MS_MB_REMOVED)
@@ -305,15 +314,7 @@ void ms_mbev_on_action(struct ms_mbev *ev, const struct ms_membership *mb,
     if (!kind)
         return;
     struct known k;
-    const struct known *kn = find_known(ev, a->uid);
-    if (kn) {
-        k = *kn;
-    } else {
-        memset(&k, 0, sizeof k);
-        k.uid = a->uid;
-        snprintf(k.name, sizeof k.name, "%s", a->name);
-        snprintf(k.address, sizeof k.address, "%s", a->address);
-    }
+    known_of(ev, a, &k);
     /* what the member is now: the status the action says for a status
      * change, else the view's (reachability changes no status) */
     const char *status = a->kind <= MS_MB_MEMBER_REMOVED

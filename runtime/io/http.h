@@ -55,7 +55,7 @@ void ms_http_stats(struct ms_http *h, uint64_t *conns, uint64_t *timeouts,
  * Membership events as server-sent events (GET /v1/events, README
  * "Membership events"). A stream client gets a `snapshot` event first,
  * then every event published from then on. At most MS_HTTP_EVENT_STREAMS
- * streams at once (503 past it); a client that lets more than
+ * streams at once, and fewer than limits.http_connections (503 past it); a client that lets more than
  * MS_HTTP_EVENT_BUFFER bytes wait in its send queue is cut off after a
  * last `cut_off` event; a comment line keeps an idle stream alive every
  * MS_HTTP_EVENT_KEEPALIVE_MS. Streams count among limits.http_connections

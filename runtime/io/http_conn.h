@@ -86,6 +86,8 @@ struct conn {
 /* The event streams of the gateway (http_events.c): GET /v1/events. */
 struct ms_http_events {
     uv_timer_t keepalive;       /* reaps closed streams, sends comments */
+    uint64_t keepalive_ms;      /* MS_HTTP_EVENT_KEEPALIVE_MS (a test
+                                 * shortens it) */
     struct conn *streams[MS_HTTP_EVENT_STREAMS]; /* each holds a ref */
     int nstreams;
     uint64_t last_seq;          /* of the last event published */

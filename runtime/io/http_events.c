@@ -16,10 +16,10 @@
  * nor closed by limits.http_timeout, and reading goes on (input is
  * discarded) so that a client that goes away is seen at once. What keeps
  * it from holding the gateway: at most MS_HTTP_EVENT_STREAMS of them
- * (503 past it, counted), and a send queue bound: a client that lets more
- * than MS_HTTP_EVENT_BUFFER bytes wait in libuv's write queue (the
- * kernel's socket buffer is full) is sent a last `cut_off` event and
- * closed, counted. Writes never block the loop: they are queued.
+ * and fewer than limits.http_connections (503 past it, counted), and a
+ * send queue bound: a client that lets more than MS_HTTP_EVENT_BUFFER
+ * bytes wait in libuv's write queue (the kernel's socket buffer is full)
+ * is sent a last `cut_off` event and closed, counted. Writes never block the loop: they are queued.
  *
  * Each stream holds a reference on its connection, dropped when the
  * connection is found closing (on every publish and every keep-alive
@@ -160,16 +160,24 @@ void ms__http_get_events(struct conn *c)
     struct ms_http *h = c->h;
     struct ms_http_events *ev = &h->ev;
     if (c->parser.method == HTTP_HEAD) {
-        respond(c, 200, "text/event-stream", "", 0);
+        /* the head a GET gets, which has no length (a Content-Length: 0
+         * would say the stream is empty), then the end */
+        ms__http_conn_stream(c);
+        if (ms__http_conn_write(c, head, sizeof head - 1) == 0)
+            ms__http_conn_end(c);
         return;
     }
     reap(ev);
-    if (ev->nstreams >= MS_HTTP_EVENT_STREAMS) {
+    /* streams are never evicted: they may not take every place of
+     * limits.http_connections, one stays for other requests (which evict
+     * an idle connection for it if need be) */
+    int max = h->max_conns - 1 < MS_HTTP_EVENT_STREAMS ? h->max_conns - 1
+                                                       : MS_HTTP_EVENT_STREAMS;
+    if (ev->nstreams >= max) {
         ev->refused++;
         c->keep_alive = 0;
         respond_error(c, 503, "too_many_streams", "this node serves %d "
-                      "event streams at most; try again later",
-                      MS_HTTP_EVENT_STREAMS);
+                      "event streams at most; try again later", max);
         return;
     }
     size_t slen;
@@ -200,7 +208,7 @@ static void on_tick(uv_timer_t *t)
         struct conn *c = ev->streams[i];
         if (c->closing)
             drop(ev, i);
-        else if (now - c->stream_sent_ms >= MS_HTTP_EVENT_KEEPALIVE_MS)
+        else if (now - c->stream_sent_ms >= ev->keepalive_ms)
             send_to(h, i, comment, sizeof comment - 1);
     }
 }
@@ -212,6 +220,7 @@ static void on_tick_closed(uv_handle_t *hd)
 
 void ms__http_events_init(struct ms_http *h)
 {
+    h->ev.keepalive_ms = MS_HTTP_EVENT_KEEPALIVE_MS;
     uv_timer_init(h->loop, &h->ev.keepalive);
     h->ev.keepalive.data = h;
     h->handles++;

@@ -180,10 +180,10 @@ int ms_bridge_allocate(struct ms_bridge *b, const char *type_name,
  * the isolation of a handler: an error is logged and counted, never
  * raised further; the call is published to the watchdog as
  * "on_member_event"; a call that runs past MS_EVENT_HOOK_BUDGET_MS is
- * stopped by a count hook with an error (JIT compilation is off for the
- * hook's own code, so the count hook sees its loops; code it calls that
- * was compiled elsewhere is watched by the watchdog only, as handlers
- * are), and one past MS_EVENT_HOOK_SLOW_MS is logged as slow. Returns 0,
+ * stopped by a count hook with an error, even one the hook catches (JIT
+ * compilation is off for the hook's own code and the functions in its
+ * upvalues, so the count hook sees their loops; other code it calls is
+ * watched by the watchdog only, as handlers are), and one past MS_EVENT_HOOK_SLOW_MS is logged as slow. Returns 0,
  * or a negative code when the hook failed. Without a hook: 0.
  */
 #define MS_EVENT_HOOK_BUDGET_MS 1000

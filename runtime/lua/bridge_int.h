@@ -79,6 +79,7 @@ struct ms_bridge {
     /* the config's on_member_event (event_hook.c) */
     int event_hook;              /* registry ref, or LUA_NOREF */
     uint64_t hook_deadline_ns;   /* the running call's budget ends then */
+    int hook_timed_out;          /* the running call ran past it */
     struct ms_bridge_hook_stats hook_stats;
 };
 

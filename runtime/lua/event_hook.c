@@ -6,9 +6,13 @@
  * call (an error is logged with its traceback and counted, and the next
  * event is called as usual), is published to the watchdog, and is timed.
  * Unlike a handler, a hook has a budget: a count hook, set only for the
- * call, raises an error once MS_EVENT_HOOK_BUDGET_MS have passed. LuaJIT
- * runs no hook inside compiled code, so moonshard.events.prepare turns
- * the JIT off for the hook function and the functions it defines.
+ * call, raises an error once MS_EVENT_HOOK_BUDGET_MS have passed, and
+ * then again at every instruction until the call is over (a pcall of the
+ * hook's own cannot keep it running: the error escapes at the first
+ * instruction outside it; debug.traceback, the handler of the call, is C
+ * and runs no instruction). LuaJIT runs no hook inside compiled code,
+ * so moonshard.events.prepare turns the JIT off for the hook function,
+ * the functions it defines and those in its upvalues.
  */
 #include "bridge_int.h"
 
@@ -49,7 +53,14 @@ static void budget_hook(lua_State *L, lua_Debug *ar)
     struct ms_bridge *b = lua_touserdata(L, -1);
     lua_pop(L, 1);
     if (b && ms__bridge_clock_ns() >= b->hook_deadline_ns) {
-        b->hook_stats.timeouts++;
+        if (!b->hook_timed_out) {
+            b->hook_timed_out = 1;
+            b->hook_stats.timeouts++;
+            /* the hook may catch the error (a retry loop around pcall):
+             * from now on every instruction raises it again, so that it
+             * climbs out of every pcall of the hook's own */
+            lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
+        }
         /* no position: the hook is somewhere in its loop */
         lua_pushfstring(L, "on_member_event ran past its budget of %d ms",
                         MS_EVENT_HOOK_BUDGET_MS);
@@ -83,6 +94,7 @@ int ms_bridge_member_event(struct ms_bridge *b, const char *json,
     int marked = ms__bridge_mark(b, MS_RUN_LUA, -1, what, sizeof what - 1);
     uint64_t start = ms__bridge_clock_ns();
     b->hook_deadline_ns = start + (uint64_t)MS_EVENT_HOOK_BUDGET_MS * 1000000;
+    b->hook_timed_out = 0;
     lua_sethook(L, budget_hook, LUA_MASKCOUNT, COUNT_EVERY);
     int rc = ms__bridge_call_module(b, "moonshard.events", "call", 2, 0, err,
                                     sizeof err);

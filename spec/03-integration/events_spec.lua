@@ -279,6 +279,65 @@ describe("the on_member_event hook", function()
         assert.matches("on_member_event ran past its budget of 1000 ms",
                        log, 1, true)
     end)
+
+    it("that runs away inside its own pcall (a retry loop) is still "
+       .. "stopped by its budget", function()
+        local dir = helpers.tmpdir()
+        -- the budget's error is caught by the hook's pcall: the call
+        -- must end all the same, once, and the next events come
+        local bad = [[
+    if ev.kind == "member_up" then
+        local ok = false
+        while not ok do
+            ok = pcall(function() while true do end end)
+        end
+    end]]
+        local n = helpers.start({
+            entities = { Counter = { module = "counter" } },
+            settings = { on_member_event = { __lua = hook_source(dir, bad) } },
+        })
+        local evs = helpers.wait_until(function()
+            local e = hook_events(dir, "n1")
+            return #e >= 3 and e
+        end, 10, "three events in the hook")
+        assert.same({ "member_up", "coordinator_changed", "leader_changed" },
+                    { evs[1].kind, evs[2].kind, evs[3].kind })
+        local st = n:stats()
+        assert.equal(3, st.member_event_hook_calls)
+        assert.equal(1, st.member_event_hook_errors)
+        assert.equal(1, st.member_event_hook_timeouts)
+        assert.equal(200, (n:ask("Counter", "c1", { type = "get" })))
+    end)
+
+    it("whose loop is in a helper function of the config is still "
+       .. "stopped by its budget", function()
+        local dir = helpers.tmpdir()
+        -- a local function of the config, the hook's upvalue: compiled
+        -- by the JIT, its loop would run no count hook
+        local n = helpers.start({
+            entities = { Counter = { module = "counter" } },
+            settings = { on_member_event = { __lua = format([[(function()
+    local function spin(k)
+        local x = 0
+        while true do x = x + k end
+    end
+    local log = %s
+    return function(ev)
+        log(ev)
+        if ev.kind == "member_up" then spin(1) end
+    end
+end)()]], hook_source(dir)) } },
+        })
+        local evs = helpers.wait_until(function()
+            local e = hook_events(dir, "n1")
+            return #e >= 3 and e
+        end, 10, "three events in the hook")
+        assert.same({ "member_up", "coordinator_changed", "leader_changed" },
+                    { evs[1].kind, evs[2].kind, evs[3].kind })
+        local st = n:stats()
+        assert.equal(1, st.member_event_hook_timeouts)
+        assert.equal(200, (n:ask("Counter", "c1", { type = "get" })))
+    end)
 end)
 
 describe("GET /v1/events", function()
@@ -364,5 +423,45 @@ describe("GET /v1/events", function()
             -- head said (no length, Connection: close), not cut by a reset
             assert.equal(0, s.proc.code, "curl of stream " .. i)
         end
+    end)
+end)
+
+describe("GET /v1/events under a small limits.http_connections", function()
+    local streams = {}
+
+    teardown(function()
+        for _, s in ipairs(streams) do
+            s.proc:terminate(2)
+        end
+        helpers.stop_all_checked()
+        assert.same({}, helpers.leaks())
+    end)
+
+    it("leaves a place for other requests: streams never take every "
+       .. "connection", function()
+        local dir = helpers.tmpdir()
+        local n = helpers.start({ entities = { Counter = { module = "counter" } },
+                                  limits = { http_connections = 2 } })
+        streams[1] = open_stream(n, dir, "1")
+        helpers.wait_until(function()
+            local e = streams[1].events()[1]
+            return e and e.event == "snapshot"
+        end, 5, "the snapshot")
+        -- a second stream would take the last place: refused (curl
+        -- bounded in time: a stream accepted would not end)
+        local _, out = helpers.run({ "curl", "-s", "--max-time", "3",
+                                     "-w", "\n%{http_code}",
+                                     "http://" .. n.address
+                                     .. "/v1/events" })
+        local body, code = out:match("^(.*)\n(%d+)$")
+        assert.equal("503", code, out)
+        body = json.decode(body)
+        assert.equal("too_many_streams", body.error.code)
+        assert.matches("1 event streams at most", body.error.message, 1,
+                       true)
+        -- the gateway still answers
+        assert.equal(200, (n:http("GET", "/v1/health")))
+        assert.equal(200, (n:http("GET", "/v1/members")))
+        assert.equal(1, n:stats().event_streams)
     end)
 end)

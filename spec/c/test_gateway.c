@@ -11,6 +11,7 @@
 
 #include "../../runtime/core/log.h"
 #include "../../runtime/io/http.h"
+#include "../../runtime/io/http_conn.h" /* the keep-alive interval */
 #include "check.h"
 
 /* ---- the fake node -------------------------------------------------------- */
@@ -318,6 +319,12 @@ static void test_events(uv_loop_t *loop, struct ms_http *h, int port)
     ms_http_event(h, 1, "member_up", "{\"seq\":1}", 10);
     CHECK(until_seen(loop, &c, "id: 1\nevent: member_up\n"
                                "data: {\"seq\":1}\n\n"));
+    /* no event for the keep-alive interval (shortened here from 15 s):
+     * a comment, once the next tick of the stream timer (1 s) comes */
+    CHECK(strstr(c.resp, ": keep-alive\n\n") == NULL);
+    h->ev.keepalive_ms = 200;
+    CHECK(until_seen(loop, &c, "data: {\"seq\":1}\n\n: keep-alive\n\n"));
+    h->ev.keepalive_ms = MS_HTTP_EVENT_KEEPALIVE_MS;
     /* the client goes: its stream is dropped at the next event */
     uv_close((uv_handle_t *)&c.tcp, on_closed);
     while (!c.done)
@@ -357,6 +364,17 @@ static void test_events(uv_loop_t *loop, struct ms_http *h, int port)
     CHECK(cut == 1 && streams == 0);
     CHECK(sent > MS_HTTP_EVENT_BUFFER / (int)sizeof big);
     close(fd);
+
+    /* HEAD: the head a GET gets (no length: not an empty body), and no
+     * stream */
+    CHECK(request(loop, port, &c, "HEAD /v1/events HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\n\r\n") == 200);
+    CHECK(strstr(c.resp, "Content-Type: text/event-stream\r\n") != NULL);
+    CHECK(strstr(c.resp, "Cache-Control: no-cache\r\n") != NULL);
+    CHECK(strstr(c.resp, "Content-Length") == NULL);
+    CHECK(strstr(c.resp, "\r\n\r\n")[4] == 0);
+    ms_http_event_stats(h, &streams, &cut, &refused);
+    CHECK(streams == 0);
 }
 
 static const char *body_of(const struct client *c)
