@@ -109,8 +109,30 @@ void ms_node_events_close(struct ms_node_events *ev, void (*cb)(void *),
     if (!ev || ev->closing)
         return;
     /* the events of the node's last moments (its own removal) still
-     * reach the hook */
-    run_some(ev, MS_NODE_EVENTS_QUEUE);
+     * reach the hook, but a hook that runs out of its budget here is
+     * given no more of them: a stop waits at most one budget for the
+     * hook, not one per queued event */
+    struct ms_bridge_hook_stats before, now;
+    memset(&before, 0, sizeof before);
+    if (ev->b)
+        ms_bridge_member_hook_stats(ev->b, &before);
+    now = before;
+    while (ev->n && now.timeouts == before.timeouts) {
+        run_some(ev, 1);
+        if (ev->b)
+            ms_bridge_member_hook_stats(ev->b, &now);
+    }
+    if (ev->n) {
+        ms_log(MS_LOG_WARN, NULL, "%zu membership events not given to "
+               "on_member_event: the node stops and the hook ran past its "
+               "budget", ev->n);
+        ev->dropped += ev->n;
+        while (ev->n) {
+            free(ev->q[ev->head].json);
+            ev->head = (ev->head + 1) % MS_NODE_EVENTS_QUEUE;
+            ev->n--;
+        }
+    }
     ev->closing = 1;
     ev->closed_cb = cb;
     ev->closed_data = data;
