@@ -464,6 +464,34 @@ describe("the gateway with TLS and a client CA", function()
                                          c.dir, c.dir))))
         assert.is_true(n1:alive())
     end)
+
+    -- the clients' CA is theirs: the gateway's own certificate may come
+    -- from another CA (a company's, a public one), and must not be
+    -- checked against the clients' CA at start
+    it("starts when another CA than the clients' signed its certificate",
+       function()
+        local c = helpers.cluster(cluster_opts(1, false, {
+            gateway_tls = { cert = "n1.pem", key = "n1.key",
+                            ca = "other.pem" },
+        }))
+        make_certs(c.dir)
+        local n1 = c:node("n1")
+        n1:launch()
+        local url = format("https://127.0.0.1:%d/v1/health", n1.port)
+        local function curl(args)
+            return sh(format("curl -s -m 5 -o /dev/null -w '%%{http_code}' "
+                             .. "--cacert %s/ca.pem %s %s", c.dir, args, url))
+        end
+        helpers.wait_until(function()
+            return curl(format("--cert %s/bad.pem --key %s/bad.key", c.dir,
+                               c.dir)) == "200"
+        end, 10, "the gateway to answer a client the clients' CA signed")
+        local out, rc = curl(format("--cert %s/n2.pem --key %s/n2.key",
+                                    c.dir, c.dir))
+        assert.is_not.equal(0, rc, out)
+        assert.is_not.equal("200", out)
+        assert.is_true(n1:alive())
+    end)
 end)
 
 describe("TLS settings", function()

@@ -963,12 +963,20 @@ static void make_certs(void)
              "for ca in ca other; do openssl req -x509 -newkey ec "
              "-pkeyopt ec_paramgen_curve:P-256 -nodes -keyout $ca.key "
              "-out $ca.pem -days 2 -subj /CN=$ca; done; "
-             "for n in n1:ca n2:ca bad:other; do leaf=${n%%:*}; "
-             "ca=${n#*:}; openssl req -newkey ec -pkeyopt "
+             "for n in n1:ca: n2:ca: bad:other: srv:ca:serverAuth "
+             "cli:ca:clientAuth both:ca:serverAuth,clientAuth "
+             "srvother:other:serverAuth; do leaf=${n%%%%:*}; "
+             "rest=${n#*:}; ca=${rest%%%%:*}; eku=${rest#*:}; "
+             ": > $leaf.ext; [ -z \"$eku\" ] || echo "
+             "extendedKeyUsage=$eku > $leaf.ext; "
+             "openssl req -newkey ec -pkeyopt "
              "ec_paramgen_curve:P-256 -nodes -keyout $leaf.key -out "
              "$leaf.csr -subj /CN=$leaf; openssl x509 -req -in $leaf.csr "
              "-CA $ca.pem -CAkey $ca.key -CAcreateserial -out $leaf.pem "
-             "-days 2; done",
+             "-days 2 -extfile $leaf.ext; done; "
+             /* expired yesterday */
+             "cp n1.key old.key; openssl x509 -req -in n1.csr -CA ca.pem "
+             "-CAkey ca.key -CAcreateserial -out old.pem -days -1",
              tls_dir);
     char quiet[2100];
     snprintf(quiet, sizeof quiet, "(%s) >/dev/null 2>&1", cmd);
@@ -980,6 +988,51 @@ static void remove_certs(void)
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tls_dir);
     CHECK(system(cmd) == 0);
+}
+
+/* Whether a context of `mode` for certificate `name` (CA `ca`, "" for
+ * none) is made; its error goes to *err. */
+static int ctx_made(int mode, const char *name, const char *ca, char *err,
+                    size_t errlen)
+{
+    char cafile[128] = "", cert[128], key[128];
+    if (ca[0])
+        snprintf(cafile, sizeof cafile, "%s/%s.pem", tls_dir, ca);
+    snprintf(cert, sizeof cert, "%s/%s.pem", tls_dir, name);
+    snprintf(key, sizeof key, "%s/%s.key", tls_dir, name);
+    struct ms_tls_files files = {cafile, cert, key};
+    struct ms_tls_ctx *ctx = NULL;
+    err[0] = 0;
+    int rc = ms_tls_ctx_new(&ctx, mode, &files, err, errlen);
+    ms_tls_ctx_free(ctx);
+    return rc == 0;
+}
+
+/* What a context checks at start. A node's certificate serves both ends
+ * of its links (it dials: a TLS client; it accepts: a server), and every
+ * peer checks it for the role it plays: one whose extended key usage
+ * leaves a role out is refused at start, not by each peer later. The
+ * gateway's certificate is a server's; its `ca` is the clients' CA,
+ * which need not have signed it; an expired one is refused at start. */
+static void tls_contexts_check_roles_and_dates(void)
+{
+    char err[400];
+    CHECK(ctx_made(MS_TLS_MUTUAL, "n1", "ca", err, sizeof err));
+    CHECK(ctx_made(MS_TLS_MUTUAL, "both", "ca", err, sizeof err));
+    CHECK(!ctx_made(MS_TLS_MUTUAL, "srv", "ca", err, sizeof err));
+    CHECK(strstr(err, "srv.pem") && strstr(err, "TLS client"));
+    CHECK(!ctx_made(MS_TLS_MUTUAL, "cli", "ca", err, sizeof err));
+    CHECK(strstr(err, "cli.pem") && strstr(err, "TLS server"));
+    CHECK(!ctx_made(MS_TLS_MUTUAL, "old", "ca", err, sizeof err));
+    CHECK(strstr(err, "expired") != NULL);
+    /* the gateway: a server's certificate, whoever signed it */
+    CHECK(ctx_made(MS_TLS_SERVER, "srv", "", err, sizeof err));
+    CHECK(ctx_made(MS_TLS_SERVER, "srvother", "ca", err, sizeof err));
+    CHECK(ctx_made(MS_TLS_SERVER, "n1", "other", err, sizeof err));
+    CHECK(!ctx_made(MS_TLS_SERVER, "cli", "", err, sizeof err));
+    CHECK(strstr(err, "cli.pem") && strstr(err, "TLS server"));
+    CHECK(!ctx_made(MS_TLS_SERVER, "old", "", err, sizeof err));
+    CHECK(strstr(err, "old.pem") && strstr(err, "expired"));
 }
 
 /* A (certificate `ca_cert`, or plaintext when "") dials B (TLS, n2):
@@ -1042,6 +1095,7 @@ int main(void)
     a_dropped_slow_peer_that_stays_stopped_counts_everything(loop);
     tls_refuses(loop, "", "ca");      /* plaintext dials TLS */
     tls_refuses(loop, "bad", "other"); /* another CA */
+    tls_contexts_check_roles_and_dates();
     tls_cert = "";
     remove_certs();
     uv_run(loop, UV_RUN_DEFAULT);
