@@ -462,6 +462,22 @@ describe("the gateway with TLS and a client CA", function()
         assert.is_not.equal("200", out)
         assert.equal("200", (curl(format("--cert %s/n3.pem --key %s/n3.key",
                                          c.dir, c.dir))))
+        -- the CLI presents $MOONSHARD_CERT and $MOONSHARD_KEY
+        local cli = format("MOONSHARD_CA=%s/ca.pem %%s %s members --json "
+                           .. "--node https://127.0.0.1:%d", c.dir,
+                           helpers.bin, n1.port)
+        out, rc = sh(format(cli, format("MOONSHARD_CERT=%s/n2.pem "
+                                        .. "MOONSHARD_KEY=%s/n2.key", c.dir,
+                                        c.dir)))
+        assert.equal(0, rc, out)
+        assert.matches('"name":"n1"', out, 1, true)
+        out, rc = sh(format(cli, ""))
+        assert.equal(2, rc, out)
+        out, rc = sh(format(cli, format("MOONSHARD_CERT=%s/n2.pem "
+                                        .. "MOONSHARD_KEY=%s/n3.key", c.dir,
+                                        c.dir)))
+        assert.equal(2, rc, out)
+        assert.matches("cannot use the client certificate", out, 1, true)
         assert.is_true(n1:alive())
     end)
 
