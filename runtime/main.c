@@ -127,10 +127,17 @@ static void print_hints(struct ms_node *n)
             cmd = exe;
         }
     }
-    const char *node_opt = strcmp(addr, "127.0.0.1:7201") ? " --node " : "";
-    const char *node_arg = *node_opt ? addr : "";
-    printf("moonshard: node %s is up, HTTP gateway on http://%s\n",
-           ms_node_name(n), addr);
+    /* a gateway_tls node speaks HTTPS only: its URL, and the CLI's
+     * --node, say https:// (the CLI's default node is plain HTTP) */
+    int tls = ms_node_gateway_tls(n);
+    const char *scheme = tls ? "https" : "http";
+    static char url[300];
+    snprintf(url, sizeof url, "https://%s", addr);
+    const char *node_opt =
+        tls || strcmp(addr, "127.0.0.1:7201") ? " --node " : "";
+    const char *node_arg = !*node_opt ? "" : tls ? url : addr;
+    printf("moonshard: node %s is up, HTTP gateway on %s://%s\n",
+           ms_node_name(n), scheme, addr);
     if (ms_node_index(n) != 0) {
         fflush(stdout); /* a log file must see the line now */
         return; /* the first node of the config prints the hints */
@@ -139,15 +146,18 @@ static void print_hints(struct ms_node *n)
         printf("  try, in another terminal:\n"
                "    %s tell%s%s Counter c1 '{\"type\":\"incr\",\"by\":2}'\n"
                "    %s ask%s%s Counter c1 '{\"type\":\"get\"}'\n"
-               "    curl -s -XPOST http://%s/v1/entities/Counter/c1/ask "
+               "    curl -s%s -XPOST %s://%s/v1/entities/Counter/c1/ask "
                "-d '{\"type\":\"get\"}'\n"
                "    %s status%s%s\n",
-               cmd, node_opt, node_arg, cmd, node_opt, node_arg, addr, cmd,
+               cmd, node_opt, node_arg, cmd, node_opt, node_arg,
+               tls ? " --cacert \"$MOONSHARD_CA\"" : "", scheme, addr, cmd,
                node_opt, node_arg);
     }
-    printf("    %s members%s%s\n"
-           "  Ctrl-C stops the node(s): each leaves the cluster first.\n",
-           cmd, node_opt, node_arg);
+    printf("    %s members%s%s\n", cmd, node_opt, node_arg);
+    if (tls)
+        printf("  (MOONSHARD_CA: the file of the CA that signed the "
+               "gateway's certificate)\n");
+    printf("  Ctrl-C stops the node(s): each leaves the cluster first.\n");
     fflush(stdout);
 }
 

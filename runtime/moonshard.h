@@ -98,6 +98,9 @@ int ms_node_remember_clear(struct ms_node *n, const char *type, size_t len,
 /* HTTP address the gateway listens on ("127.0.0.1:7201"), or "". */
 const char *ms_node_http_address(struct ms_node *n);
 
+/* 1 when the gateway speaks HTTPS only (gateway_tls), else 0. */
+int ms_node_gateway_tls(struct ms_node *n);
+
 /* Writes the folder that holds lua/ and entities/ into buf (len bytes):
  * $MOONSHARD_HOME, else <binary's folder>/../share/moonshard (an
  * installed binary), else the source tree the binary was built from, else

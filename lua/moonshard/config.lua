@@ -406,6 +406,9 @@ local NODE_FIELDS = {
     version = true, tls = true, gateway_tls = true,
 }
 local TLS_FIELDS = { ca = true, cert = true, key = true }
+-- The longest path of a TLS file, once resolved (the node keeps each in
+-- a buffer of MAX_TLS_PATH + 1 bytes: runtime/core/config.h).
+local MAX_TLS_PATH = 511
 local NODE_TLS_FIELDS = { cert = true, key = true }
 local ENTITY_FIELDS = {
     module = true, shard_count = true, idle_timeout = true, on_error = true,
@@ -516,9 +519,9 @@ local function check_nodes(v, path)
                 check_known(raw[key], tp, NODE_TLS_FIELDS)
                 node[key] = {
                     cert = string_field(raw[key], "cert", tp,
-                                        { max_len = 511 }),
+                                        { max_len = MAX_TLS_PATH }),
                     key = string_field(raw[key], "key", tp,
-                                       { max_len = 511 }),
+                                       { max_len = MAX_TLS_PATH }),
                 }
             end
         end
@@ -943,9 +946,9 @@ local function check_tls(t, root, cfg, key, ca_required)
     check_known(v, p, TLS_FIELDS)
     local out = {
         ca = string_field(v, "ca", p, { required = ca_required,
-                                        max_len = 511 }),
-        cert = string_field(v, "cert", p, { max_len = 511 }),
-        key = string_field(v, "key", p, { max_len = 511 }),
+                                        max_len = MAX_TLS_PATH }),
+        cert = string_field(v, "cert", p, { max_len = MAX_TLS_PATH }),
+        key = string_field(v, "key", p, { max_len = MAX_TLS_PATH }),
     }
     for i, n in ipairs(cfg.nodes) do
         local own = n[key] or {}
@@ -965,7 +968,8 @@ local function check_tls(t, root, cfg, key, ca_required)
 end
 
 -- The paths of the TLS settings, relative to the directory of `file`
--- (the config file) unless absolute.
+-- (the config file) unless absolute. A path that the directory makes
+-- longer than MAX_TLS_PATH fails (the node would read a cut one).
 local function resolve_paths(cfg, file)
     local dir = match(file, "^(.*)/[^/]*$")
     if not dir then
@@ -974,16 +978,21 @@ local function resolve_paths(cfg, file)
     if dir == "" then
         dir = "/"
     end
-    local function fix(t, f)
+    local function fix(t, f, path)
         if t and t[f] and sub(t[f], 1, 1) ~= "/" then
             t[f] = dir .. "/" .. t[f]
+            if #t[f] > MAX_TLS_PATH then
+                fail(path, format("is %d bytes once joined to the config "
+                                  .. "file's directory; at most %d",
+                                  #t[f], MAX_TLS_PATH), t[f])
+            end
         end
     end
     for _, key in ipairs({ "tls", "gateway_tls" }) do
-        fix(cfg[key], "ca")
-        for _, n in ipairs(cfg.nodes) do
-            fix(n[key], "cert")
-            fix(n[key], "key")
+        fix(cfg[key], "ca", { key, "ca" })
+        for i, n in ipairs(cfg.nodes) do
+            fix(n[key], "cert", { "nodes", i, key, "cert" })
+            fix(n[key], "key", { "nodes", i, key, "key" })
         end
     end
 end
@@ -1186,7 +1195,11 @@ function M.normalize(t, file, source)
         return nil, format("%s:%d: config script must return a table (got %s)",
                            file, locate_return(source), show(t))
     end
-    local ok, res = pcall(check, t)
+    local ok, res = pcall(function()
+        local r = check(t)
+        resolve_paths(r, file)
+        return r
+    end)
     if not ok then
         if getmetatable(res) ~= Failure then
             error(res, 0)
@@ -1196,7 +1209,6 @@ function M.normalize(t, file, source)
                            res.reason, show(res.value))
     end
     res.file = file
-    resolve_paths(res, file)
     return res
 end
 

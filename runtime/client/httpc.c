@@ -183,6 +183,22 @@ static int tls_open(struct ms_httpc *c, const char *host, double timeout_s,
             snprintf(why, sizeof why, "cannot read the CA file %s",
                      ca && ca[0] ? ca : "(system)");
     }
+    /* a gateway with a client CA (gateway_tls.ca) answers only clients
+     * with a certificate it signed: $MOONSHARD_CERT (PEM, a chain
+     * allowed) and its key $MOONSHARD_KEY (else in the same file) */
+    const char *cert = getenv("MOONSHARD_CERT");
+    const char *key = getenv("MOONSHARD_KEY");
+    if (ok && cert && cert[0]) {
+        if (!key || !key[0])
+            key = cert;
+        ok = SSL_CTX_use_certificate_chain_file(ctx, cert) == 1 &&
+             SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) == 1 &&
+             SSL_CTX_check_private_key(ctx) == 1;
+        if (!ok)
+            snprintf(why, sizeof why, "cannot use the client certificate "
+                     "%s with the key %s ($MOONSHARD_CERT, $MOONSHARD_KEY)",
+                     cert, key);
+    }
     if (ok && (ssl = SSL_new(ctx)) != NULL) {
         X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
         SSL_set_tlsext_host_name(ssl, host);

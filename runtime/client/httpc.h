@@ -9,7 +9,9 @@
  * A node given as https://HOST:PORT is spoken to over TLS (libssl on the
  * blocking socket; TLS 1.2 or newer): its certificate must verify against
  * the CA file in $MOONSHARD_CA (else the system's CAs) and name HOST (a
- * DNS name or an IP address in its subjectAltName).
+ * DNS name or an IP address in its subjectAltName). With $MOONSHARD_CERT
+ * (and $MOONSHARD_KEY, else the key is in that file) it presents that
+ * client certificate, for a gateway that has a client CA.
  *
  * Limits: a response body of at most the `body_max` given (the CLI and
  * the benches pass MS_HTTPC_BODY_MAX); a node address (HOST:PORT or

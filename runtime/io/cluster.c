@@ -427,6 +427,7 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
         if (rc < 0) {
             snprintf(err, errlen, "tls: %s", why);
             memset(secret, 0, sizeof secret);
+            ms_mbev_free(c->events);
             ms_mb_free(c->mb);
             free(c);
             return rc;

@@ -65,11 +65,13 @@ static int readable(const char *what, const char *path, char *err,
     return 0;
 }
 
-/* Verifies the context's own certificate against its CA store: a node
- * whose certificate another CA signed would be refused by every peer,
- * so it is refused at start instead. */
-static int verify_own(SSL_CTX *ssl, const char *cert, char *err,
-                      size_t errlen)
+/* Verifies the context's own certificate against its CA store as a
+ * peer does when `x` is presented in `role` ("ssl_client": the side that
+ * dials, "ssl_server": the side that accepts): the chain, the dates, and
+ * the extended key usage of that role. A node whose certificate a peer
+ * would refuse is refused at start instead. */
+static int verify_own(SSL_CTX *ssl, const char *cert, const char *role,
+                      char *err, size_t errlen)
 {
     X509 *x = SSL_CTX_get0_certificate(ssl);
     X509_STORE_CTX *vc = X509_STORE_CTX_new();
@@ -81,14 +83,41 @@ static int verify_own(SSL_CTX *ssl, const char *cert, char *err,
     STACK_OF(X509) *chain = NULL;
     SSL_CTX_get0_chain_certs(ssl, &chain);
     int ok = X509_STORE_CTX_init(vc, SSL_CTX_get_cert_store(ssl), x, chain)
-             == 1 && X509_verify_cert(vc) == 1;
+             == 1 && X509_STORE_CTX_set_default(vc, role) == 1 &&
+             X509_verify_cert(vc) == 1;
     if (!ok)
         snprintf(err, errlen, "certificate %s does not verify against the "
-                 "CA: %s", cert,
+                 "CA as a TLS %s: %s", cert,
+                 strcmp(role, "ssl_client") == 0 ? "client" : "server",
                  X509_verify_cert_error_string(X509_STORE_CTX_get_error(vc)));
     X509_STORE_CTX_free(vc);
     ERR_clear_error();
     return ok ? 0 : MS_EINVAL;
+}
+
+/* The gateway's certificate, which no CA of ours need have signed (its
+ * `ca` is the clients'): within its dates, and usable by a TLS server
+ * (its extended key usage, when it has one, names serverAuth). */
+static int check_server_cert(SSL_CTX *ssl, const char *cert, char *err,
+                             size_t errlen)
+{
+    X509 *x = SSL_CTX_get0_certificate(ssl);
+    if (!x) {
+        snprintf(err, errlen, "out of memory checking %s", cert);
+        return MS_ENOMEM;
+    }
+    const char *why = NULL;
+    if (X509_cmp_current_time(X509_get0_notAfter(x)) <= 0)
+        why = "certificate has expired";
+    else if (X509_cmp_current_time(X509_get0_notBefore(x)) >= 0)
+        why = "certificate is not yet valid";
+    else if (X509_check_purpose(x, X509_PURPOSE_SSL_SERVER, 0) != 1)
+        why = "unsupported certificate purpose (no serverAuth)";
+    ERR_clear_error();
+    if (why)
+        snprintf(err, errlen, "certificate %s cannot serve as a TLS "
+                 "server: %s", cert, why);
+    return why ? MS_EINVAL : 0;
 }
 
 int ms_tls_ctx_new(struct ms_tls_ctx **out, int mode,
@@ -147,7 +176,13 @@ int ms_tls_ctx_new(struct ms_tls_ctx **out, int mode,
                  "%s", files->key, files->cert);
         goto fail;
     }
-    if (ca && verify_own(ssl, files->cert, err, errlen) < 0)
+    /* a node's certificate serves both ends of its links */
+    if (mode == MS_TLS_MUTUAL &&
+        (verify_own(ssl, files->cert, "ssl_client", err, errlen) < 0 ||
+         verify_own(ssl, files->cert, "ssl_server", err, errlen) < 0))
+        goto fail;
+    if (mode == MS_TLS_SERVER &&
+        check_server_cert(ssl, files->cert, err, errlen) < 0)
         goto fail;
     if (ca) {
         SSL_CTX_set_verify(ssl, SSL_VERIFY_PEER |

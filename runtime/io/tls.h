@@ -20,7 +20,11 @@
  * (The CLI's client side is in runtime/client/httpc.c, on its blocking
  * socket.) A context is checked when it is made, so a node with a bad setting
  * does not start: every file exists and is readable, the key matches the
- * certificate, and the certificate verifies against the CA.
+ * certificate; a node link's certificate verifies against the CA as the
+ * peers check it, for both roles a node plays (it dials: TLS client; it
+ * accepts: TLS server; so an extended key usage must name both), and a
+ * gateway's is within its dates and fit for a server (its `ca` is the
+ * clients' and need not have signed it).
  *
  * Limits: one ms_tls_write takes at most MS_TLS_RECORD bytes and makes
  * exactly one TLS record (the caller counts in records); the memory BIOs

@@ -646,6 +646,11 @@ const char *ms_node_http_address(struct ms_node *n)
     return n->http_address;
 }
 
+int ms_node_gateway_tls(struct ms_node *n)
+{
+    return n->cfg.gw_cert[0] != 0;
+}
+
 int ms_node_index(struct ms_node *n)
 {
     return n->cfg.node_index;

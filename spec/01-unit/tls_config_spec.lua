@@ -97,6 +97,28 @@ describe("moonshard.config: TLS and the API token", function()
               .. "of a cluster use TLS or none")
     end)
 
+    -- the node keeps each path in 512 bytes (runtime/core/config.h): a
+    -- relative path the directory makes longer must fail here, not be
+    -- cut (the node would read another path)
+    it("refuses a path that the config file's directory makes too long",
+       function()
+        local dir = "/" .. ("d"):rep(300)
+        local name = ("c"):rep(250) .. ".pem"
+        local t = cfg({ tls = { ca = "ca.pem" } }, {
+            { tls = { cert = name, key = "n1.key" } },
+            { tls = { cert = "n2.pem", key = "n2.key" } },
+        })
+        local res, err = config.normalize(t, dir .. "/cluster.lua")
+        assert.is_nil(res)
+        assert.matches("nodes[1].tls.cert: is 556 bytes once joined to the "
+                       .. "config file's directory; at most 511", err, 1,
+                       true)
+        -- as long as fits
+        t.nodes[1].tls.cert = ("c"):rep(511 - 302 - 4) .. ".pem"
+        res = assert(config.normalize(t, dir .. "/cluster.lua"))
+        assert.equal(511, #res.nodes[1].tls.cert)
+    end)
+
     it("refuses unknown and mistyped TLS fields", function()
         fails(cfg({ tls = { ca = "ca.pem", cert = "c", key = "k",
                             verify = false } }),

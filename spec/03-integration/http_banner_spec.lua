@@ -37,6 +37,43 @@ return {
         assert.matches("--node [::1]:" .. port, text, 1, true)
     end)
 
+    it("says https:// for a gateway with TLS, in the URL and the CLI's "
+       .. "--node", function()
+        local certs = require "helpers.certs"
+        local dir = helpers.tmpdir()
+        certs.ca(dir, "ca")
+        certs.leaf(dir, "ca", "gw")
+        local port = helpers.free_port()
+        local config = dir .. "/cluster.lua"
+        helpers.write_file(config, ([[
+return {
+    cluster = "banner",
+    secret = "spec-secret-7f3a9c2e41b8",
+    gateway_tls = { cert = "gw.pem", key = "gw.key" },
+    nodes = { { name = "n1", listen = "127.0.0.1:%d",
+                http = "127.0.0.1:%d" } },
+    entities = { Counter = { module = "counter" } },
+}
+]]):format(helpers.free_port(), port))
+        local log = dir .. "/node.log"
+        local proc = helpers.spawn({ helpers.bin, "node", config },
+                                   { stdout = log, stderr = "stdout" })
+        local text = helpers.wait_until(function()
+            local t = helpers.read_file(log) or ""
+            if proc:poll() then
+                error("the node exited:\n" .. t)
+            end
+            return t:find("Ctrl-C", 1, true) and t
+        end, 10, "the banner")
+        assert.is_true(proc:terminate(5))
+        assert.matches("HTTP gateway on https://127.0.0.1:" .. port .. "\n",
+                       text, 1, true)
+        assert.matches("ask --node https://127.0.0.1:" .. port, text, 1,
+                       true)
+        assert.matches("-XPOST https://127.0.0.1:" .. port, text, 1, true)
+        assert.is_nil(text:find("http://", 1, true), text)
+    end)
+
     it("is written at once by every node, not only the config's first",
        function()
         -- nodes after the first print no hints; their banner line must

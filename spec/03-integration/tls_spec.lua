@@ -462,6 +462,50 @@ describe("the gateway with TLS and a client CA", function()
         assert.is_not.equal("200", out)
         assert.equal("200", (curl(format("--cert %s/n3.pem --key %s/n3.key",
                                          c.dir, c.dir))))
+        -- the CLI presents $MOONSHARD_CERT and $MOONSHARD_KEY
+        local cli = format("MOONSHARD_CA=%s/ca.pem %%s %s members --json "
+                           .. "--node https://127.0.0.1:%d", c.dir,
+                           helpers.bin, n1.port)
+        out, rc = sh(format(cli, format("MOONSHARD_CERT=%s/n2.pem "
+                                        .. "MOONSHARD_KEY=%s/n2.key", c.dir,
+                                        c.dir)))
+        assert.equal(0, rc, out)
+        assert.matches('"name":"n1"', out, 1, true)
+        out, rc = sh(format(cli, ""))
+        assert.equal(2, rc, out)
+        out, rc = sh(format(cli, format("MOONSHARD_CERT=%s/n2.pem "
+                                        .. "MOONSHARD_KEY=%s/n3.key", c.dir,
+                                        c.dir)))
+        assert.equal(2, rc, out)
+        assert.matches("cannot use the client certificate", out, 1, true)
+        assert.is_true(n1:alive())
+    end)
+
+    -- the clients' CA is theirs: the gateway's own certificate may come
+    -- from another CA (a company's, a public one), and must not be
+    -- checked against the clients' CA at start
+    it("starts when another CA than the clients' signed its certificate",
+       function()
+        local c = helpers.cluster(cluster_opts(1, false, {
+            gateway_tls = { cert = "n1.pem", key = "n1.key",
+                            ca = "other.pem" },
+        }))
+        make_certs(c.dir)
+        local n1 = c:node("n1")
+        n1:launch()
+        local url = format("https://127.0.0.1:%d/v1/health", n1.port)
+        local function curl(args)
+            return sh(format("curl -s -m 5 -o /dev/null -w '%%{http_code}' "
+                             .. "--cacert %s/ca.pem %s %s", c.dir, args, url))
+        end
+        helpers.wait_until(function()
+            return curl(format("--cert %s/bad.pem --key %s/bad.key", c.dir,
+                               c.dir)) == "200"
+        end, 10, "the gateway to answer a client the clients' CA signed")
+        local out, rc = curl(format("--cert %s/n2.pem --key %s/n2.key",
+                                    c.dir, c.dir))
+        assert.is_not.equal(0, rc, out)
+        assert.is_not.equal("200", out)
         assert.is_true(n1:alive())
     end)
 end)

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/ssl.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -963,12 +964,20 @@ static void make_certs(void)
              "for ca in ca other; do openssl req -x509 -newkey ec "
              "-pkeyopt ec_paramgen_curve:P-256 -nodes -keyout $ca.key "
              "-out $ca.pem -days 2 -subj /CN=$ca; done; "
-             "for n in n1:ca n2:ca bad:other; do leaf=${n%%:*}; "
-             "ca=${n#*:}; openssl req -newkey ec -pkeyopt "
+             "for n in n1:ca: n2:ca: bad:other: srv:ca:serverAuth "
+             "cli:ca:clientAuth both:ca:serverAuth,clientAuth "
+             "srvother:other:serverAuth; do leaf=${n%%%%:*}; "
+             "rest=${n#*:}; ca=${rest%%%%:*}; eku=${rest#*:}; "
+             ": > $leaf.ext; [ -z \"$eku\" ] || echo "
+             "extendedKeyUsage=$eku > $leaf.ext; "
+             "openssl req -newkey ec -pkeyopt "
              "ec_paramgen_curve:P-256 -nodes -keyout $leaf.key -out "
              "$leaf.csr -subj /CN=$leaf; openssl x509 -req -in $leaf.csr "
              "-CA $ca.pem -CAkey $ca.key -CAcreateserial -out $leaf.pem "
-             "-days 2; done",
+             "-days 2 -extfile $leaf.ext; done; "
+             /* expired yesterday */
+             "cp n1.key old.key; openssl x509 -req -in n1.csr -CA ca.pem "
+             "-CAkey ca.key -CAcreateserial -out old.pem -days -1",
              tls_dir);
     char quiet[2100];
     snprintf(quiet, sizeof quiet, "(%s) >/dev/null 2>&1", cmd);
@@ -980,6 +989,51 @@ static void remove_certs(void)
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tls_dir);
     CHECK(system(cmd) == 0);
+}
+
+/* Whether a context of `mode` for certificate `name` (CA `ca`, "" for
+ * none) is made; its error goes to *err. */
+static int ctx_made(int mode, const char *name, const char *ca, char *err,
+                    size_t errlen)
+{
+    char cafile[128] = "", cert[128], key[128];
+    if (ca[0])
+        snprintf(cafile, sizeof cafile, "%s/%s.pem", tls_dir, ca);
+    snprintf(cert, sizeof cert, "%s/%s.pem", tls_dir, name);
+    snprintf(key, sizeof key, "%s/%s.key", tls_dir, name);
+    struct ms_tls_files files = {cafile, cert, key};
+    struct ms_tls_ctx *ctx = NULL;
+    err[0] = 0;
+    int rc = ms_tls_ctx_new(&ctx, mode, &files, err, errlen);
+    ms_tls_ctx_free(ctx);
+    return rc == 0;
+}
+
+/* What a context checks at start. A node's certificate serves both ends
+ * of its links (it dials: a TLS client; it accepts: a server), and every
+ * peer checks it for the role it plays: one whose extended key usage
+ * leaves a role out is refused at start, not by each peer later. The
+ * gateway's certificate is a server's; its `ca` is the clients' CA,
+ * which need not have signed it; an expired one is refused at start. */
+static void tls_contexts_check_roles_and_dates(void)
+{
+    char err[400];
+    CHECK(ctx_made(MS_TLS_MUTUAL, "n1", "ca", err, sizeof err));
+    CHECK(ctx_made(MS_TLS_MUTUAL, "both", "ca", err, sizeof err));
+    CHECK(!ctx_made(MS_TLS_MUTUAL, "srv", "ca", err, sizeof err));
+    CHECK(strstr(err, "srv.pem") && strstr(err, "TLS client"));
+    CHECK(!ctx_made(MS_TLS_MUTUAL, "cli", "ca", err, sizeof err));
+    CHECK(strstr(err, "cli.pem") && strstr(err, "TLS server"));
+    CHECK(!ctx_made(MS_TLS_MUTUAL, "old", "ca", err, sizeof err));
+    CHECK(strstr(err, "expired") != NULL);
+    /* the gateway: a server's certificate, whoever signed it */
+    CHECK(ctx_made(MS_TLS_SERVER, "srv", "", err, sizeof err));
+    CHECK(ctx_made(MS_TLS_SERVER, "srvother", "ca", err, sizeof err));
+    CHECK(ctx_made(MS_TLS_SERVER, "n1", "other", err, sizeof err));
+    CHECK(!ctx_made(MS_TLS_SERVER, "cli", "", err, sizeof err));
+    CHECK(strstr(err, "cli.pem") && strstr(err, "TLS server"));
+    CHECK(!ctx_made(MS_TLS_SERVER, "old", "", err, sizeof err));
+    CHECK(strstr(err, "old.pem") && strstr(err, "expired"));
 }
 
 /* A (certificate `ca_cert`, or plaintext when "") dials B (TLS, n2):
@@ -1006,6 +1060,200 @@ static void tls_refuses(uv_loop_t *loop, const char *a_cert,
     CHECK(st.auth_failures == 1);
     ms_transport_close(a.t);
     ms_transport_close(b.t);
+    spin(loop, 50);
+}
+
+/* A raw TLS client over memory BIOs on a non-blocking socket: it hands
+ * its ciphertext to the socket `chunk` bytes per send (0: at once), the
+ * loop running between sends, so a record arrives split as a slow writer
+ * splits it. It presents certificate `name` of tls_dir (signed by ca). */
+struct rawtls {
+    int fd;
+    size_t chunk;
+    SSL_CTX *ctx;
+    SSL *ssl;
+    BIO *in, *out;
+    int eof;
+};
+
+static void rawtls_open(struct rawtls *r, int port, const char *name,
+                        size_t chunk)
+{
+    char ca[128], cert[128], key[128];
+    snprintf(ca, sizeof ca, "%s/ca.pem", tls_dir);
+    snprintf(cert, sizeof cert, "%s/%s.pem", tls_dir, name);
+    snprintf(key, sizeof key, "%s/%s.key", tls_dir, name);
+    memset(r, 0, sizeof *r);
+    r->chunk = chunk;
+    r->fd = raw_open(port);
+    CHECK(r->fd >= 0);
+    r->ctx = SSL_CTX_new(TLS_client_method());
+    CHECK(r->ctx != NULL);
+    CHECK(SSL_CTX_load_verify_locations(r->ctx, ca, NULL) == 1);
+    CHECK(SSL_CTX_use_PrivateKey_file(r->ctx, key, SSL_FILETYPE_PEM) == 1);
+    CHECK(SSL_CTX_use_certificate_file(r->ctx, cert, SSL_FILETYPE_PEM) == 1);
+    SSL_CTX_set_verify(r->ctx, SSL_VERIFY_PEER, NULL);
+    r->ssl = SSL_new(r->ctx);
+    r->in = BIO_new(BIO_s_mem());
+    r->out = BIO_new(BIO_s_mem());
+    BIO_set_mem_eof_return(r->in, -1);
+    SSL_set_bio(r->ssl, r->in, r->out);
+    SSL_set_connect_state(r->ssl);
+}
+
+static void rawtls_close(struct rawtls *r)
+{
+    SSL_free(r->ssl);
+    SSL_CTX_free(r->ctx);
+    close(r->fd);
+}
+
+/* Moves the bytes both ways once, and runs the loop. */
+static void rawtls_pump(uv_loop_t *loop, struct rawtls *r)
+{
+    char b[16384];
+    size_t n = BIO_ctrl_pending(r->out);
+    if (n) {
+        if (r->chunk && n > r->chunk)
+            n = r->chunk;
+        if (n > sizeof b)
+            n = sizeof b;
+        int got = BIO_read(r->out, b, (int)n);
+        if (got > 0)
+            raw_write_all(loop, r->fd, b, (size_t)got);
+    }
+    uv_run(loop, UV_RUN_NOWAIT);
+    ssize_t k = recv(r->fd, b, sizeof b, MSG_DONTWAIT);
+    if (k > 0)
+        BIO_write(r->in, b, (int)k);
+    else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+        r->eof = 1;
+    usleep(300);
+}
+
+/* Runs the TLS handshake: 1 done (all of it sent), 0 not. */
+static int rawtls_handshake(uv_loop_t *loop, struct rawtls *r)
+{
+    for (int i = 0; i < 5000 && !r->eof; i++) {
+        int rc = SSL_do_handshake(r->ssl);
+        int e = SSL_get_error(r->ssl, rc); /* before the BIOs move */
+        rawtls_pump(loop, r);
+        if (rc == 1 && !BIO_ctrl_pending(r->out))
+            return 1;
+        if (rc != 1 && e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+            return 0;
+    }
+    return 0;
+}
+
+/* Sends n bytes of plaintext (one record) and lets them all out. */
+static void rawtls_send(uv_loop_t *loop, struct rawtls *r, const void *p,
+                        size_t n)
+{
+    CHECK(SSL_write(r->ssl, p, (int)n) == (int)n);
+    for (int i = 0; i < 20000 && BIO_ctrl_pending(r->out); i++)
+        rawtls_pump(loop, r);
+}
+
+/* The kind of the first frame the node sends within `ms`, or -1. */
+static int rawtls_first_frame(uv_loop_t *loop, struct rawtls *r, int ms)
+{
+    uint8_t b[MS_FRAME_HEADER];
+    size_t have = 0;
+    uint64_t end = uv_hrtime() + (uint64_t)ms * 1000000u;
+    while (have < sizeof b && uv_hrtime() < end && !r->eof) {
+        int got = SSL_read(r->ssl, b + have, (int)(sizeof b - have));
+        if (got > 0)
+            have += (size_t)got;
+        rawtls_pump(loop, r);
+    }
+    return have == sizeof b ? b[3] : -1;
+}
+
+/* A peer whose record bytes come one at a time, through the TLS handshake
+ * and its HELLO, gets its CHALLENGE; so does one that asks for a
+ * KeyUpdate before its HELLO (the node must answer with its own and go
+ * on with new keys). */
+static void tls_split_records_and_key_updates(uv_loop_t *loop)
+{
+    struct side a;
+    int pa = free_port();
+    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    uint8_t hello[512];
+    size_t hn;
+    for (int keyupdate = 0; keyupdate < 2; keyupdate++) {
+        struct rawtls r;
+        rawtls_open(&r, pa, "n2", keyupdate ? 0 : 1);
+        CHECK(rawtls_handshake(loop, &r) == 1);
+        if (keyupdate)
+            CHECK(SSL_key_update(r.ssl, SSL_KEY_UPDATE_REQUESTED) == 1);
+        hn = hello_bytes(hello, sizeof hello);
+        rawtls_send(loop, &r, hello, hn);
+        CHECK(rawtls_first_frame(loop, &r, 2000) == MS_FRAME_CHALLENGE);
+        CHECK(!r.eof);
+        rawtls_close(&r);
+    }
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
+/* TLS clients that finish no handshake of ours are closed by the
+ * deadlines as plaintext ones are: one that sends nothing, one that
+ * trickles its ClientHello a byte at a time (each byte keeps nothing
+ * alive), one that finishes the TLS handshake and then sends nothing;
+ * one that sends garbage inside TLS has it refused as a frame, and one
+ * that sends plaintext after the TLS handshake is closed at once. */
+static void tls_stalls_and_garbage(uv_loop_t *loop)
+{
+    enum { EARLY = 200, LATE = 2000 };
+    struct side a;
+    int pa = free_port();
+    CHECK(start_with(&a, loop, "a", 1, pa, "s", 4000) == 0);
+    uint64_t t0 = uv_hrtime();
+    int idle = raw_open(pa);
+    CHECK(idle >= 0);
+    struct rawtls slow, mute;
+    rawtls_open(&slow, pa, "n2", 1);
+    rawtls_open(&mute, pa, "n2", 0);
+    CHECK(rawtls_handshake(loop, &mute) == 1);
+    /* the slow one: one byte of its ClientHello every 20 ms */
+    SSL_do_handshake(slow.ssl);
+    while (!raw_closed(slow.fd) && uv_hrtime() - t0 < 5000000000u) {
+        rawtls_pump(loop, &slow);
+        spin(loop, 20);
+    }
+    uint64_t slow_ms = (uv_hrtime() - t0) / 1000000u;
+    CHECK(slow_ms >= MS_TRANSPORT_FIRST_FRAME_MS - EARLY);
+    CHECK(slow_ms <= MS_TRANSPORT_FIRST_FRAME_MS + LATE);
+    CHECK(BIO_ctrl_pending(slow.out) > 0); /* it was still sending */
+    uint64_t mute_ms = wait_closed(loop, mute.fd, t0,
+                                   MS_TRANSPORT_FIRST_FRAME_MS + LATE);
+    CHECK(mute_ms <= MS_TRANSPORT_FIRST_FRAME_MS + LATE);
+    CHECK(raw_closed(idle));
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.handshake_timeouts == 3 && st.handshake_failures == 3);
+    close(idle);
+    rawtls_close(&slow);
+    rawtls_close(&mute);
+
+    struct rawtls junk, plain;
+    rawtls_open(&junk, pa, "n2", 0);
+    rawtls_open(&plain, pa, "n2", 0);
+    CHECK(rawtls_handshake(loop, &junk) == 1);
+    CHECK(rawtls_handshake(loop, &plain) == 1);
+    const char *http = "GET / HTTP/1.1\r\nHost: example\r\nAccept: "
+                       "*/*\r\n\r\n"; /* more than a frame header */
+    rawtls_send(loop, &junk, http, strlen(http));
+    raw_write_all(loop, plain.fd, http, strlen(http));
+    spin(loop, 200);
+    CHECK(raw_closed(junk.fd) && raw_closed(plain.fd));
+    ms_transport_stats(a.t, &st);
+    CHECK(st.rejected_frames == 1);
+    CHECK(st.handshake_failures == 5);
+    rawtls_close(&junk);
+    rawtls_close(&plain);
+    ms_transport_close(a.t);
     spin(loop, 50);
 }
 
@@ -1042,6 +1290,11 @@ int main(void)
     a_dropped_slow_peer_that_stays_stopped_counts_everything(loop);
     tls_refuses(loop, "", "ca");      /* plaintext dials TLS */
     tls_refuses(loop, "bad", "other"); /* another CA */
+    wrong_secret_is_refused(loop); /* the HMAC inside TLS still refuses */
+    a_peer_connects_while_every_slot_is_held(loop);
+    tls_split_records_and_key_updates(loop);
+    tls_stalls_and_garbage(loop);
+    tls_contexts_check_roles_and_dates();
     tls_cert = "";
     remove_certs();
     uv_run(loop, UV_RUN_DEFAULT);
