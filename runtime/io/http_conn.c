@@ -490,6 +490,8 @@ static int on_message_begin(http_parser *p)
     c->token_seen = 0;
     c->api_len = 0;
     c->api_seen = 0;
+    c->api_x_seen = 0;
+    c->authz_seen = 0;
     c->in_opid = 0;
     c->opid_seen = 0;
     c->opid_len = 0;
@@ -580,13 +582,21 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
             return bad_header(c, "X-Moonshard-Token appears twice");
         if (c->in_token)
             c->token_seen = 1;
-        c->in_api = (c->field_len == 21 &&
-                     memcmp(c->field, "x-moonshard-api-token", 21) == 0) ||
-                    (c->field_len == 13 &&
-                     memcmp(c->field, "authorization", 13) == 0);
-        if (c->in_api && c->api_seen)
-            return bad_header(c, "the API token appears twice "
-                                 "(X-Moonshard-Api-Token, Authorization)");
+        /* X-Moonshard-Api-Token wins over Authorization, which a proxy
+         * may add for itself (Basic ...): each may appear once */
+        int xapi = c->field_len == 21 &&
+                   memcmp(c->field, "x-moonshard-api-token", 21) == 0;
+        int authz = c->field_len == 13 &&
+                    memcmp(c->field, "authorization", 13) == 0;
+        if ((xapi && c->api_x_seen) || (authz && c->authz_seen))
+            return bad_header(c, xapi ? "X-Moonshard-Api-Token appears "
+                                        "twice"
+                                      : "Authorization appears twice");
+        c->in_api = xapi || (authz && !c->api_x_seen);
+        if (xapi)
+            c->api_len = 0; /* an Authorization read before it is dropped */
+        c->api_x_seen |= xapi;
+        c->authz_seen |= authz;
         if (c->in_api)
             c->api_seen = 1;
         c->in_opid = c->field_len == 15 &&

@@ -57,6 +57,8 @@ struct conn {
                                    token (X-Moonshard-Api-Token or
                                    Authorization) */
     unsigned api_seen : 1;      /* this request has one */
+    unsigned api_x_seen : 1;    /* ... in X-Moonshard-Api-Token */
+    unsigned authz_seen : 1;    /* an Authorization header was read */
     char api[160];              /* its value ("Bearer " kept), cut */
     size_t api_len;
     unsigned in_opid : 1;       /* the header being read is Idempotency-Key */

@@ -369,6 +369,25 @@ describe("the gateway with TLS", function()
         end, 10, "the big tells to count")
     end)
 
+    it("takes the API token from X-Moonshard-Api-Token beside a proxy's "
+       .. "own Authorization header", function()
+        local ask = " -d '{\"type\":\"get\"}' " .. base .. entity("g9", "ask")
+        -- either order of the two headers
+        assert.equal("200", (curl("-X POST -H 'Authorization: Basic "
+                                  .. "cHJveHk6cHc=' -H 'X-Moonshard-Api-"
+                                  .. "Token: " .. API .. "'" .. ask)))
+        assert.equal("200", (curl("-X POST -H 'X-Moonshard-Api-Token: "
+                                  .. API .. "' -H 'Authorization: Basic "
+                                  .. "cHJveHk6cHc='" .. ask)))
+        -- a proxy's header alone is no token
+        assert.equal("401", (curl("-X POST -H 'Authorization: Basic "
+                                  .. "cHJveHk6cHc='" .. ask)))
+        -- each header once
+        assert.equal("400", (curl("-X POST -H 'X-Moonshard-Api-Token: "
+                                  .. API .. "' -H 'X-Moonshard-Api-Token: "
+                                  .. API .. "'" .. ask)))
+    end)
+
     it("answers pipelined requests in order", function()
         local reqs = "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
             .. "POST " .. entity("p1", "ask") .. " HTTP/1.1\r\nHost: x\r\n"
