@@ -16,8 +16,13 @@
     const HISTORY = 60;          // samples kept per counter (a minute)
     const FETCH_TIMEOUT_MS = 2500;
 
-    // Owner colours: assigned by member name, sorted, so every node's
-    // page colours the same member the same way.
+    // Owner colours: by the member's place among the current members'
+    // names, sorted, recomputed on each refresh, so every node's page that
+    // sees the same members colours each the same way, whenever it was
+    // opened (a colour kept from the order names were first seen differed
+    // between a page open during a join and one opened after it). A
+    // member's colour can change when another joins or goes; an owner
+    // that is no member any more is grey.
     const PALETTE = ["#3b5bdb", "#e8590c", "#2b8a3e", "#ae3ec9", "#1098ad",
                      "#f08c00", "#c2255c", "#5c940d", "#7048e8", "#495057"];
 
@@ -73,10 +78,8 @@
 
     function assignColours(members) {
         const names = members.map(m => m.name).sort();
-        names.forEach(n => {
-            if (!colours[n]) colours[n] = PALETTE[Object.keys(colours).length
-                                                  % PALETTE.length];
-        });
+        for (const n of Object.keys(colours)) delete colours[n];
+        names.forEach((n, i) => { colours[n] = PALETTE[i % PALETTE.length]; });
     }
 
     function age(ms) {
