@@ -16,8 +16,13 @@
     const HISTORY = 60;          // samples kept per counter (a minute)
     const FETCH_TIMEOUT_MS = 2500;
 
-    // Owner colours: assigned by member name, sorted, so every node's
-    // page colours the same member the same way.
+    // Owner colours: by the member's place among the current members'
+    // names, sorted, recomputed on each refresh, so every node's page that
+    // sees the same members colours each the same way, whenever it was
+    // opened (a colour kept from the order names were first seen differed
+    // between a page open during a join and one opened after it). A
+    // member's colour can change when another joins or goes; an owner
+    // that is no member any more is grey.
     const PALETTE = ["#3b5bdb", "#e8590c", "#2b8a3e", "#ae3ec9", "#1098ad",
                      "#f08c00", "#c2255c", "#5c940d", "#7048e8", "#495057"];
 
@@ -73,10 +78,8 @@
 
     function assignColours(members) {
         const names = members.map(m => m.name).sort();
-        names.forEach(n => {
-            if (!colours[n]) colours[n] = PALETTE[Object.keys(colours).length
-                                                  % PALETTE.length];
-        });
+        for (const n of Object.keys(colours)) delete colours[n];
+        names.forEach((n, i) => { colours[n] = PALETTE[i % PALETTE.length]; });
     }
 
     function age(ms) {
@@ -256,6 +259,49 @@
         box.append(mv);
     }
 
+    // One cell's content and attributes; `key` is what they are drawn
+    // from, kept on the cell so an unchanged shard is not touched again.
+    function drawCell(c, key, type, s, mv, e, selfName) {
+        c.replaceChildren(el("span", "", s.shard));
+        c.className = "cell";
+        c.style.removeProperty("background");
+        delete c.dataset.epoch;
+        let tip = type.name + " shard " + s.shard + "\n";
+        if (s.owner === null) {
+            c.classList.add("unowned");
+            c.dataset.owner = "";
+            tip += "no owner yet (allocated on its first message)";
+        } else {
+            c.dataset.owner = s.owner;
+            c.style.setProperty("background", colourOf(s.owner));
+            tip += "owner " + s.owner + " (generation " +
+                   gen(s.generation) + ")";
+        }
+        if (mv) {
+            c.classList.add("moving");
+            c.append(el("span", "arrow", "\u21c4"));
+            tip += "\nmoving: " + mv.state + " for " + age(mv.for_ms) +
+                   ", " + mv.buffered + " buffered";
+        }
+        if (type.leased) {
+            if (e !== undefined) {
+                c.dataset.epoch = e;
+                c.append(el("span", "epoch", "e" + e));
+                tip += "\nlease held by " + selfName + ", epoch " + e;
+            } else if (s.owner !== null) {
+                tip += "\nlease held by its owner " + s.owner +
+                       " (its epoch on " + s.owner + "'s page)";
+            }
+        }
+        c.title = tip;
+        c.dataset.shard = s.shard;
+        c._key = key;
+    }
+
+    // The cells are made once per shard and kept: each refresh redraws
+    // only the shards whose owner, generation, move or epoch changed, so
+    // a type of 65536 shards (MS_PLAN_MAX_SHARDS) does not rebuild its
+    // whole grid every second (that took seconds and froze the page).
     function drawMap(box, type, alloc, moving, epochs, selfName) {
         let map = box.querySelector('.map[data-type="' + CSS.escape(type.name)
                                     + '"]');
@@ -265,46 +311,25 @@
             map.append(el("h3"), el("div", "grid"));
             box.append(map);
         }
-        let owned = 0;
-        const cells = [];
-        for (const s of alloc.shards) {
-            const c = el("div", "cell");
-            c.dataset.shard = s.shard;
-            c.append(el("span", "", s.shard));
-            const mv = moving[s.shard];
-            let tip = type.name + " shard " + s.shard + "\n";
-            if (s.owner === null) {
-                c.classList.add("unowned");
-                c.dataset.owner = "";
-                tip += "no owner yet (allocated on its first message)";
-            } else {
-                owned++;
-                c.dataset.owner = s.owner;
-                c.style.setProperty("background", colourOf(s.owner));
-                tip += "owner " + s.owner + " (generation " +
-                       gen(s.generation) + ")";
-            }
-            if (mv) {
-                c.classList.add("moving");
-                c.append(el("span", "arrow", "\u21c4"));
-                tip += "\nmoving: " + mv.state + " for " + age(mv.for_ms) +
-                       ", " + mv.buffered + " buffered";
-            }
-            if (type.leased) {
-                const e = epochs[s.shard];
-                if (e !== undefined) {
-                    c.dataset.epoch = e;
-                    c.append(el("span", "epoch", "e" + e));
-                    tip += "\nlease held by " + selfName + ", epoch " + e;
-                } else if (s.owner !== null) {
-                    tip += "\nlease held by its owner " + s.owner +
-                           " (its epoch on " + s.owner + "'s page)";
-                }
-            }
-            c.title = tip;
-            cells.push(c);
+        const grid = map.querySelector(".grid");
+        const shards = alloc.shards;
+        if (grid.childElementCount !== shards.length) {
+            const cells = document.createDocumentFragment();
+            for (let i = 0; i < shards.length; i++) cells.append(el("div"));
+            grid.replaceChildren(cells);
         }
-        map.querySelector(".grid").replaceChildren(...cells);
+        let owned = 0;
+        let c = grid.firstElementChild;
+        for (const s of shards) {
+            const mv = moving[s.shard];
+            const e = type.leased ? epochs[s.shard] : undefined;
+            if (s.owner !== null) owned++;
+            const key = s.shard + "|" + s.owner + "|" + s.generation + "|" +
+                (mv ? mv.state + "|" + mv.for_ms + "|" + mv.buffered : "") +
+                "|" + e + "|" + (s.owner !== null ? colourOf(s.owner) : "");
+            if (c._key !== key) drawCell(c, key, type, s, mv, e, selfName);
+            c = c.nextElementSibling;
+        }
         map.querySelector("h3").textContent = type.name + " · " +
             alloc.shard_count + " shards · " + owned + " owned · " +
             Object.keys(moving).length + " moving · generation " +
@@ -358,6 +383,9 @@
                 new Date().toLocaleTimeString();
             failures = 0;
             banner(null);
+            // how many refreshes drew the page (for tests and scripts)
+            document.body.dataset.refreshes =
+                (+document.body.dataset.refreshes || 0) + 1;
         } catch (err) {
             failures++;
             banner("Cannot reach this node (" + location.host + "): " +

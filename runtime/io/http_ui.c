@@ -75,7 +75,10 @@ static const char *ctype_of(const char *name, size_t n)
  */
 static int read_whole(const char *path, char **out, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO (or a device) put in ui/ is opened without
+     * waiting for a writer, then refused as not a regular file; reads of
+     * a regular file ignore the flag */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return errno == ENOTDIR ? -ENOENT : -errno;
     struct stat st;

@@ -406,6 +406,9 @@ static void make_home(void)
     CHECK(mkdir(path, 0700) == 0);
     snprintf(path, sizeof path, "%s/ui/dir.js", home);
     CHECK(mkdir(path, 0700) == 0);
+    /* a FIFO no one writes: opening it for reading must not wait */
+    snprintf(path, sizeof path, "%s/ui/pipe.js", home);
+    CHECK(mkfifo(path, 0600) == 0);
     put_file("ui/index.html", "<p>page</p>", 11);
     put_file("ui/app.js", "let a = 1;", 10);
     put_file("secret.html", "<p>secret</p>", 13);
@@ -420,7 +423,8 @@ static void remove_home(void)
 {
     static const char *const rel[] = {"ui/index.html", "ui/app.js",
                                       "ui/big.js", "secret.html",
-                                      "ui/dir.js", "ui", ""};
+                                      "ui/dir.js", "ui/pipe.js", "ui",
+                                      ""};
     char path[256];
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", home, rel[i]);
@@ -684,6 +688,11 @@ int main(void)
     CHECK(request(loop, port, &c, GET("/ui/nope.js")) == 404);
     CHECK(request(loop, port, &c, GET("/ui/.app.js")) == 404);
     CHECK(request(loop, port, &c, GET("/ui/dir.js")) == 404);
+    /* a FIFO: 404 at once (the open waited for a writer, forever, on the
+     * loop thread; the alarm ends a test that hangs there) */
+    alarm(30);
+    CHECK(request(loop, port, &c, GET("/ui/pipe.js")) == 404);
+    alarm(0);
     CHECK(request(loop, port, &c, GET("/ui/index.htm")) == 404);
     CHECK(request(loop, port, &c, GET("/uifoo")) == 404);
     /* past the size bound: not sent */

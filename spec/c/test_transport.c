@@ -77,27 +77,46 @@ static struct ms_tls_ctx *tls_ctx(const char *name)
     return ctx;
 }
 
+/* Starts side `s` listening on 127.0.0.1:*port. free_port() found the
+ * port free only a moment ago, and the TLS context is made in between:
+ * another process (the builds and specs running beside this test connect
+ * all the time, each connection taking a port of the same ephemeral
+ * range) may hold it by the time the transport binds. A port in use is
+ * then replaced by a fresh one, up to START_TRIES times; *port says the
+ * one in use. Any other failure, or a port taken every time, ends the
+ * test: every later step would use the side's NULL transport (a
+ * segmentation fault, not a failed check). */
+enum { START_TRIES = 20 };
+
 static int start_with(struct side *s, uv_loop_t *loop, const char *name,
-                      uint64_t uid, int port, const char *secret,
+                      uint64_t uid, int *port, const char *secret,
                       uint64_t handshake_ms)
 {
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    struct ms_transport_config cfg = {
-        "test", name, addr, uid, (const uint8_t *)secret, strlen(secret),
-        "127.0.0.1", port, 1 << 16, 4 << 20, handshake_ms,
-        tls_ctx(tls_cert)};
-    struct ms_transport_callbacks cb = {s, on_peer, on_frame};
-    char err[200];
-    memset(s, 0, sizeof *s);
-    int rc = ms_transport_start(&s->t, loop, &cfg, &cb, err, sizeof err);
-    if (rc < 0)
-        fprintf(stderr, "start: %s\n", err);
+    int rc = UV_EADDRINUSE;
+    char err[200] = "";
+    for (int i = 0; i < START_TRIES && rc == UV_EADDRINUSE; i++) {
+        if (i > 0)
+            *port = free_port();
+        char addr[64];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", *port);
+        struct ms_transport_config cfg = {
+            "test", name, addr, uid, (const uint8_t *)secret,
+            strlen(secret), "127.0.0.1", *port, 1 << 16, 4 << 20,
+            handshake_ms, tls_ctx(tls_cert)};
+        struct ms_transport_callbacks cb = {s, on_peer, on_frame};
+        memset(s, 0, sizeof *s);
+        rc = ms_transport_start(&s->t, loop, &cfg, &cb, err, sizeof err);
+    }
+    if (rc < 0) {
+        fprintf(stderr, "start %s: %s\n", name, err);
+        CHECK(rc == 0);
+        exit(1);
+    }
     return rc;
 }
 
 static int start(struct side *s, uv_loop_t *loop, const char *name,
-                 uint64_t uid, int port, const char *secret)
+                 uint64_t uid, int *port, const char *secret)
 {
     return start_with(s, loop, name, uid, port, secret, 2000);
 }
@@ -129,8 +148,8 @@ static void handshake_and_frames(uv_loop_t *loop)
 {
     struct side a, b;
     int pa = free_port(), pb = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s3cret") == 0);
-    CHECK(start(&b, loop, "b", 2, pb, "s3cret") == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "s3cret") == 0);
+    CHECK(start(&b, loop, "b", 2, &pb, "s3cret") == 0);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
     CHECK(ms_transport_connect(a.t, addr) == 0);
@@ -161,8 +180,8 @@ static void wrong_secret_is_refused(uv_loop_t *loop)
 {
     struct side a, b;
     int pa = free_port(), pb = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "right") == 0);
-    CHECK(start(&b, loop, "b", 2, pb, "wrong") == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "right") == 0);
+    CHECK(start(&b, loop, "b", 2, &pb, "wrong") == 0);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
     CHECK(ms_transport_connect(a.t, addr) == 0);
@@ -196,7 +215,7 @@ static void garbage_and_oversize_frames_close_the_connection(uv_loop_t *loop)
 {
     struct side a;
     int pa = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "s") == 0);
     const char *http = "GET / HTTP/1.1\r\nHost: example\r\nAccept: */*\r\n\r\n";
     raw_send(loop, pa, http, strlen(http));
     uint8_t hdr[MS_FRAME_HEADER];
@@ -222,8 +241,8 @@ static int two_loops(uv_loop_t *loop, uv_loop_t *other, struct side *a,
 {
     uv_loop_init(other);
     int pa = free_port(), pb = free_port();
-    CHECK(start(a, loop, "a", 1, pa, "s") == 0);
-    CHECK(start(b, other, "b", 2, pb, "s") == 0);
+    CHECK(start(a, loop, "a", 1, &pa, "s") == 0);
+    CHECK(start(b, other, "b", 2, &pb, "s") == 0);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
     CHECK(ms_transport_connect(a->t, addr) == 0);
@@ -348,6 +367,34 @@ static int raw_closed(int fd)
     }
 }
 
+/* The port free_port() found is taken before the side binds it, as a
+ * connection of another process takes one of the same range: the side
+ * starts on a fresh port, which *port then names, instead of leaving a
+ * NULL transport to the steps after it. The port is held as such a
+ * connection holds it: bound, without SO_REUSEADDR. */
+static void a_side_whose_port_was_taken_starts_on_another(uv_loop_t *loop)
+{
+    struct side a;
+    int pa = free_port(), taken = pa;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa;
+    uv_ip4_addr("127.0.0.1", taken, &sa);
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "s") == 0);
+    CHECK(a.t != NULL && pa != taken);
+    int c = raw_open(pa); /* it listens where *port says */
+    CHECK(c >= 0);
+    spin(loop, 50);
+    struct ms_transport_stats st;
+    ms_transport_stats(a.t, &st);
+    CHECK(st.handshake_failures == 0); /* still in its first-frame wait */
+    if (c >= 0)
+        close(c);
+    close(fd);
+    ms_transport_close(a.t);
+    spin(loop, 50);
+}
+
 /* A header announcing a payload above the handshake's limit, though under
  * max_payload, is refused at once: the node does not wait for (and
  * buffer) the payload of someone who has not authenticated. */
@@ -355,7 +402,7 @@ static void large_frame_before_authentication_is_refused(uv_loop_t *loop)
 {
     struct side a;
     int pa = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "s") == 0);
     int fd = raw_open(pa);
     CHECK(fd >= 0);
     struct ms_frame f;
@@ -383,7 +430,7 @@ static void frames_after_a_refused_hello_are_ignored(uv_loop_t *loop)
 {
     struct side a;
     int pa = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "s") == 0);
     enum { FOLLOWING = 2000 };
     static uint8_t bytes[(FOLLOWING + 1) * MS_FRAME_HEADER + 2];
     struct ms_frame f;
@@ -422,8 +469,8 @@ static void one_source_holds_at_most_its_share(uv_loop_t *loop)
     enum { PER = MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE, ALL = PER + 12 };
     struct side a, b;
     int pa = free_port(), pb = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
-    CHECK(start(&b, loop, "b", 2, pb, "s") == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "s") == 0);
+    CHECK(start(&b, loop, "b", 2, &pb, "s") == 0);
     int other = raw_open_from(pa, "127.0.0.2");
     CHECK(other >= 0);
     int fds[ALL];
@@ -472,8 +519,8 @@ static void a_peer_connects_while_every_slot_is_held(uv_loop_t *loop)
     };
     struct side a, b;
     int pa = free_port(), pb = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
-    CHECK(start(&b, loop, "b", 2, pb, "s") == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "s") == 0);
+    CHECK(start(&b, loop, "b", 2, &pb, "s") == 0);
     /* one lone connection from 127.0.0.100, the oldest of all */
     int lone = raw_open_from(pa, "127.0.0.100");
     CHECK(lone >= 0);
@@ -542,7 +589,7 @@ static void silent_connections_are_evicted_first(uv_loop_t *loop)
     enum { PER = MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE, MORE = 4 };
     struct side a;
     int pa = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "s") == 0);
     int talker = raw_open(pa);
     CHECK(talker >= 0);
     uint8_t hello[512];
@@ -582,7 +629,7 @@ static void a_newcomer_is_not_taken_for_silent(uv_loop_t *loop)
     enum { PER = MS_TRANSPORT_MAX_HANDSHAKES_PER_SOURCE };
     struct side a;
     int pa = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "s") == 0);
     int old[PER];
     uint8_t hello[512];
     for (int i = 0; i < PER; i++) {
@@ -629,7 +676,7 @@ static void handshake_deadlines(uv_loop_t *loop)
     enum { WHOLE = 4000, EARLY = 200, LATE = 2000 };
     struct side a;
     int pa = free_port();
-    CHECK(start_with(&a, loop, "a", 1, pa, "s", WHOLE) == 0);
+    CHECK(start_with(&a, loop, "a", 1, &pa, "s", WHOLE) == 0);
     uint64_t t0 = uv_hrtime();
     int idle = raw_open(pa), talker = raw_open(pa);
     CHECK(idle >= 0 && talker >= 0);
@@ -661,8 +708,8 @@ static void no_connection_without_handshake_state(uv_loop_t *loop)
 {
     struct side a, b;
     int pa = free_port(), pb = free_port();
-    CHECK(start(&a, loop, "bad\"name", 1, pa, "s") == 0);
-    CHECK(start(&b, loop, "b", 2, pb, "s") == 0);
+    CHECK(start(&a, loop, "bad\"name", 1, &pa, "s") == 0);
+    CHECK(start(&b, loop, "b", 2, &pb, "s") == 0);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
     CHECK(ms_transport_connect(a.t, addr) == MS_EINVAL);
@@ -730,7 +777,7 @@ static void a_dial_that_does_not_connect_is_closed_early(uv_loop_t *loop)
     CHECK(lfd >= 0);
     int filler = raw_open(pl); /* takes the only place in the queue */
     CHECK(filler >= 0);
-    CHECK(start_with(&a, loop, "a", 1, pa, "s", WHOLE) == 0);
+    CHECK(start_with(&a, loop, "a", 1, &pa, "s", WHOLE) == 0);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pl);
     uint64_t t0 = uv_hrtime();
@@ -765,7 +812,7 @@ static void a_connected_dial_gets_the_whole_handshake(uv_loop_t *loop)
     int pa = free_port(), pl = 0;
     int lfd = raw_listener(8, &pl); /* the kernel completes the connect */
     CHECK(lfd >= 0);
-    CHECK(start_with(&a, loop, "a", 1, pa, "s", WHOLE) == 0);
+    CHECK(start_with(&a, loop, "a", 1, &pa, "s", WHOLE) == 0);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pl);
     uint64_t t0 = uv_hrtime();
@@ -790,7 +837,7 @@ static void a_dial_seen_late_is_not_dead(uv_loop_t *loop)
     int pa = free_port(), pl = 0;
     int lfd = raw_listener(8, &pl);
     CHECK(lfd >= 0);
-    CHECK(start_with(&a, loop, "a", 1, pa, "s", WHOLE) == 0);
+    CHECK(start_with(&a, loop, "a", 1, &pa, "s", WHOLE) == 0);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pl);
     CHECK(ms_transport_connect(a.t, addr) == 0);
@@ -831,8 +878,8 @@ static void connections_carry_the_user_timeout(uv_loop_t *loop)
 {
     struct side a, b;
     int pa = free_port(), pb = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s3cret") == 0);
-    CHECK(start(&b, loop, "b", 2, pb, "s3cret") == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "s3cret") == 0);
+    CHECK(start(&b, loop, "b", 2, &pb, "s3cret") == 0);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
     CHECK(ms_transport_connect(a.t, addr) == 0);
@@ -1045,10 +1092,10 @@ static void tls_refuses(uv_loop_t *loop, const char *a_cert,
     int pa = free_port(), pb = free_port();
     tls_cert = a_cert;
     tls_ca = a_ca;
-    CHECK(start(&a, loop, "a", 1, pa, "s3cret") == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "s3cret") == 0);
     tls_cert = "n2";
     tls_ca = "ca";
-    CHECK(start(&b, loop, "b", 2, pb, "s3cret") == 0);
+    CHECK(start(&b, loop, "b", 2, &pb, "s3cret") == 0);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pb);
     CHECK(ms_transport_connect(a.t, addr) == 0);
@@ -1262,6 +1309,7 @@ int main(void)
     ms_io_log_install();
     ms_log_setup("test", getenv("VERBOSE") ? 0 : MS_LOG_ERROR + 1);
     uv_loop_t *loop = uv_default_loop();
+    a_side_whose_port_was_taken_starts_on_another(loop);
     handshake_and_frames(loop);
     wrong_secret_is_refused(loop);
     garbage_and_oversize_frames_close_the_connection(loop);
@@ -1284,6 +1332,7 @@ int main(void)
      * chain), and the tells are counted in records */
     make_certs();
     tls_cert = "n1";
+    a_side_whose_port_was_taken_starts_on_another(loop);
     handshake_and_frames(loop);
     a_peer_that_stops_reading_is_dropped(loop);
     a_connection_the_kernel_ends_counts_what_it_held(loop);
