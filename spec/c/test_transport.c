@@ -1225,7 +1225,7 @@ static void tls_split_records_and_key_updates(uv_loop_t *loop)
 {
     struct side a;
     int pa = free_port();
-    CHECK(start(&a, loop, "a", 1, pa, "s") == 0);
+    CHECK(start(&a, loop, "a", 1, &pa, "s") == 0);
     uint8_t hello[512];
     size_t hn;
     for (int keyupdate = 0; keyupdate < 2; keyupdate++) {
@@ -1255,7 +1255,7 @@ static void tls_stalls_and_garbage(uv_loop_t *loop)
     enum { EARLY = 200, LATE = 2000 };
     struct side a;
     int pa = free_port();
-    CHECK(start_with(&a, loop, "a", 1, pa, "s", 4000) == 0);
+    CHECK(start_with(&a, loop, "a", 1, &pa, "s", 4000) == 0);
     uint64_t t0 = uv_hrtime();
     int idle = raw_open(pa);
     CHECK(idle >= 0);
