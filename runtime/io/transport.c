@@ -189,6 +189,19 @@ static void on_write(uv_write_t *req, int status)
     flush(c);
 }
 
+/* Writes c's `inflight` buffer (one write in flight at a time). */
+static void write_inflight(struct conn *c)
+{
+    uv_buf_t buf = uv_buf_init(c->inflight.p, (unsigned)c->inflight.len);
+    c->wreq.data = c;
+    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
+    if (rc < 0) {
+        conn_close(c, uv_strerror(rc));
+        return;
+    }
+    c->writing = 1;
+}
+
 /*
  * TLS: seals what is pending into records, then writes all the
  * ciphertext waiting (records, and the handshake's or an alert's bytes),
@@ -233,14 +246,7 @@ static void flush_tls(struct conn *c)
     }
     c->inflight.len = ms_tls_take(c->tls, c->inflight.p, n);
     c->wire_out += c->inflight.len;
-    uv_buf_t buf = uv_buf_init(c->inflight.p, (unsigned)c->inflight.len);
-    c->wreq.data = c;
-    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
-    if (rc < 0) {
-        conn_close(c, uv_strerror(rc));
-        return;
-    }
-    c->writing = 1;
+    write_inflight(c);
 }
 
 /* Writes what is pending, unless a write is in flight. */
@@ -256,14 +262,7 @@ static void flush(struct conn *c)
     c->inflight = c->pending;
     c->pending = tmp;
     c->pending.len = 0;
-    uv_buf_t buf = uv_buf_init(c->inflight.p, (unsigned)c->inflight.len);
-    c->wreq.data = c;
-    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
-    if (rc < 0) {
-        conn_close(c, uv_strerror(rc));
-        return;
-    }
-    c->writing = 1;
+    write_inflight(c);
 }
 
 /* The bytes of `c`'s stream its peer's kernel has acknowledged, or -1
