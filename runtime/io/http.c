@@ -179,38 +179,55 @@ static void on_ask(void *data, int err, const char *payload, size_t len)
 static void get_index(struct conn *c)
 {
     const char *a = c->h->address;
-    char text[2048];
+    /* a gateway_tls node speaks HTTPS only, and with an api_token the
+     * entity endpoints want it: the examples say so, else each one the
+     * page shows fails (no answer, or 401) */
+    int tls = c->h->tls != NULL;
+    const char *s = tls ? "https" : "http";
+    const char *o = tls ? " --cacert \"$MOONSHARD_CA\"" : "";
+    const char *tok = c->h->gw.api_token;
+    const char *t = tok != NULL && *tok != '\0'
+        ? " -H \"X-Moonshard-Api-Token: $MOONSHARD_API_TOKEN\"" : "";
+    char text[4096];
     int n;
 
     n = snprintf(text, sizeof text,
         "moonshard node %s -- HTTP gateway\n"
         "\n"
         "Send a message to an entity (202, no reply):\n"
-        "  curl -X POST -d '{\"type\":\"incr\"}' "
-        "http://%s/v1/entities/Counter/c1/tell\n"
+        "  curl%s%s -X POST -d '{\"type\":\"incr\"}' "
+        "%s://%s/v1/entities/Counter/c1/tell\n"
         "Ask an entity and wait for its reply (timeout in seconds, "
         "default 5, at most 300):\n"
-        "  curl -X POST -d '{\"type\":\"get\"}' "
-        "'http://%s/v1/entities/Counter/c1/ask?timeout=5'\n"
+        "  curl%s%s -X POST -d '{\"type\":\"get\"}' "
+        "'%s://%s/v1/entities/Counter/c1/ask?timeout=5'\n"
         "Passivate an entity:\n"
-        "  curl -X POST http://%s/v1/entities/Counter/c1/stop\n"
+        "  curl%s%s -X POST %s://%s/v1/entities/Counter/c1/stop\n"
         "Node counters and health (and Prometheus metrics):\n"
-        "  curl http://%s/v1/stats\n"
-        "  curl http://%s/v1/health\n"
-        "  curl http://%s/metrics\n"
+        "  curl%s %s://%s/v1/stats\n"
+        "  curl%s %s://%s/v1/health\n"
+        "  curl%s %s://%s/metrics\n"
         "The cluster: members, and a type's shard owners:\n"
-        "  curl http://%s/v1/members\n"
-        "  curl http://%s/v1/allocations/Counter\n"
+        "  curl%s %s://%s/v1/members\n"
+        "  curl%s %s://%s/v1/allocations/Counter\n"
         "The status page, in a browser (works offline):\n"
-        "  http://%s/ui\n"
+        "  %s://%s/ui\n"
+        "%s%s"
         "\n"
         "Bodies are JSON objects. Errors come back as\n"
         "{\"error\":{\"code\":...,\"message\":...,\"id\":...}} with a "
         "4xx or 5xx\nstatus; the node's log has the id with the whole "
         "detail.\n"
         "The same from a shell: moonshard tell|ask|stop|status "
-        "[--node %s] ...\n",
-        c->h->gw.name, a, a, a, a, a, a, a, a, a, a);
+        "[--node %s%s] ...\n",
+        c->h->gw.name,
+        o, t, s, a, o, t, s, a, o, t, s, a,
+        o, s, a, o, s, a, o, s, a, o, s, a, o, s, a,
+        s, a,
+        tls ? "(MOONSHARD_CA: the file of the CA that signed the "
+              "gateway's certificate)\n" : "",
+        *t ? "(the entity endpoints want the node's api_token)\n" : "",
+        tls ? "https://" : "", a);
     if (n < 0)
         n = 0;
     if ((size_t)n >= sizeof text)

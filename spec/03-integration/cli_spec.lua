@@ -144,6 +144,13 @@ describe("the moonshard CLI", function()
         assert.equal(2, code)
     end)
 
+    it("lists every command's options in its usage", function()
+        local code, out = cli("--help")
+        assert.equal(0, code)
+        assert.matches("status [--node H:P] [--json]", out, 1, true)
+        assert.matches("members [--node H:P] [--json]", out, 1, true)
+    end)
+
     it("exits 2 on a usage error", function()
         assert.equal(2, (cli("tell", "--node", n.address, "Counter", "x")))
         assert.equal(2, (cli("ask", "--node", n.address, "--timeout", "0",

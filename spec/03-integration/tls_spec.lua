@@ -408,6 +408,29 @@ describe("the gateway with TLS", function()
         assert.is_not_nil(out:find('"ok":true', b, true), out)
     end)
 
+    it("lists https:// examples on its index page, with the CA and the "
+       .. "API token its entity endpoints want", function()
+        local code, body = curl(base .. "/")
+        assert.equal("200", code)
+        -- every URL it shows is https:// (a plain http:// one gets no
+        -- answer from this port)
+        assert.is_nil(body:find("http://", 1, true), body)
+        assert.matches("https://127.0.0.1:" .. n1.port .. "/ui\n", body, 1,
+                       true)
+        assert.matches("curl --cacert \"$MOONSHARD_CA\" -H "
+                       .. "\"X-Moonshard-Api-Token: $MOONSHARD_API_TOKEN\" "
+                       .. "-X POST", body, 1, true)
+        assert.matches("curl --cacert \"$MOONSHARD_CA\" https://127.0.0.1:"
+                       .. n1.port .. "/v1/members\n", body, 1, true)
+        assert.matches("--node https://127.0.0.1:" .. n1.port, body, 1, true)
+        -- the ask it shows answers, with the CA and the token it names
+        local ask = body:match("  (curl [^\n]*/ask%?timeout=5')\n")
+        assert.is_not_nil(ask, body)
+        local out = sh(format("export MOONSHARD_CA=%s/ca.pem MOONSHARD_API_TOKEN=%s; "
+                              .. "%s -s -w ' %%{http_code}'", dir, API, ask))
+        assert.matches(" 200$", out)
+    end)
+
     it("streams membership events over TLS (GET /v1/events)", function()
         -- curl reads the stream for 2 s: the snapshot must arrive sealed
         -- like every response (a plaintext write would break the TLS
