@@ -69,22 +69,11 @@ end)
 describe("a node's weight and version", function()
     local c
 
-    -- Waits until the coordinator `n1` has n2's registration of its types
-    -- (n2's answer to the view request, which a loaded machine may delay
-    -- past the converged view; until then every shard goes to n1): a
-    -- shard of the Probe type placed on n2 says so, and n2 registered its
-    -- other types in the same answer.
+    -- Waits until the coordinator `n1` has n2's registration of its types:
+    -- a shard of the Probe type placed on n2 says so, and n2 registered
+    -- its other types in the same answer.
     local function registered(n1)
-        local k = 0
-        helpers.wait_until(function()
-            k = k + 1
-            local status, _, raw = n1:activate("Probe", "p" .. k)
-            assert.is_true(status >= 200 and status < 300, raw)
-            for _, s in ipairs(n1:allocations("Probe").shards) do
-                if s.owner == "n2" then return true end
-            end
-            return nil, "no Probe shard on n2 yet"
-        end, 20, "n2's types registered with the coordinator", 0.1)
+        n1:wait_placed_on("Probe", "n2", 20, "p")
     end
 
     setup(function()

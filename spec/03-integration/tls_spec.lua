@@ -118,6 +118,8 @@ local function captured_run(tls, payload)
     c:start()
     c:wait_converged(nil, 15)
     local n1, n2 = c:node("n1"), c:node("n2")
+    -- tells cross the link only once n1 places shards on n2
+    n1:wait_placed_on("Counter", "n2")
     for i = 1, 40 do
         local status = n1:http("POST", entity("c" .. i, "tell"),
                                { type = "incr", by = 1, note = payload })

@@ -409,6 +409,30 @@ function Node:activate(t, id)
     return self:http("POST", entity_path(t, id, "activate"))
 end
 
+-- Waits (up to `timeout` s, 20) until node n, the coordinator, places a
+-- shard of type t on the member named `name`: activates fresh ids of t
+-- ("<prefix>1", "<prefix>2", ...) through n until one lands there. A
+-- converged view is not enough: the coordinator places shards on a
+-- member only once it has that member's registration of its types,
+-- which a loaded machine may delay past the view; until then every
+-- shard goes elsewhere. `headers`: extra request headers (an API token).
+function Node:wait_placed_on(t, name, timeout, prefix, headers)
+    local k = 0
+    prefix = prefix or "placed-"
+    M.wait_until(function()
+        k = k + 1
+        local status, _, raw = self:http("POST", entity_path(t, prefix .. k,
+                                                             "activate"),
+                                         nil, headers and
+                                         { headers = headers } or nil)
+        assert(status >= 200 and status < 300, raw)
+        for _, s in ipairs(self:allocations(t).shards) do
+            if s.owner == name then return true end
+        end
+        return nil, "no " .. t .. " shard on " .. name .. " yet"
+    end, timeout or 20, t .. " shards placed on " .. name, 0.1)
+end
+
 -- POST /v1/leave or /v1/down (`action`) with a member's address as the
 -- JSON body, or a table encoded as the body ({ address = ..., force =
 -- true }). `token`: the X-Moonshard-Token header; nil: the cluster's
