@@ -49,6 +49,9 @@ local FIELDS = {
         .. "(slow request, idle, slow reader)." },
     http_refused = { "counter", "HTTP connections answered 503: too many "
         .. "open, none idle." },
+    http_tls_failures = { "counter", "HTTPS handshakes that failed "
+        .. "(gateway_tls): plain HTTP, a client that does not trust the "
+        .. "gateway, or one without a certificate its client CA signed." },
     event_streams = { "gauge", "Open GET /v1/events streams." },
     event_streams_cut_off = { "counter", "Event streams ended because "
         .. "their client fell too far behind." },

@@ -50,6 +50,9 @@ void ms_http_close(struct ms_http *h);
  * (zeros). */
 void ms_http_stats(struct ms_http *h, uint64_t *conns, uint64_t *timeouts,
                    uint64_t *refused);
+/* gateway_tls handshakes that failed (plain HTTP, a client that does not
+ * trust the certificate, a client without one the client CA signed). */
+uint64_t ms_http_tls_failures(struct ms_http *h);
 
 /*
  * Membership events as server-sent events (GET /v1/events, README

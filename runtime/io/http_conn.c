@@ -1085,6 +1085,11 @@ void ms_http_stats(struct ms_http *h, uint64_t *conns, uint64_t *timeouts,
     *refused = h ? h->refused : 0;
 }
 
+uint64_t ms_http_tls_failures(struct ms_http *h)
+{
+    return h ? h->tls_failures : 0;
+}
+
 /*
  * Stops listening and closes every connection at once (a response being
  * written is cut off). Pending asks keep their connection's memory alive

@@ -112,6 +112,7 @@ struct ms_http {
     uint64_t timeouts;          /* connections closed by their deadline */
     uint64_t refused;           /* connections answered 503 (too many) */
     uint64_t evicted;           /* closed to make room for a new one */
+    uint64_t tls_failures;      /* gateway_tls handshakes that failed */
     uint64_t id_seed, errors;   /* error ids: ms_client_error_id */
     struct ms_log_budget log4xx, log5xx;
     int closing;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/log.h"
 #include "tls.h"
 
 /* A write of ciphertext on behalf of the caller's request `orig`. */
@@ -85,6 +86,14 @@ int ms__http_tls_in(struct conn *c, const char *p, size_t n,
         int rc = ms_tls_handshake(c->tls);
         if (rc < 0) {
             write_pending(c, NULL, NULL); /* the alert */
+            /* counted; logged at powers of two (a port scan or a
+             * plaintext client must not flood the log) */
+            uint64_t k = ++c->h->tls_failures;
+            if ((k & (k - 1)) == 0)
+                ms_log(MS_LOG_WARN, NULL, "HTTPS handshake failed (%llu so "
+                       "far; logged at powers of two): plain HTTP or a "
+                       "client that does not trust this gateway",
+                       (unsigned long long)k);
             return rc;
         }
         if (write_pending(c, NULL, NULL) < 0)

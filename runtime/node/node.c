@@ -882,7 +882,8 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         "\"shards_stopped\":%llu,\"pending\":%llu,"
         "\"http_connections\":%llu,\"http_timeouts\":%llu,"
         "\"http_refused\":%llu,\"event_streams\":%llu,"
-        "\"event_streams_cut_off\":%llu,\"event_streams_refused\":%llu",
+        "\"event_streams_cut_off\":%llu,\"event_streams_refused\":%llu,"
+        "\"http_tls_failures\":%llu",
         n->cfg.node_name, n->cfg.cluster, MS_VERSION,
         (unsigned long long)s.routed, (unsigned long long)s.delivered,
         (unsigned long long)s.activations, (unsigned long long)s.passivations,
@@ -898,7 +899,8 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         (unsigned long long)ms_dispatch_pending(n->d),
         (unsigned long long)hconns, (unsigned long long)htimeouts,
         (unsigned long long)hrefused, (unsigned long long)estreams,
-        (unsigned long long)ecut, (unsigned long long)erefused);
+        (unsigned long long)ecut, (unsigned long long)erefused,
+        (unsigned long long)ms_http_tls_failures(n->http));
     if (len < 0)
         return 0;
     size_t o = (size_t)len;

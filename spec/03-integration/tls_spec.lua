@@ -447,9 +447,17 @@ describe("the gateway with TLS", function()
 
     it("refuses plain HTTP on its port, and a client that trusts "
        .. "another CA refuses it", function()
+        local function failures()
+            local _, body = curl(base .. "/v1/stats")
+            return helpers.json.decode(body).http_tls_failures
+        end
+        local before = failures()
         local _, rc = sh(format("curl -s -m 3 http://127.0.0.1:%d/v1/health",
                                 n1.port))
         assert.is_not.equal(0, rc)
+        -- counted, and logged (at powers of two)
+        assert.equal(before + 1, failures())
+        assert.matches("HTTPS handshake failed", n1:log(), 1, true)
         local out
         out, rc = sh(format("curl -s -m 3 --cacert %s/other.pem "
                             .. "%s/v1/health", dir, base))
