@@ -162,4 +162,48 @@ describe("the status page of a persistent type", function()
             end
         end
     end)
+
+    it("answers 503 while the database is down, and the page falls back "
+       .. "without console errors", function()
+        assert.is_truthy(browser, "the page of the test before")
+        local n1 = c:node("n1")
+        local holders = [[
+            const out = [];
+            for (const c of document.querySelectorAll(
+                    '.map[data-type="Seq"] .cell'))
+                if (c.dataset.holder) out.push(c.dataset.holder);
+            return out.length;
+        ]]
+        browser:open("http://" .. n1.address .. "/ui")
+        helpers.wait_until(function()
+            return browser:js(holders) == SHARDS or nil
+        end, 15, "n1's page to show every holder", 0.2)
+        srv:pause()
+        local ok, err = pcall(function()
+            local st, body, raw = n1:http("GET", "/v1/leases/Seq", nil,
+                                          { max_time = 20 })
+            assert.are.equal(503, st, raw)
+            assert.is_truthy(body and body.error and body.error.id, raw)
+            assert.is_truthy(body.error.code == "db_connection" or
+                             body.error.code == "timeout", raw)
+            -- the page stops reading them and shows what n1 knows itself
+            helpers.wait_until(function()
+                return browser:js(holders) == 0 or nil
+            end, 20, "n1's page to fall back", 0.2)
+            assert.are.equal(SHARDS, #browser:js([[
+                return Array.from(document.querySelectorAll(
+                    '.map[data-type="Seq"] .cell'), c => c.dataset.shard);
+            ]]))
+            assert.is_false(browser:js(
+                "return !document.querySelector('#banner').hidden;"))
+            assert.same({}, browser:severe())
+        end)
+        srv:resume()
+        assert(ok, err)
+        -- and reads them again once the database is back
+        helpers.wait_until(function()
+            return browser:js(holders) == SHARDS or nil
+        end, 30, "n1's page to show every holder again", 0.2)
+        assert.same({}, browser:severe())
+    end)
 end)
