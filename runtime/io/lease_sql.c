@@ -259,7 +259,7 @@ static void list_done(const struct ms_pg_result *res, void *data)
     size_t cap = 64 + 6 * (sizeof j->cluster + sizeof j->type);
     for (int r = 0; r < rows; r++) {
         const char *owner = ms_pg_result_value(res, r, 1);
-        cap += 128 + 6 * (owner ? strlen(owner) : 0);
+        cap += 160 + 6 * (owner ? strlen(owner) : 0);
     }
     char *out = malloc(cap);
     if (!out) {
