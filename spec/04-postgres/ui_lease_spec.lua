@@ -57,6 +57,16 @@ describe("the status page of a persistent type", function()
             end
             i = i + 1
         end
+        -- one shard moved by hand: its new owner takes the lease at a
+        -- higher epoch, so the epochs differ between shards
+        local before = n1:allocations("Seq").shards[1].owner
+        local st, _, raw = n1:http("POST", "/v1/move/Seq/0", nil,
+            { headers = { ["X-Moonshard-Token"] = c.admin_token } })
+        assert.are.equal(202, st, raw)
+        helpers.wait_until(function()
+            local now = n1:allocations("Seq").shards[1].owner
+            return now ~= before and now or nil
+        end, 20, "shard 0 to move away from " .. before)
         -- the lease rows: shard -> owner, epoch
         rows = helpers.wait_until(function()
             local out, n = {}, 0
@@ -67,8 +77,8 @@ describe("the status page of a persistent type", function()
                 out[tonumber(shard)] = { owner = owner, epoch = epoch }
                 n = n + 1
             end
-            return n == SHARDS and out or nil, n
-        end, 20, "a lease row for every shard")
+            return n == SHARDS and out[0].epoch == "2" and out or nil, n
+        end, 20, "a lease row for every shard, shard 0's at epoch 2")
         local holders = {}
         for _, r in pairs(rows) do holders[r.owner] = true end
         assert.is_true(holders.n1 and holders.n2 or false,
@@ -102,7 +112,8 @@ describe("the status page of a persistent type", function()
             assert.same(cli, got)
         end
         -- an unknown type, a type without leases: 404
-        local st, body, raw = n1:http("GET", "/v1/leases/Nope")
+        local body
+        st, body, raw = n1:http("GET", "/v1/leases/Nope")
         assert.are.equal(404, st, raw)
         assert.are.equal("unknown_type", body.error.code)
         st, body, raw = n1:http("GET", "/v1/leases/Plain")
