@@ -95,6 +95,20 @@ int ms_node_move(struct ms_node *n, const char *name, size_t len,
 int ms_node_remember_clear(struct ms_node *n, const char *type, size_t len,
                            uint32_t shard);
 
+/* GET /v1/leases/{type}: queues a read of the lease rows that the
+ * database holds for type `type` (len bytes) of this node's cluster, at
+ * most the type's shard_count of them (runtime/io/lease_sql.h
+ * ms_lease_sql_list, on the node's pool: nothing blocks). 0: `cb` gets,
+ * once and never inside this call, 0 and the JSON, or a negative code and
+ * a one-line text saying why (the database's error, its timeout, the
+ * node stopping); `cb_data` must stay valid until then. Else no callback:
+ * MS_ENOTYPE (no such type), MS_EINVAL (the type holds no leases: not
+ * persistent, not remembered in PostgreSQL), MS_EDBCONN (no pool: no
+ * `database`, or one libpq could not parse), MS_ECANCELED (the node is
+ * stopping), or the pool's refusal (MS_EDBFULL, MS_ENOMEM). */
+int ms_node_leases(struct ms_node *n, const char *type, size_t len,
+                   ms_ask_cb cb, void *cb_data);
+
 /* HTTP address the gateway listens on ("127.0.0.1:7201"), or "". */
 const char *ms_node_http_address(struct ms_node *n);
 

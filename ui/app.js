@@ -5,6 +5,12 @@
 //                              state and age), "leases" (epochs of the
 //                              leases this node holds), "entity_types"
 //   GET /v1/allocations/{type} one owner per shard, with its generation
+//   GET /v1/leases/{type}      a leased type's lease rows in the database
+//                              (holder and epoch of EVERY shard), read
+//                              every LEASES_MS while the node's database
+//                              is connected; without them (no answer,
+//                              an error) the map falls back to the
+//                              epochs of this node's own leases
 // Every POLL_MS it fetches them again and redraws; the counters keep the
 // last HISTORY samples for the sparklines. When the node does not answer,
 // a banner says so, the last data stays (dimmed) and polling goes on.
@@ -15,6 +21,8 @@
     const POLL_MS = 1000;
     const HISTORY = 60;          // samples kept per counter (a minute)
     const FETCH_TIMEOUT_MS = 2500;
+    const LEASES_MS = 2000;       // lease rows read at most this often
+    const LEASES_RETRY_MS = 10000; // and after a failure, this much later
 
     // Owner colours: by the member's place among the current members'
     // names, sorted, recomputed on each refresh, so every node's page that
@@ -49,6 +57,9 @@
     let lastStats = null, lastAt = 0;
     const colours = {};           // member name -> colour
     let failures = 0;
+    // type name -> { at, rows: {shard: row} | null, failed }: the last
+    // answer of /v1/leases/{type}, kept between reads
+    const leaseRows = {};
 
     const $ = sel => document.querySelector(sel);
 
@@ -261,11 +272,15 @@
 
     // One cell's content and attributes; `key` is what they are drawn
     // from, kept on the cell so an unchanged shard is not touched again.
-    function drawCell(c, key, type, s, mv, e, selfName) {
+    // `e` is this node's epoch of the shard (stats), `row` the database's
+    // lease row ({holder, epoch, held, expires_in_ms}) when it was read.
+    function drawCell(c, key, type, s, mv, e, row, selfName) {
         c.replaceChildren(el("span", "", s.shard));
         c.className = "cell";
         c.style.removeProperty("background");
         delete c.dataset.epoch;
+        delete c.dataset.holder;
+        delete c.dataset.lease;
         let tip = type.name + " shard " + s.shard + "\n";
         if (s.owner === null) {
             c.classList.add("unowned");
@@ -283,7 +298,19 @@
             tip += "\nmoving: " + mv.state + " for " + age(mv.for_ms) +
                    ", " + mv.buffered + " buffered";
         }
-        if (type.leased) {
+        if (type.leased && row) {
+            c.dataset.epoch = row.epoch;
+            c.dataset.holder = row.holder;
+            c.dataset.lease = row.held ? "held" : "expired";
+            c.append(el("span", "epoch" + (row.held ? "" : " expired"),
+                        "e" + row.epoch));
+            tip += row.held
+                ? "\nlease held by " + row.holder + ", epoch " + row.epoch +
+                  " (expires in " + age(Math.max(0, row.expires_in_ms)) + ")"
+                : "\nlease of " + row.holder + ", epoch " + row.epoch +
+                  ", expired " + age(Math.max(0, -row.expires_in_ms)) +
+                  " ago";
+        } else if (type.leased) {
             if (e !== undefined) {
                 c.dataset.epoch = e;
                 c.append(el("span", "epoch", "e" + e));
@@ -302,7 +329,7 @@
     // only the shards whose owner, generation, move or epoch changed, so
     // a type of 65536 shards (MS_PLAN_MAX_SHARDS) does not rebuild its
     // whole grid every second (that took seconds and froze the page).
-    function drawMap(box, type, alloc, moving, epochs, selfName) {
+    function drawMap(box, type, alloc, moving, epochs, rows, selfName) {
         let map = box.querySelector('.map[data-type="' + CSS.escape(type.name)
                                     + '"]');
         if (!map) {
@@ -323,24 +350,61 @@
         for (const s of shards) {
             const mv = moving[s.shard];
             const e = type.leased ? epochs[s.shard] : undefined;
+            const row = type.leased && rows ? rows[s.shard] : undefined;
             if (s.owner !== null) owned++;
+            // the time left is in the tooltip to the second only, so a
+            // row redraws once a second, not on every read
             const key = s.shard + "|" + s.owner + "|" + s.generation + "|" +
                 (mv ? mv.state + "|" + mv.for_ms + "|" + mv.buffered : "") +
-                "|" + e + "|" + (s.owner !== null ? colourOf(s.owner) : "");
-            if (c._key !== key) drawCell(c, key, type, s, mv, e, selfName);
+                "|" + e + "|" + (row ? row.holder + "|" + row.epoch + "|" +
+                                 row.held + "|" +
+                                 Math.round(row.expires_in_ms / 1000) : "") +
+                "|" + (s.owner !== null ? colourOf(s.owner) : "");
+            if (c._key !== key)
+                drawCell(c, key, type, s, mv, e, row, selfName);
             c = c.nextElementSibling;
         }
         map.querySelector("h3").textContent = type.name + " · " +
             alloc.shard_count + " shards · " + owned + " owned · " +
             Object.keys(moving).length + " moving · generation " +
-            gen(alloc.generation) + (type.leased ? " · leased (epochs of "
-                                + selfName + "'s leases shown)" : "");
+            gen(alloc.generation) + (!type.leased ? ""
+                : rows ? " · leased (holders and epochs from the database)"
+                : " · leased (epochs of " + selfName + "'s leases shown)");
+    }
+
+    // The lease rows of a leased type, {shard: row}, or null when there
+    // are none to show: the node's database is not connected, or the
+    // last read failed (tried again LEASES_RETRY_MS later; the stats'
+    // own epochs are shown meanwhile). Fetched only while the database
+    // is connected, so a node without one is not asked for an answer it
+    // can only refuse (the browser logs every refused fetch).
+    async function leasesOf(type, stats) {
+        const db = stats.database || {};
+        const got = leaseRows[type.name];
+        const now = Date.now();
+        if (!db.connected) return null;
+        if (got && now - got.at < (got.failed ? LEASES_RETRY_MS
+                                                : LEASES_MS))
+            return got.rows;
+        try {
+            const ans = await getJSON("/v1/leases/" +
+                                      encodeURIComponent(type.name));
+            const rows = {};
+            for (const r of ans.leases || []) rows[r.shard] = r;
+            leaseRows[type.name] = { at: now, rows: rows, failed: false };
+            return rows;
+        } catch (err) {
+            leaseRows[type.name] = { at: now, rows: null, failed: true };
+            return null;
+        }
     }
 
     async function drawMaps(stats) {
         const types = stats.entity_types || [];
         const allocs = await Promise.all(types.map(t =>
             getJSON("/v1/allocations/" + encodeURIComponent(t.name))));
+        const leases = await Promise.all(types.map(t =>
+            t.leased ? leasesOf(t, stats) : null));
         const box = $("#maps");
         const keep = new Set(types.map(t => t.name));
         for (const m of box.querySelectorAll(".map"))
@@ -351,7 +415,8 @@
                 if (h.type === t.name) moving[h.shard] = h;
             for (const e of (stats.leases && stats.leases.epochs) || [])
                 if (e.type === t.name) epochs[e.shard] = e.epoch;
-            drawMap(box, t, allocs[i], moving, epochs, stats.node);
+            drawMap(box, t, allocs[i], moving, epochs, leases[i],
+                    stats.node);
         });
     }
 

@@ -78,6 +78,13 @@ struct ms_gateway {
      * the shard is out of the type's range. */
     int (*remember_clear)(void *data, const char *type, size_t len,
                           uint32_t shard);
+    /* GET /v1/leases/{type}: the lease rows of a persistent type, read
+     * from the database later (see ms_node_leases): 0 and `cb` once with
+     * the JSON (err 0) or a code and a one-line text; else MS_ENOTYPE,
+     * MS_EINVAL (the type holds no leases), MS_EDBCONN (no database) or
+     * another negative code, and no callback. */
+    int (*leases)(void *data, const char *type, size_t len, ms_ask_cb cb,
+                  void *cb_data);
 };
 
 #endif

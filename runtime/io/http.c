@@ -210,6 +210,9 @@ static void get_index(struct conn *c)
         "The cluster: members, and a type's shard owners:\n"
         "  curl%s %s://%s/v1/members\n"
         "  curl%s %s://%s/v1/allocations/Counter\n"
+        "A persistent type's lease holders and epochs (from the "
+        "database):\n"
+        "  curl%s %s://%s/v1/leases/Order\n"
         "The status page, in a browser (works offline):\n"
         "  %s://%s/ui\n"
         "%s%s"
@@ -222,7 +225,7 @@ static void get_index(struct conn *c)
         "[--node %s%s] ...\n",
         c->h->gw.name,
         o, t, s, a, o, t, s, a, o, t, s, a,
-        o, s, a, o, s, a, o, s, a, o, s, a, o, s, a,
+        o, s, a, o, s, a, o, s, a, o, s, a, o, s, a, o, s, a,
         s, a,
         tls ? "(MOONSHARD_CA: the file of the CA that signed the "
               "gateway's certificate)\n" : "",
@@ -333,6 +336,64 @@ static void get_allocations(struct conn *c, char *type, size_t tlen)
     gw->allocations_json(gw->data, t, buf, need + 1);
     respond(c, 200, JSON, buf, need);
     free(buf);
+}
+
+/* The lease rows came back from the database (or did not). */
+static void on_leases(void *data, int err, const char *payload, size_t len)
+{
+    struct conn *c = data;
+
+    if (!c->closing) {
+        if (err == 0) {
+            respond(c, 200, JSON, payload, len);
+        } else {
+            /* the database down, its timeout, a refused statement, the
+             * node stopping: all "try again later"; the text (the
+             * server's own words) is logged whole under the error id */
+            char detail[1024];
+            snprintf(detail, sizeof detail, "%.*s",
+                     (int)(len < sizeof detail ? len : sizeof detail - 1),
+                     payload ? payload : "");
+            respond_error_x(c, 503, NULL, ms_errname(err), detail, FOREIGN,
+                            ms_strerror(err));
+        }
+    }
+    conn_unref(c);
+}
+
+/*
+ * GET /v1/leases/{type}: the lease rows of a persistent type in this
+ * cluster, read from the database (the node's pool; the connection is
+ * answered when the SELECT ends). 404 for an unknown type and for a type
+ * that holds no leases; 503 when the node has no database, or the
+ * database fails or does not answer in time.
+ */
+static void get_leases(struct conn *c, char *type, size_t tlen)
+{
+    if (pct_decode(type, &tlen) != 0) {
+        respond_error(c, 400, "bad_request", "bad percent-escape in path");
+        return;
+    }
+    const struct ms_gateway *gw = &c->h->gw;
+    int shown = (int)(tlen > 100 ? 100 : tlen);
+    c->refs++;
+    int rc = gw->leases(gw->data, type, tlen, on_leases, c);
+    if (rc == 0)
+        return;
+    c->refs--;
+    if (rc == MS_ENOTYPE)
+        respond_error(c, 404, ms_errname(MS_ENOTYPE),
+                      "unknown entity type '%.*s'", shown, type);
+    else if (rc == MS_EINVAL)
+        respond_error(c, 404, "not_leased", "type '%.*s' holds no leases "
+                      "(neither persistent nor remembered in PostgreSQL)",
+                      shown, type);
+    else if (rc == MS_EDBCONN)
+        respond_error(c, 503, ms_errname(rc), "this node has no usable "
+                      "database (no `database` in its config, or one that "
+                      "could not be parsed)");
+    else
+        respond_error(c, 503, ms_errname(rc), "%s", ms_strerror(rc));
 }
 
 /*
@@ -810,6 +871,11 @@ void ms__http_route(struct conn *c)
     if (plen > 16 && memcmp(path, "/v1/allocations/", 16) == 0) {
         if (get)
             get_allocations(c, path + 16, plen - 16);
+        else
+            not_allowed(c, "GET");
+    } else if (plen > 11 && memcmp(path, "/v1/leases/", 11) == 0) {
+        if (get)
+            get_leases(c, path + 11, plen - 11);
         else
             not_allowed(c, "GET");
     } else if (streq(path, plen, "/v1/leave") ||

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../core/errors.h"
+#include "../core/jsoncheck.h"
 
 #define NAME_MAX_BYTES 63
 
@@ -196,4 +197,136 @@ void ms_lease_sql_close(struct ms_lease_sql *ls)
     ls->closed = 1;
     if (!ls->inflight)
         free(ls);
+}
+
+/* ---- the lease rows of one type (GET /v1/leases/{type}) ---------------- */
+
+/* $1 cluster, $2 type, $3 limit. The database's clock says what has
+ * expired and how long is left, as for the nodes and `moonshard db
+ * leases` (runtime/db_show.c). */
+const char ms_lease_sql_list_rows[] =
+    "SELECT shard, owner, epoch, expires_at > now(),"
+    " (extract(epoch FROM expires_at - now()) * 1000)::bigint"
+    " FROM moonshard_leases WHERE cluster = $1 AND type = $2"
+    " ORDER BY shard LIMIT $3::integer";
+
+struct list_job {
+    void (*cb)(void *data, int err, const char *payload, size_t len);
+    void *data;
+    char cluster[NAME_MAX_BYTES + 1];
+    char type[NAME_MAX_BYTES + 1];
+};
+
+/* 1 when v is an optional '-' and 1..19 digits (a bigint or integer
+ * column's text, safe to copy into JSON as a number). */
+static int is_int(const char *v)
+{
+    size_t i = v[0] == '-', d = 0;
+    for (; v[i]; i++, d++)
+        if (v[i] < '0' || v[i] > '9')
+            return 0;
+    return d >= 1 && d <= 19;
+}
+
+static void list_fail(struct list_job *j, int err, const char *why)
+{
+    j->cb(j->data, err, why, strlen(why));
+}
+
+static void list_done(const struct ms_pg_result *res, void *data)
+{
+    struct list_job *j = data;
+    int err = ms_pg_result_error(res);
+    if (err) {
+        char why[MS_PG_MESSAGE_MAX + 64];
+        const char *m = ms_pg_result_message(res);
+        snprintf(why, sizeof why, "%s%s%s", ms_strerror(err),
+                 m && *m ? ": " : "", m ? m : "");
+        ms_pg_one_line(why);
+        list_fail(j, err, why);
+        free(j);
+        return;
+    }
+    int rows = ms_pg_result_rows(res);
+    if (ms_pg_result_cols(res) != 5) {
+        list_fail(j, MS_EDBQUERY, "the lease rows came back in an "
+                  "unexpected shape");
+        free(j);
+        return;
+    }
+    /* each row: its fixed text, 3 numbers of at most 20 bytes and the
+     * holder's name escaped (at most 6 bytes per byte) */
+    size_t cap = 64 + 6 * (sizeof j->cluster + sizeof j->type);
+    for (int r = 0; r < rows; r++) {
+        const char *owner = ms_pg_result_value(res, r, 1);
+        cap += 160 + 6 * (owner ? strlen(owner) : 0);
+    }
+    char *out = malloc(cap);
+    if (!out) {
+        list_fail(j, MS_ENOMEM, ms_strerror(MS_ENOMEM));
+        free(j);
+        return;
+    }
+    size_t n = 0;
+    n += (size_t)snprintf(out + n, cap - n, "{\"type\":\"");
+    ms_json_put_escaped(out, cap, &n, j->type, strlen(j->type));
+    n += (size_t)snprintf(out + n, cap - n, "\",\"cluster\":\"");
+    ms_json_put_escaped(out, cap, &n, j->cluster, strlen(j->cluster));
+    n += (size_t)snprintf(out + n, cap - n, "\",\"leases\":[");
+    for (int r = 0; r < rows; r++) {
+        const char *shard = ms_pg_result_value(res, r, 0);
+        const char *owner = ms_pg_result_value(res, r, 1);
+        const char *epoch = ms_pg_result_value(res, r, 2);
+        const char *held = ms_pg_result_value(res, r, 3);
+        const char *left = ms_pg_result_value(res, r, 4);
+        if (!shard || !owner || !epoch || !held || !left || !is_int(shard)
+            || !is_int(epoch) || !is_int(left)) {
+            free(out);
+            list_fail(j, MS_EDBQUERY, "a lease row holds a value that is "
+                      "not what the schema says");
+            free(j);
+            return;
+        }
+        n += (size_t)snprintf(out + n, cap - n,
+                              "%s{\"shard\":%s,\"holder\":\"",
+                              r ? "," : "", shard);
+        ms_json_put_escaped(out, cap, &n, owner, strlen(owner));
+        n += (size_t)snprintf(out + n, cap - n,
+                              "\",\"epoch\":%s,\"held\":%s,"
+                              "\"expires_in_ms\":%s}", epoch,
+                              strcmp(held, "t") == 0 ? "true" : "false",
+                              left);
+    }
+    n += (size_t)snprintf(out + n, cap - n, "]}");
+    j->cb(j->data, 0, out, n);
+    free(out);
+    free(j);
+}
+
+int ms_lease_sql_list(struct ms_pg *pg, const char *cluster,
+                      const char *type_name, uint32_t limit,
+                      void (*cb)(void *data, int err, const char *payload,
+                                 size_t len),
+                      void *data)
+{
+    if (!pg || !cb || !cluster || !cluster[0] ||
+        strlen(cluster) > NAME_MAX_BYTES || !type_name || !type_name[0] ||
+        strlen(type_name) > NAME_MAX_BYTES || limit == 0 ||
+        limit > MS_LEASE_SQL_LIST_MAX)
+        return MS_EINVAL;
+    struct list_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return MS_ENOMEM;
+    j->cb = cb;
+    j->data = data;
+    memcpy(j->cluster, cluster, strlen(cluster) + 1);
+    memcpy(j->type, type_name, strlen(type_name) + 1);
+    char lim[16];
+    snprintf(lim, sizeof lim, "%u", limit);
+    const char *params[3] = {cluster, type_name, lim};
+    int rc = ms_pg_query(pg, ms_lease_sql_list_rows, 3, params, list_done,
+                         j);
+    if (rc < 0)
+        free(j);
+    return rc;
 }

@@ -55,7 +55,31 @@ int ms_lease_sql_run(struct ms_lease_sql *ls, const struct ms_lease_action *a,
  * answered its last statement (at once when none is out). NULL: no-op. */
 void ms_lease_sql_close(struct ms_lease_sql *ls);
 
+/*
+ * GET /v1/leases/{type} (README "HTTP endpoints"): the lease rows of type
+ * `type_name` (1..63 bytes) in cluster `cluster` (1..63 bytes), at most
+ * `limit` of them (the type's shard_count, 1..MS_LEASE_SQL_LIST_MAX),
+ * ordered by shard, read by one SELECT queued on `pg` (never blocks).
+ * `cb` later gets, once, err 0 and the JSON
+ *   {"type":T,"cluster":C,"leases":[{"shard":N,"holder":"n2",
+ *    "epoch":E,"held":bool,"expires_in_ms":MS},...]}
+ * (epoch as a decimal number; expires_in_ms on the database's clock,
+ * negative once expired; held: expires_at > now()), or a negative code
+ * (the pool's: MS_EDBCONN, MS_ETIMEDOUT, MS_EDBQUERY, MS_ECANCELED, ...,
+ * or MS_ENOMEM) and a one-line text saying why. Strings are copied;
+ * `payload` is borrowed during the call. Returns 0 (`cb` will run, never
+ * inside this call), or a negative code and no callback (MS_EINVAL, the
+ * pool's queue full, the pool closing, MS_ENOMEM).
+ */
+#define MS_LEASE_SQL_LIST_MAX 65536 /* MS_PLAN_MAX_SHARDS */
+int ms_lease_sql_list(struct ms_pg *pg, const char *cluster,
+                      const char *type_name, uint32_t limit,
+                      void (*cb)(void *data, int err, const char *payload,
+                                 size_t len),
+                      void *data);
+
 /* The SQL of each statement, for tests and reading. */
+extern const char ms_lease_sql_list_rows[];
 extern const char ms_lease_sql_acquire[];
 extern const char ms_lease_sql_renew[];
 extern const char ms_lease_sql_release[];

@@ -21,6 +21,7 @@
 #include "../core/log.h"
 #include "../io/cluster.h"
 #include "../io/http.h"
+#include "../io/lease_sql.h"
 #include "../io/router.h"
 #include "../io/uverr.h"
 #include "../io/watchdog.h"
@@ -326,6 +327,30 @@ static int gw_remember_clear(void *n, const char *type, size_t len,
     return ms_node_remember_clear(n, type, len, shard);
 }
 
+int ms_node_leases(struct ms_node *n, const char *type, size_t len,
+                   ms_ask_cb cb, void *cb_data)
+{
+    int t = ms_node_type(n, type, len);
+    if (t < 0)
+        return MS_ENOTYPE;
+    const struct ms_type_config *tc = &n->cfg.types[t];
+    if (!ms_type_leased(tc))
+        return MS_EINVAL;
+    if (n->closing)
+        return MS_ECANCELED;
+    struct ms_pg *pg = ms_node_db_pool(n->db);
+    if (!pg)
+        return MS_EDBCONN;
+    return ms_lease_sql_list(pg, n->cfg.cluster, tc->name, tc->shard_count,
+                             cb, cb_data);
+}
+
+static int gw_leases(void *n, const char *type, size_t len, ms_ask_cb cb,
+                     void *cb_data)
+{
+    return ms_node_leases(n, type, len, cb, cb_data);
+}
+
 /* The gateway of node n: every endpoint goes through these. */
 static void gateway_of(struct ms_node *n, struct ms_gateway *gw)
 {
@@ -356,6 +381,7 @@ static void gateway_of(struct ms_node *n, struct ms_gateway *gw)
     gw->down = gw_down;
     gw->move = gw_move;
     gw->remember_clear = gw_remember_clear;
+    gw->leases = gw_leases;
 }
 
 /* Binds persistent entities to the node's journal (with a database). */

@@ -28,6 +28,9 @@ struct fake {
     uint64_t timeout_ms;      /* of the last ask */
     char lua[128];            /* "module.fn" of the last call_lua */
     int admin_rc;             /* what check_admin answers */
+    int leases;               /* leases calls */
+    int leases_rc;            /* what leases answers at once, if not 0 */
+    int leases_err;           /* the error its callback gets, if not 0 */
     ms_ask_cb cb;             /* the ask to answer */
     void *cb_data;
     uv_timer_t answer;
@@ -208,6 +211,37 @@ static int f_remember_clear(void *d, const char *type, size_t len,
     if (f->clear_rc != 0)
         return f->clear_rc;
     return shard > 15 ? MS_EINVAL : shard == 5 ? 1 : 0;
+}
+
+static void on_leases_answer(uv_timer_t *t)
+{
+    struct fake *f = t->data;
+    static const char rows[] = "{\"type\":\"Counter\",\"leases\":[]}";
+    static const char why[] = "no connection to PostgreSQL: refused";
+    if (f->leases_err)
+        f->cb(f->cb_data, f->leases_err, why, sizeof why - 1);
+    else
+        f->cb(f->cb_data, 0, rows, sizeof rows - 1);
+}
+
+/* Known type "Counter" holds leases, "Plain" does not; answered from the
+ * loop later, as the database would. */
+static int f_leases(void *d, const char *type, size_t len, ms_ask_cb cb,
+                    void *data)
+{
+    struct fake *f = d;
+    f->leases++;
+    keep(f->body, sizeof f->body, type, len);
+    if (f->leases_rc != 0)
+        return f->leases_rc;
+    if (len == 5 && memcmp(type, "Plain", 5) == 0)
+        return MS_EINVAL;
+    if (f_type(d, type, len) < 0)
+        return MS_ENOTYPE;
+    f->cb = cb;
+    f->cb_data = data;
+    uv_timer_start(&f->answer, on_leases_answer, 1, 0);
+    return 0;
 }
 
 /* ---- a client: one request, the whole response (Connection: close) -------- */
@@ -452,7 +486,8 @@ int main(void)
         .members_json = f_members, .owner_json = f_owner,
         .allocations_json = f_allocations, .call_lua = f_call_lua,
         .check_admin = f_check_admin, .leave = f_leave, .down = f_down,
-        .move = f_move, .remember_clear = f_remember_clear};
+        .move = f_move, .remember_clear = f_remember_clear,
+        .leases = f_leases};
     struct ms_http *h;
     char err[256];
     CHECK(ms_http_start(&h, loop, &gw, "127.0.0.1", 0, err, sizeof err) == 0);
@@ -657,6 +692,41 @@ int main(void)
     CHECK(request(loop, port, &c, CLEAR("Counter/5")) == 403);
     CHECK(f.clears == 5);
 #undef CLEAR
+
+    /* GET /v1/leases/{type}: answered when the node's read ends */
+#define LEASES(path) "GET /v1/leases/" path " HTTP/1.1\r\nHost: x\r\n" \
+                     "Connection: close\r\n\r\n"
+    CHECK(request(loop, port, &c, LEASES("Counter")) == 200);
+    CHECK(strcmp(body_of(&c), "{\"type\":\"Counter\",\"leases\":[]}") == 0);
+    CHECK(f.leases == 1 && strcmp(f.body, "Counter") == 0);
+    CHECK(request(loop, port, &c, LEASES("Cou%6eter")) == 200);
+    CHECK(f.leases == 2 && strcmp(f.body, "Counter") == 0);
+    CHECK(request(loop, port, &c, LEASES("Nope")) == 404);
+    CHECK(strstr(body_of(&c), "\"unknown_type\"") != NULL);
+    CHECK(request(loop, port, &c, LEASES("Plain")) == 404);
+    CHECK(strstr(body_of(&c), "\"not_leased\"") != NULL);
+    CHECK(request(loop, port, &c, LEASES("bad%zz")) == 400);
+    CHECK(f.leases == 4);
+    /* the database fails later, or the node has none: 503 */
+    f.leases_err = MS_EDBCONN;
+    CHECK(request(loop, port, &c, LEASES("Counter")) == 503);
+    CHECK(strstr(body_of(&c), "{\"error\":{\"code\":\"db_connection\"")
+          == body_of(&c));
+    f.leases_err = MS_ETIMEDOUT;
+    CHECK(request(loop, port, &c, LEASES("Counter")) == 503);
+    CHECK(strstr(body_of(&c), "\"code\":\"timeout\"") != NULL);
+    f.leases_err = 0;
+    f.leases_rc = MS_EDBCONN;
+    CHECK(request(loop, port, &c, LEASES("Counter")) == 503);
+    CHECK(strstr(body_of(&c), "no usable database") != NULL);
+    f.leases_rc = 0;
+    CHECK(f.leases == 7);
+    CHECK(request(loop, port, &c,
+                  "POST /v1/leases/Counter HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\nContent-Length: 0\r\n\r\n")
+          == 405);
+    CHECK(f.leases == 7);
+#undef LEASES
 
     /* the status page: files of <home>/ui by plain name, with their type */
 #define GET(path) "GET " path " HTTP/1.1\r\nHost: x\r\nConnection: close" \
