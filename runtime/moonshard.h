@@ -105,7 +105,10 @@ int ms_node_remember_clear(struct ms_node *n, const char *type, size_t len,
  * MS_ENOTYPE (no such type), MS_EINVAL (the type holds no leases: not
  * persistent, not remembered in PostgreSQL), MS_EDBCONN (no pool: no
  * `database`, or one libpq could not parse), MS_ECANCELED (the node is
- * stopping), or the pool's refusal (MS_EDBFULL, MS_ENOMEM). */
+ * stopping), MS_EBUSY (MS_NODE_LEASE_READS_MAX reads are running: the
+ * pool is shared with the lease renewals), or the pool's refusal
+ * (MS_EDBFULL, MS_ENOMEM). */
+#define MS_NODE_LEASE_READS_MAX 2
 int ms_node_leases(struct ms_node *n, const char *type, size_t len,
                    ms_ask_cb cb, void *cb_data);
 

@@ -392,6 +392,9 @@ static void get_leases(struct conn *c, char *type, size_t tlen)
         respond_error(c, 503, ms_errname(rc), "this node has no usable "
                       "database (no `database` in its config, or one that "
                       "could not be parsed)");
+    else if (rc == MS_EBUSY)
+        respond_error(c, 503, ms_errname(rc), "the node is reading lease "
+                      "rows for other requests already; try again later");
     else
         respond_error(c, 503, ms_errname(rc), "%s", ms_strerror(rc));
 }

@@ -57,6 +57,8 @@ struct ms_node {
     int gc_dirty;      /* messages were handled since the last GC cycle */
     uint64_t seen_rounds, rounds;
     int closing;
+    int lease_reads;   /* GET /v1/leases reads on the pool, at most
+                          MS_NODE_LEASE_READS_MAX */
     int open_handles;
     char http_address[160];
     char home[PATH_MAX];
@@ -327,6 +329,26 @@ static int gw_remember_clear(void *n, const char *type, size_t len,
     return ms_node_remember_clear(n, type, len, shard);
 }
 
+/* One GET /v1/leases read on the node's pool: counted while it runs, so
+ * readers of an open endpoint cannot queue more than
+ * MS_NODE_LEASE_READS_MAX SELECTs (of up to 65536 rows) ahead of the
+ * lease renewals that share the pool. n outlives it: the node is freed
+ * only after its pool, whose close answers every job. */
+struct lease_read {
+    struct ms_node *n;
+    ms_ask_cb cb;
+    void *cb_data;
+};
+
+static void on_lease_read(void *data, int err, const char *payload,
+                          size_t len)
+{
+    struct lease_read *r = data;
+    r->n->lease_reads--;
+    r->cb(r->cb_data, err, payload, len);
+    free(r);
+}
+
 int ms_node_leases(struct ms_node *n, const char *type, size_t len,
                    ms_ask_cb cb, void *cb_data)
 {
@@ -341,8 +363,22 @@ int ms_node_leases(struct ms_node *n, const char *type, size_t len,
     struct ms_pg *pg = ms_node_db_pool(n->db);
     if (!pg)
         return MS_EDBCONN;
-    return ms_lease_sql_list(pg, n->cfg.cluster, tc->name, tc->shard_count,
-                             cb, cb_data);
+    if (n->lease_reads >= MS_NODE_LEASE_READS_MAX)
+        return MS_EBUSY;
+    struct lease_read *r = malloc(sizeof *r);
+    if (!r)
+        return MS_ENOMEM;
+    r->n = n;
+    r->cb = cb;
+    r->cb_data = cb_data;
+    int rc = ms_lease_sql_list(pg, n->cfg.cluster, tc->name,
+                               tc->shard_count, on_lease_read, r);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    n->lease_reads++;
+    return 0;
 }
 
 static int gw_leases(void *n, const char *type, size_t len, ms_ask_cb cb,

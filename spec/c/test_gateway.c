@@ -719,13 +719,19 @@ int main(void)
     f.leases_rc = MS_EDBCONN;
     CHECK(request(loop, port, &c, LEASES("Counter")) == 503);
     CHECK(strstr(body_of(&c), "no usable database") != NULL);
+    /* the node runs its maximum of lease reads already */
+    f.leases_rc = MS_EBUSY;
+    CHECK(request(loop, port, &c, LEASES("Counter")) == 503);
+    CHECK(strstr(body_of(&c), "{\"error\":{\"code\":\"busy\"")
+          == body_of(&c));
+    CHECK(strstr(body_of(&c), "reading lease rows") != NULL);
     f.leases_rc = 0;
-    CHECK(f.leases == 7);
+    CHECK(f.leases == 8);
     CHECK(request(loop, port, &c,
                   "POST /v1/leases/Counter HTTP/1.1\r\nHost: x\r\n"
                   "Connection: close\r\nContent-Length: 0\r\n\r\n")
           == 405);
-    CHECK(f.leases == 7);
+    CHECK(f.leases == 8);
 #undef LEASES
 
     /* the status page: files of <home>/ui by plain name, with their type */
