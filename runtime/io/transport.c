@@ -7,8 +7,9 @@
  * connection to the same peer appears, both sides keep the one dialed by
  * the node with the smaller uid, so exactly one survives.
  *
- * Output: two buffers per connection. While a write is in flight new frames
- * go to `pending`; when it completes, `pending` is written as one batch.
+ * Output (write batching, TLS sealing, the tells a connection that ends
+ * still held) is in transport_out.c; the state both share in
+ * transport_int.h.
  *
  * Unauthenticated incoming connections are held to the deadlines and caps
  * described in transport.h: a timer per connection (first frame, then the
@@ -17,7 +18,8 @@
  * the one to evict. Their failures are counted and logged at powers of
  * two (note_failure).
  */
-#include "transport.h"
+
+#include "transport_int.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -33,96 +35,6 @@
 #include "tls.h"
 #include "uverr.h"
 
-#define READ_BUF (64 * 1024)
-
-/* Where an incoming connection comes from, for the per-source cap: the
- * IPv4 address (also when mapped into IPv6), or the first 8 bytes (the
- * /64) of an IPv6 address, since one host easily has a whole /64. */
-struct source {
-    uint8_t family;            /* 4, 6, or 0: unknown */
-    uint8_t bytes[16];         /* the rest zero */
-};
-
-struct obuf {
-    char *p;
-    size_t len, cap;
-};
-
-/* Where each tell queued on a connection ends in its byte stream, oldest
- * first, until the peer's kernel has acknowledged it: what a connection
- * that ends still held is counted (link_drops). */
-struct tellring {
-    uint64_t *end;
-    size_t head, len, cap;
-    size_t sealed;             /* TLS: the oldest `sealed` ends are in
-                                  wire_out terms (their record is made) */
-};
-
-struct conn {
-    uv_tcp_t tcp;
-    uv_timer_t timer;          /* handshake deadline */
-    uv_connect_t connect;
-    uv_write_t wreq;
-    uv_shutdown_t sreq;
-    struct ms_transport *t;
-    struct conn *prev, *next;
-    struct ms_auth *auth;
-    struct ms_frame_decoder dec;
-    struct obuf pending, inflight;
-    struct tellring tells;
-    uint64_t out_bytes;        /* bytes queued on the stream so far */
-    uint64_t acked_base;       /* the kernel's acknowledged count before
-                                  the first byte (tcpinfo.h) */
-    int acked_known;           /* acked_base was read */
-    int dead;                  /* the kernel or the peer ended it */
-    int draining;              /* dropped: its kernel sends what it holds
-                                  until the peer or the kernel ends it */
-    uint64_t peer_uid;
-    uint64_t seq;              /* creation order: smaller is older */
-    uint64_t started_ms;       /* accepted or dialed (loop time) */
-    uint64_t first_ms;         /* the first frame's deadline, for the log */
-    struct source src;         /* inbound: the peer's source */
-    char source[64];           /* inbound: "ip:port" for the log */
-    char address[128];         /* dialed address, or the peer's, once known */
-    char peer_name[128];
-    int outbound;
-    int tcp_up;                /* outbound: the TCP connect completed */
-    int got_frame;             /* a whole frame arrived */
-    int noted;                 /* its failed handshake was counted */
-    int authed;                /* handshake done */
-    int in_handshake;          /* inbound, counted in t->handshaking */
-    int refused;               /* handshake refused: reads nothing more */
-    int registered;            /* the peer's live connection */
-    int writing;
-    int closing;
-    int close_after_write;
-    int open_handles;
-    struct ms_tls *tls;        /* NULL: plaintext link */
-    int tls_up;                /* the TLS handshake is done */
-    uint64_t wire_out;         /* TLS: ciphertext bytes handed to libuv */
-};
-
-struct ms_transport {
-    uv_loop_t *loop;
-    uv_tcp_t listener;
-    struct ms_transport_config cfg;
-    char cluster[128], name[128], address[128], host[64];
-    uint8_t secret[256];
-    struct ms_transport_callbacks cb;
-    struct ms_auth_replay *replay;
-    struct conn *conns;
-    struct ms_transport_stats st;
-    int handshaking;           /* inbound connections in the handshake */
-    uint64_t next_seq;
-    uint64_t dial_failures;    /* this node's dials whose handshake failed */
-    int closing;
-    int open;                  /* listener + connections not yet freed */
-    struct ms_tls_ctx *tls;    /* NULL: plaintext links; owned */
-    char rbuf[READ_BUF];
-    char pbuf[READ_BUF];       /* TLS: plaintext of what was read */
-};
-
-static void conn_close(struct conn *c, const char *reason);
 
 /* ---- addresses ------------------------------------------------------- */
 
@@ -148,303 +60,6 @@ static int parse_addr(const char *address, struct sockaddr_storage *ss)
             uv_ip6_addr(host + 1, port, (struct sockaddr_in6 *)ss));
     }
     return ms_uv_error(uv_ip4_addr(host, port, (struct sockaddr_in *)ss));
-}
-
-/* ---- output ------------------------------------------------------------ */
-
-static int obuf_reserve(struct obuf *b, size_t more)
-{
-    if (b->len + more <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 16384;
-    while (cap < b->len + more)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p)
-        return MS_ENOMEM;
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static void flush(struct conn *c);
-
-static void on_write(uv_write_t *req, int status)
-{
-    struct conn *c = req->data;
-    c->writing = 0;
-    c->inflight.len = 0;
-    if (status < 0) {
-        if (!c->closing) {
-            c->dead = 1;
-            conn_close(c, uv_strerror(status));
-        }
-        return;
-    }
-    if (c->close_after_write && !c->pending.len &&
-        !(c->tls && ms_tls_pending(c->tls))) {
-        conn_close(c, NULL);
-        return;
-    }
-    flush(c);
-}
-
-/* Writes c's `inflight` buffer (one write in flight at a time). */
-static void write_inflight(struct conn *c)
-{
-    uv_buf_t buf = uv_buf_init(c->inflight.p, (unsigned)c->inflight.len);
-    c->wreq.data = c;
-    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
-    if (rc < 0) {
-        conn_close(c, uv_strerror(rc));
-        return;
-    }
-    c->writing = 1;
-}
-
-/*
- * TLS: seals what is pending into records, then writes all the
- * ciphertext waiting (records, and the handshake's or an alert's bytes),
- * unless a write is in flight. Nothing is sealed before the TLS handshake
- * is done. Each record holds at most MS_TLS_RECORD bytes of `pending`;
- * a tell whose last byte is in it now ends where the record ends in the
- * ciphertext (wire_out terms): the peer can read no part of a record
- * before all of it arrived, so the tell counts as delivered once the
- * peer's kernel acknowledged the record's last byte.
- */
-static void flush_tls(struct conn *c)
-{
-    if (c->writing || c->closing)
-        return;
-    struct tellring *r = &c->tells;
-    if (c->tls_up && c->pending.len) {
-        uint64_t plain = c->out_bytes - c->pending.len;
-        size_t off = 0;
-        while (off < c->pending.len) {
-            size_t n = c->pending.len - off;
-            if (n > MS_TLS_RECORD)
-                n = MS_TLS_RECORD;
-            if (ms_tls_write(c->tls, c->pending.p + off, n) < 0) {
-                conn_close(c, ms_tls_reason(c->tls));
-                return;
-            }
-            off += n;
-            uint64_t wire_end = c->wire_out + ms_tls_pending(c->tls);
-            while (r->sealed < r->len &&
-                   r->end[(r->head + r->sealed) % r->cap] <= plain + off)
-                r->end[(r->head + r->sealed++) % r->cap] = wire_end;
-        }
-        c->pending.len = 0;
-    }
-    size_t n = ms_tls_pending(c->tls);
-    if (!n)
-        return;
-    c->inflight.len = 0;
-    if (obuf_reserve(&c->inflight, n) < 0) {
-        conn_close(c, "out of memory");
-        return;
-    }
-    c->inflight.len = ms_tls_take(c->tls, c->inflight.p, n);
-    c->wire_out += c->inflight.len;
-    write_inflight(c);
-}
-
-/* Writes what is pending, unless a write is in flight. */
-static void flush(struct conn *c)
-{
-    if (c->tls) {
-        flush_tls(c);
-        return;
-    }
-    if (c->writing || !c->pending.len || c->closing)
-        return;
-    struct obuf tmp = c->inflight;
-    c->inflight = c->pending;
-    c->pending = tmp;
-    c->pending.len = 0;
-    write_inflight(c);
-}
-
-/* The bytes of `c`'s stream its peer's kernel has acknowledged, or -1
- * where the kernel does not say. */
-static int64_t acked_bytes(struct conn *c)
-{
-    uv_os_fd_t fd;
-    uint64_t n;
-    if (!c->acked_known || uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0 ||
-        ms_tcp_bytes_acked(fd, &n) != 0 || n < c->acked_base)
-        return -1;
-    return (int64_t)(n - c->acked_base);
-}
-
-/* Forgets the tells whose bytes ended at or before `upto` (stream
- * bytes; with TLS, ciphertext bytes: only sealed tells are compared). */
-static void tells_forget(struct conn *c, uint64_t upto)
-{
-    struct tellring *r = &c->tells;
-    while (r->len && (!c->tls || r->sealed) && r->end[r->head] <= upto) {
-        r->head = (r->head + 1) % r->cap;
-        r->len--;
-        if (c->tls)
-            r->sealed--;
-    }
-}
-
-/* The bytes of the stream handed to the kernel so far (with TLS, the
- * ciphertext's): queued, less what is still pending or in libuv's write
- * queue. */
-static uint64_t handed_bytes(struct conn *c)
-{
-    uint64_t queued = c->writing ? uv_stream_get_write_queue_size(
-                                       (uv_stream_t *)&c->tcp)
-                                 : 0;
-    if (c->tls)
-        return c->wire_out - queued;
-    return c->out_bytes - c->pending.len - queued;
-}
-
-/* Makes room for one more tell: forgets the acknowledged ones, else
- * grows the ring (it holds at most what max_out_bytes and the kernel's
- * send buffer hold). */
-static int tells_reserve(struct conn *c)
-{
-    struct tellring *r = &c->tells;
-    if (r->len < r->cap)
-        return 0;
-    int64_t acked = acked_bytes(c);
-    if (acked < 0) {
-        /* the kernel does not say: what it was handed is all that is
-         * counted when the connection ends (count_lost_tells), so the
-         * ring need hold no more */
-        acked = (int64_t)handed_bytes(c);
-    }
-    tells_forget(c, (uint64_t)acked);
-    /* grow unless a quarter is free: a ring that stays nearly full must
-     * not cost a getsockopt per tell */
-    if (r->cap && r->len <= r->cap - r->cap / 4)
-        return 0;
-    size_t cap = r->cap ? r->cap * 2 : 256;
-    uint64_t *p = malloc(cap * sizeof *p);
-    if (!p)
-        return MS_ENOMEM;
-    for (size_t i = 0; i < r->len; i++)
-        p[i] = r->end[(r->head + i) % r->cap];
-    free(r->end);
-    r->end = p;
-    r->head = 0;
-    r->cap = cap;
-    return 0;
-}
-
-/*
- * Counts the tells a closing connection loses: those its peer's kernel
- * had not acknowledged when the kernel or the peer ended the connection
- * (the kernel drops its send queue then), or, when this node closes a
- * live connection, those not yet handed to the kernel (which still sends
- * what it has).
- */
-static void count_lost_tells(struct conn *c)
-{
-    struct tellring *r = &c->tells;
-    if (!r->len)
-        return;
-    uint64_t upto = handed_bytes(c);
-    if (c->dead) {
-        int64_t acked = acked_bytes(c);
-        if (acked >= 0 && (uint64_t)acked < upto)
-            upto = (uint64_t)acked;
-    }
-    tells_forget(c, upto);
-    c->t->st.link_drops += r->len;
-    r->len = 0;
-}
-
-static void on_drain_timeout(uv_timer_t *timer)
-{
-    conn_close(timer->data, "dropped peer did not finish reading");
-}
-
-static void on_drained(uv_shutdown_t *req, int status)
-{
-    (void)req;
-    (void)status; /* an error also ends the connection: on_read says */
-}
-
-/*
- * Drops the peer of `c`, which is not reading, without losing count of
- * what its kernel holds: the tells still pending here are lost now; what
- * the kernel was handed is sent, then the connection is half-closed. It
- * ends when the peer has read it all and closed (EOF) or when the kernel
- * gives up (the user timeout, while the window stays closed); then
- * count_lost_tells counts what the peer's kernel had not acknowledged.
- * Closing the socket now instead would orphan it: the kernel aborts it
- * after the user timeout, losing what it held, uncounted.
- */
-static void conn_drain(struct conn *c, const char *reason)
-{
-    struct ms_transport *t = c->t;
-    struct tellring *r = &c->tells;
-    uint64_t handed = c->out_bytes - c->pending.len;
-    if (c->tls) {
-        /* what is not sealed is still pending, and is dropped */
-        t->st.link_drops += r->len - r->sealed;
-        r->len = r->sealed;
-    }
-    while (!c->tls && r->len &&
-           r->end[(r->head + r->len - 1) % r->cap] > handed) {
-        r->len--;
-        t->st.link_drops++;
-    }
-    c->out_bytes = handed;
-    c->pending.len = 0;
-    char f[200];
-    ms_log_field_s(f, sizeof f, 0, "peer", c->peer_name);
-    ms_log(MS_LOG_WARN, f, "connection dropped: %s", reason);
-    c->draining = 1;
-    if (c->registered && !t->closing && t->cb.on_peer)
-        t->cb.on_peer(t->cb.data, c->peer_uid, c->peer_name, c->address, 0);
-    c->registered = 0;
-    c->sreq.data = c;
-    if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, on_drained) < 0) {
-        conn_close(c, NULL);
-        return;
-    }
-    uv_timer_start(&c->timer, on_drain_timeout,
-                   2 * MS_TRANSPORT_USER_TIMEOUT_MS, 0);
-}
-
-/* Appends a frame to the connection's pending output. */
-static int put_frame(struct conn *c, const struct ms_frame *f)
-{
-    int rc = ms_frame_check(f);
-    if (rc < 0)
-        return rc;
-    size_t size = ms_frame_size(f);
-    if (size > c->t->cfg.max_payload + MS_FRAME_HEADER + MS_FRAME_MAX_TYPE +
-                   MS_MAX_ID)
-        return MS_E2BIG;
-    if (c->pending.len + c->inflight.len + size > c->t->cfg.max_out_bytes) {
-        c->t->st.slow_peer_drops++;
-        conn_drain(c, "peer is not reading: its output queue is full");
-        return MS_EOVERFLOW;
-    }
-    if (obuf_reserve(&c->pending, size) < 0)
-        return MS_ENOMEM;
-    if (f->kind == MS_FRAME_TELL && tells_reserve(c) < 0)
-        return MS_ENOMEM;
-    size_t len;
-    rc = ms_frame_encode(f, (uint8_t *)c->pending.p + c->pending.len,
-                             c->pending.cap - c->pending.len, &len);
-    if (rc < 0)
-        return rc;
-    c->pending.len += len;
-    c->out_bytes += len;
-    if (f->kind == MS_FRAME_TELL) {
-        struct tellring *r = &c->tells;
-        r->end[(r->head + r->len++) % r->cap] = c->out_bytes;
-    }
-    c->t->st.frames_out++;
-    return 0;
 }
 
 /* ---- lifecycle of a connection --------------------------------------- */
@@ -524,7 +139,7 @@ static void leave_handshake(struct conn *c)
     c->t->handshaking--;
 }
 
-static void conn_close(struct conn *c, const char *reason)
+void ms__tr_close(struct conn *c, const char *reason)
 {
     if (c->closing)
         return;
@@ -537,7 +152,7 @@ static void conn_close(struct conn *c, const char *reason)
         ms_log_field_s(f, sizeof f, 0, "peer", c->peer_name);
         ms_log(MS_LOG_WARN, f, "connection closed: %s", reason);
     }
-    count_lost_tells(c);
+    ms__tr_count_lost_tells(c);
     unlink_conn(c);
     leave_handshake(c);
     if (c->registered && !t->closing && t->cb.on_peer)
@@ -575,7 +190,7 @@ static void on_handshake_timeout(uv_timer_t *timer)
     if (c->refused) {
         /* counted and logged when it was refused; its AUTH_FAIL is still
          * not written: stop waiting for a peer that does not read */
-        conn_close(c, NULL);
+        ms__tr_close(c, NULL);
         return;
     }
     if (c->outbound && !c->tcp_up && tcp_connected(c)) {
@@ -601,7 +216,7 @@ static void on_handshake_timeout(uv_timer_t *timer)
         snprintf(why, sizeof why, "no handshake frame within %llu ms",
                  (unsigned long long)c->first_ms);
     note_failure(c, why);
-    conn_close(c, NULL);
+    ms__tr_close(c, NULL);
 }
 
 /* The first frame arrived: the rest of the handshake is due by the
@@ -710,7 +325,7 @@ static void authenticated(struct conn *c)
     snprintf(c->address, sizeof c->address, "%s",
              ms_auth_peer_address(c->auth));
     if (c->peer_uid == t->cfg.uid) {
-        conn_close(c, "connected to itself");
+        ms__tr_close(c, "connected to itself");
         return;
     }
     struct conn *old = find_peer(t, c->peer_uid);
@@ -719,11 +334,11 @@ static void authenticated(struct conn *c)
         uint64_t dialer_new = c->outbound ? t->cfg.uid : c->peer_uid;
         uint64_t keep = t->cfg.uid < c->peer_uid ? t->cfg.uid : c->peer_uid;
         if (dialer_new != keep) {
-            conn_close(c, NULL);
+            ms__tr_close(c, NULL);
             return;
         }
         old->registered = 0; /* silently replaced: the peer stays up */
-        conn_close(old, NULL);
+        ms__tr_close(old, NULL);
         c->registered = 1;
         t->st.connections++;
         return;
@@ -743,7 +358,7 @@ static void handshake(struct conn *c, const struct ms_frame *in)
     int rc = in ? ms_auth_on_frame(c->auth, in, &out, buf, sizeof buf)
                 : ms_auth_start(c->auth, &out, buf, sizeof buf);
     if (out.kind)
-        put_frame(c, &out);
+        ms__tr_put_frame(c, &out);
     if (rc < 0) {
         /* read nothing more: frames the peer sent after the refused one
          * (already buffered, or still coming) must not each be refused,
@@ -758,12 +373,12 @@ static void handshake(struct conn *c, const struct ms_frame *in)
         note_failure(c, why);
         c->close_after_write = 1;
         if (!c->pending.len && !c->writing)
-            conn_close(c, NULL);
+            ms__tr_close(c, NULL);
         else
-            flush(c);
+            ms__tr_flush(c);
         return;
     }
-    flush(c);
+    ms__tr_flush(c);
     if (rc == MS_AUTH_DONE)
         authenticated(c);
 }
@@ -794,7 +409,7 @@ static void on_bytes(struct conn *c, const char *p, size_t n)
             char why[240];
             snprintf(why, sizeof why, "malformed frame: %s",
                      ms_frame_decoder_error(&c->dec));
-            conn_close(c, why);
+            ms__tr_close(c, why);
             return;
         }
         if (rc == 0)
@@ -807,7 +422,7 @@ static void on_bytes(struct conn *c, const char *p, size_t n)
         }
         if (f.kind < MS_FRAME_TELL) {
             c->t->st.rejected_frames++;
-            conn_close(c, "handshake frame after authentication");
+            ms__tr_close(c, "handshake frame after authentication");
             return;
         }
         c->t->st.frames_in++;
@@ -832,9 +447,9 @@ static void tls_refused(struct conn *c)
     note_failure(c, why);
     c->pending.len = 0; /* the HMAC handshake's frames: never sealed */
     c->close_after_write = 1;
-    flush(c);
+    ms__tr_flush(c);
     if (!c->writing && !c->closing)
-        conn_close(c, NULL);
+        ms__tr_close(c, NULL);
 }
 
 /* TLS: ciphertext arrived; runs the handshake until it is done, then
@@ -843,7 +458,7 @@ static void tls_refused(struct conn *c)
 static void on_cipher(struct conn *c, const char *p, size_t n)
 {
     if (ms_tls_feed(c->tls, p, n) < 0) {
-        conn_close(c, ms_tls_reason(c->tls));
+        ms__tr_close(c, ms_tls_reason(c->tls));
         return;
     }
     if (!c->tls_up) {
@@ -853,7 +468,7 @@ static void on_cipher(struct conn *c, const char *p, size_t n)
             return;
         }
         if (rc == 0) {
-            flush(c);
+            ms__tr_flush(c);
             return;
         }
         c->tls_up = 1;
@@ -865,12 +480,12 @@ static void on_cipher(struct conn *c, const char *p, size_t n)
             break;
         if (got < 0) {
             c->dead = 1;
-            conn_close(c, ms_tls_reason(c->tls));
+            ms__tr_close(c, ms_tls_reason(c->tls));
             return;
         }
         on_bytes(c, plain, (size_t)got);
     }
-    flush(c);
+    ms__tr_flush(c);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
@@ -878,7 +493,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     struct conn *c = s->data;
     if (nread < 0) {
         c->dead = 1;
-        conn_close(c, nread == UV_EOF ? "peer closed the connection"
+        ms__tr_close(c, nread == UV_EOF ? "peer closed the connection"
                                       : uv_strerror((int)nread));
         return;
     }
@@ -1004,7 +619,7 @@ static void evict(struct conn *victim, const char *why)
 {
     victim->t->st.handshake_evictions++;
     note_failure(victim, why);
-    conn_close(victim, NULL);
+    ms__tr_close(victim, NULL);
 }
 
 /*
@@ -1069,7 +684,7 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
-        conn_close(c, "accept failed");
+        ms__tr_close(c, "accept failed");
         return;
     }
     take_source(c);
@@ -1083,7 +698,7 @@ static void on_connect(uv_connect_t *req, int status)
     if (c->closing)
         return;
     if (status < 0) {
-        conn_close(c, NULL); /* the cluster layer retries */
+        ms__tr_close(c, NULL); /* the cluster layer retries */
         return;
     }
     /* connected: the rest of the handshake is due by the overall
@@ -1195,7 +810,7 @@ int ms_transport_connect(struct ms_transport *t, const char *address)
     rc = uv_tcp_connect(&c->connect, &c->tcp, (struct sockaddr *)&ss,
                         on_connect);
     if (rc < 0) {
-        conn_close(c, uv_strerror(rc));
+        ms__tr_close(c, uv_strerror(rc));
         return rc;
     }
     return 0;
@@ -1207,9 +822,9 @@ int ms_transport_send(struct ms_transport *t, uint64_t uid,
     struct conn *c = find_peer(t, uid);
     if (!c || c->closing)
         return UV_ENOTCONN;
-    int rc = put_frame(c, f);
+    int rc = ms__tr_put_frame(c, f);
     if (rc == 0)
-        flush(c);
+        ms__tr_flush(c);
     return rc;
 }
 
@@ -1223,7 +838,7 @@ void ms_transport_drop(struct ms_transport *t, uint64_t uid,
 {
     struct conn *c = find_peer(t, uid);
     if (c)
-        conn_close(c, reason);
+        ms__tr_close(c, reason);
 }
 
 void ms_transport_stats(struct ms_transport *t,
@@ -1246,6 +861,6 @@ void ms_transport_close(struct ms_transport *t)
 {
     t->closing = 1;
     while (t->conns)
-        conn_close(t->conns, NULL);
+        ms__tr_close(t->conns, NULL);
     uv_close((uv_handle_t *)&t->listener, on_listener_closed);
 }
