@@ -25,10 +25,7 @@ describe("the status page with a 65536-shard map", function()
     end)
 
     teardown(function()
-        local left = browser and browser:close() or {}
-        helpers.stop_all_checked()
-        assert.same({}, helpers.leaks())
-        assert.same({}, left)
+        webdriver.teardown(browser)
     end)
 
     it("draws one cell per shard and keeps refreshing", function()

@@ -40,10 +40,7 @@ describe("the status page's owner colours", function()
     end)
 
     teardown(function()
-        local left = browser and browser:close() or {}
-        helpers.stop_all_checked()
-        assert.same({}, helpers.leaks())
-        assert.same({}, left)
+        webdriver.teardown(browser)
     end)
 
     it("are the same on a page opened before a join and one after",

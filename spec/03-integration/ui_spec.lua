@@ -78,10 +78,7 @@ describe("the status page in headless chromium", function()
     end)
 
     teardown(function()
-        local left = browser and browser:close() or {}
-        helpers.stop_all_checked()
-        assert.same({}, helpers.leaks())
-        assert.same({}, left) -- no chromium process outlived its session
+        webdriver.teardown(browser)
     end)
 
     it("serves its files with their types and refuses other paths",

@@ -22,11 +22,7 @@ describe("the status page of a persistent type", function()
     setup(function() srv = pg.start() end)
 
     teardown(function()
-        local left = browser and browser:close() or {}
-        helpers.stop_all_checked()
-        pg.stop_all()
-        assert.same({}, helpers.leaks())
-        assert.same({}, left)
+        webdriver.teardown(browser, pg.stop_all)
     end)
 
     it("answers GET /v1/leases/{type} with the database's lease rows",

@@ -27,6 +27,7 @@ local format, concat = string.format, table.concat
 local floor = math.floor
 local type, tostring, tonumber, ipairs = type, tostring, tonumber, ipairs
 local error, assert, setmetatable, pcall = error, assert, setmetatable, pcall
+local luassert = require "luassert"
 
 local M = {}
 
@@ -191,6 +192,20 @@ function Browser:close()
         helpers.run({ "kill", "-KILL", tostring(pid) })
     end
     return left
+end
+
+-- A browser spec's teardown: closes `browser` (nil: none was started),
+-- stops every process the spec started (helpers.stop_all_checked), runs
+-- `also` (another cleanup, as pg.stop_all) when given, then asserts that
+-- no node leaked and that no chromium process outlived its session.
+function M.teardown(browser, also)
+    local left = browser and browser:close() or {}
+    helpers.stop_all_checked()
+    if also then
+        also()
+    end
+    luassert.same({}, helpers.leaks())
+    luassert.same({}, left) -- no chromium process outlived its session
 end
 
 return M
