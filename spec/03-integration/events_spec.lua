@@ -240,6 +240,24 @@ describe("membership events", function()
     end)
 end)
 
+-- Starts one node whose on_member_event hook is `source` (Lua text) and
+-- waits for the hook's first three events, which must be the node's own
+-- member_up, coordinator_changed and leader_changed. Returns the node
+-- and those events.
+local function start_hooked(dir, source)
+    local n = helpers.start({
+        entities = { Counter = { module = "counter" } },
+        settings = { on_member_event = { __lua = source } },
+    })
+    local evs = helpers.wait_until(function()
+        local e = hook_events(dir, "n1")
+        return #e >= 3 and e
+    end, 10, "three events in the hook")
+    assert.same({ "member_up", "coordinator_changed", "leader_changed" },
+                { evs[1].kind, evs[2].kind, evs[3].kind })
+    return n, evs
+end
+
 describe("the on_member_event hook", function()
     teardown(function()
         helpers.stop_all_checked()
@@ -254,16 +272,7 @@ describe("the on_member_event hook", function()
         local bad = [[
     if ev.kind == "member_up" then error("hook fails on purpose") end
     if ev.kind == "coordinator_changed" then while true do end end]]
-        local n = helpers.start({
-            entities = { Counter = { module = "counter" } },
-            settings = { on_member_event = { __lua = hook_source(dir, bad) } },
-        })
-        local evs = helpers.wait_until(function()
-            local e = hook_events(dir, "n1")
-            return #e >= 3 and e
-        end, 10, "three events in the hook")
-        assert.same({ "member_up", "coordinator_changed", "leader_changed" },
-                    { evs[1].kind, evs[2].kind, evs[3].kind })
+        local n, evs = start_hooked(dir, hook_source(dir, bad))
         assert.same({ 1, 2, 3 }, { evs[1].seq, evs[2].seq, evs[3].seq })
         local st = n:stats()
         assert.equal(2, st.member_event_hook_errors)
@@ -292,16 +301,7 @@ describe("the on_member_event hook", function()
             ok = pcall(function() while true do end end)
         end
     end]]
-        local n = helpers.start({
-            entities = { Counter = { module = "counter" } },
-            settings = { on_member_event = { __lua = hook_source(dir, bad) } },
-        })
-        local evs = helpers.wait_until(function()
-            local e = hook_events(dir, "n1")
-            return #e >= 3 and e
-        end, 10, "three events in the hook")
-        assert.same({ "member_up", "coordinator_changed", "leader_changed" },
-                    { evs[1].kind, evs[2].kind, evs[3].kind })
+        local n = start_hooked(dir, hook_source(dir, bad))
         local st = n:stats()
         assert.equal(3, st.member_event_hook_calls)
         assert.equal(1, st.member_event_hook_errors)
@@ -314,9 +314,7 @@ describe("the on_member_event hook", function()
         local dir = helpers.tmpdir()
         -- a local function of the config, the hook's upvalue: compiled
         -- by the JIT, its loop would run no count hook
-        local n = helpers.start({
-            entities = { Counter = { module = "counter" } },
-            settings = { on_member_event = { __lua = format([[(function()
+        local n = start_hooked(dir, format([[(function()
     local function spin(k)
         local x = 0
         while true do x = x + k end
@@ -326,14 +324,7 @@ describe("the on_member_event hook", function()
         log(ev)
         if ev.kind == "member_up" then spin(1) end
     end
-end)()]], hook_source(dir)) } },
-        })
-        local evs = helpers.wait_until(function()
-            local e = hook_events(dir, "n1")
-            return #e >= 3 and e
-        end, 10, "three events in the hook")
-        assert.same({ "member_up", "coordinator_changed", "leader_changed" },
-                    { evs[1].kind, evs[2].kind, evs[3].kind })
+end)()]], hook_source(dir)))
         local st = n:stats()
         assert.equal(1, st.member_event_hook_timeouts)
         assert.equal(200, (n:ask("Counter", "c1", { type = "get" })))
