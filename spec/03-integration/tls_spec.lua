@@ -484,23 +484,32 @@ describe("the gateway with TLS", function()
     end)
 end)
 
+-- A one-node cluster whose gateway has TLS and the clients' CA `ca` (a
+-- file made by make_certs), started; returns the cluster, its node and
+-- curl(args): the HTTP status of GET /v1/health with `args` (a client
+-- certificate), verifying the gateway against ca.pem, and curl's code.
+local function client_ca_gateway(ca)
+    local c = helpers.cluster(cluster_opts(1, false, {
+        gateway_tls = { cert = "n1.pem", key = "n1.key", ca = ca },
+    }))
+    make_certs(c.dir)
+    local n1 = c:node("n1")
+    n1:launch()
+    local url = format("https://127.0.0.1:%d/v1/health", n1.port)
+    local function curl(args)
+        return sh(format("curl -s -m 5 -o /dev/null -w '%%{http_code}' "
+                         .. "--cacert %s/ca.pem %s %s", c.dir, args, url))
+    end
+    return c, n1, curl
+end
+
 describe("the gateway with TLS and a client CA", function()
     teardown(function()
         helpers.stop_all_checked()
     end)
 
     it("answers only clients whose certificate that CA signed", function()
-        local c = helpers.cluster(cluster_opts(1, false, {
-            gateway_tls = { cert = "n1.pem", key = "n1.key", ca = "ca.pem" },
-        }))
-        make_certs(c.dir)
-        local n1 = c:node("n1")
-        n1:launch()
-        local url = format("https://127.0.0.1:%d/v1/health", n1.port)
-        local function curl(args)
-            return sh(format("curl -s -m 5 -o /dev/null -w '%%{http_code}' "
-                             .. "--cacert %s/ca.pem %s %s", c.dir, args, url))
-        end
+        local c, n1, curl = client_ca_gateway("ca.pem")
         helpers.wait_until(function()
             return curl(format("--cert %s/n2.pem --key %s/n2.key", c.dir,
                                c.dir)) == "200"
@@ -538,18 +547,7 @@ describe("the gateway with TLS and a client CA", function()
     -- checked against the clients' CA at start
     it("starts when another CA than the clients' signed its certificate",
        function()
-        local c = helpers.cluster(cluster_opts(1, false, {
-            gateway_tls = { cert = "n1.pem", key = "n1.key",
-                            ca = "other.pem" },
-        }))
-        make_certs(c.dir)
-        local n1 = c:node("n1")
-        n1:launch()
-        local url = format("https://127.0.0.1:%d/v1/health", n1.port)
-        local function curl(args)
-            return sh(format("curl -s -m 5 -o /dev/null -w '%%{http_code}' "
-                             .. "--cacert %s/ca.pem %s %s", c.dir, args, url))
-        end
+        local c, n1, curl = client_ca_gateway("other.pem")
         helpers.wait_until(function()
             return curl(format("--cert %s/bad.pem --key %s/bad.key", c.dir,
                                c.dir)) == "200"
