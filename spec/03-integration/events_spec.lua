@@ -95,10 +95,6 @@ describe("membership events", function()
         if stream then
             stream.proc:terminate(2)
         end
-        -- a stopped process takes no SIGTERM: let it go on first
-        for _, n in ipairs(c and c.nodes or {}) do
-            if n.proc and n:alive() then n:signal(helpers.SIGCONT) end
-        end
         helpers.stop_all_checked()
         assert.same({}, helpers.leaks())
     end)
