@@ -12,7 +12,8 @@ local format = string.format
 
 local CLUSTER = "tlsspeczebra"
 local API = "spec-api-token-7Qx"
-local ENTITIES = { Counter = { module = "counter" } }
+local ENTITIES = { Counter = { module = "counter" },
+                   Seq = { module = "seq", shard_count = 16 } }
 
 -- The certificates of a cluster in `dir`: the CA "ca" signs n1..n3, the
 -- CA "other" signs "bad".
@@ -216,6 +217,44 @@ describe("TLS between nodes", function()
                         + s.route_expired
             end
             assert.equal(0, drops)
+        end)
+
+        -- G2 and G3 over TLS: a sender's tells to entities on the other
+        -- nodes, some larger than a TLS record (16 KiB, so one tell spans
+        -- records and a record holds the ends of others), arrive all and
+        -- in send order
+        it("keeps each sender's order across records: tells larger and "
+           .. "smaller than a record arrive all, in order", function()
+            local n1 = c:node("n1")
+            local hdr = { headers = { ["X-Moonshard-Api-Token"] = API } }
+            local IDS, ROUNDS = 12, 25
+            local pad = { "", string.rep("p", 20000), string.rep("q", 700) }
+            for r = 1, ROUNDS do
+                for i = 1, IDS do
+                    local s = n1:http("POST", "/v1/entities/Seq/o" .. i
+                                      .. "/tell", { type = "seq",
+                                      sender = "s1", g = (r - 1) * IDS + i,
+                                      n = r, pad = pad[(r + i) % 3 + 1] },
+                                      hdr)
+                    assert.equal(202, s)
+                end
+            end
+            local remote = 0
+            for i = 1, IDS do
+                local id = "o" .. i
+                local rep = helpers.wait_until(function()
+                    local s, b = n1:http("POST", "/v1/entities/Seq/" .. id
+                                         .. "/ask", { type = "report" }, hdr)
+                    return s == 200 and b.count == ROUNDS and b
+                end, 15, "Seq " .. id .. " to see its " .. ROUNDS .. " tells")
+                assert.equal(0, rep.gaps)
+                assert.equal(0, rep.reorders)
+                local _, o = n1:http("GET", "/v1/entities/Seq/" .. id
+                                     .. "/owner", nil, hdr)
+                if o.owner ~= "n1" then remote = remote + 1 end
+            end
+            assert.is_true(remote >= 3, remote .. " of " .. IDS
+                           .. " entities on other nodes")
         end)
 
         it("refuses a node whose certificate another CA signed: it never "
