@@ -423,13 +423,14 @@ static int api_ok(struct conn *c)
         diff |= (unsigned)(want[i] ^ (i < gl ? got[i] : 0));
     if (!diff)
         return 1;
+    int sent = c->api_x_seen || c->authz_seen;
     respond_error_x(c, 401, "WWW-Authenticate: Bearer\r\n", "unauthorized",
-                    c->api_seen ? "wrong API token (X-Moonshard-Api-Token "
-                                  "or Authorization: Bearer)"
-                                : "this node wants an API token for the "
-                                  "entity endpoints: send it in "
-                                  "X-Moonshard-Api-Token or as "
-                                  "Authorization: Bearer",
+                    sent ? "wrong API token (X-Moonshard-Api-Token "
+                           "or Authorization: Bearer)"
+                         : "this node wants an API token for the "
+                           "entity endpoints: send it in "
+                           "X-Moonshard-Api-Token or as "
+                           "Authorization: Bearer",
                     OWN, "unauthorized");
     return 0;
 }

@@ -489,7 +489,6 @@ static int on_message_begin(http_parser *p)
     c->token_len = 0;
     c->token_seen = 0;
     c->api_len = 0;
-    c->api_seen = 0;
     c->api_x_seen = 0;
     c->authz_seen = 0;
     c->in_opid = 0;
@@ -597,8 +596,6 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
             c->api_len = 0; /* an Authorization read before it is dropped */
         c->api_x_seen |= xapi;
         c->authz_seen |= authz;
-        if (c->in_api)
-            c->api_seen = 1;
         c->in_opid = c->field_len == 15 &&
                       memcmp(c->field, "idempotency-key", 15) == 0;
         if (c->in_opid && c->opid_seen)

@@ -56,9 +56,9 @@ struct conn {
     unsigned in_api : 1;        /* the header being read carries the API
                                    token (X-Moonshard-Api-Token or
                                    Authorization) */
-    unsigned api_seen : 1;      /* this request has one */
-    unsigned api_x_seen : 1;    /* ... in X-Moonshard-Api-Token */
-    unsigned authz_seen : 1;    /* an Authorization header was read */
+    unsigned api_x_seen : 1;    /* an X-Moonshard-Api-Token was read */
+    unsigned authz_seen : 1;    /* an Authorization header was read (a
+                                   token was sent when either is set) */
     char api[160];              /* its value ("Bearer " kept), cut */
     size_t api_len;
     unsigned in_opid : 1;       /* the header being read is Idempotency-Key */
