@@ -117,6 +117,7 @@ static void handle_closed(struct ms_http *h)
 {
     if (--h->handles == 0) {
         ms_tls_ctx_free(h->tls);
+        free(h->tls_plain);
         free(h);
     }
 }

@@ -119,6 +119,9 @@ struct ms_http {
     char address[64];           /* "host:port" bound, for the help page */
     struct ms_http_events ev;   /* event streams (http_events.c) */
     struct ms_tls_ctx *tls;     /* gateway_tls; NULL: plain HTTP */
+    char *tls_plain;            /* gateway_tls: the plaintext of one read,
+                                   kept for the next (http_tls.c) */
+    size_t tls_plain_cap;
     char rbuf[READ_BUF];
 };
 

@@ -106,33 +106,33 @@ int ms__http_tls_in(struct conn *c, const char *p, size_t n,
      * follows a request being answered in c->rest, once per read (as
      * without TLS, where reading stops until the answer is out) */
     /* (the TLS state may hold part of a record besides what the BIO
-     * shows: the buffer grows by a record when it is full) */
-    size_t cap = ms_tls_buffered(c->tls) + MS_TLS_RECORD, len = 0;
-    char *plain = malloc(cap);
-    if (!plain)
-        return MS_ENOMEM;
+     * shows: the buffer grows when less than a record is left; it is
+     * one buffer per gateway, kept from read to read: feed() copies
+     * what it keeps, and no read comes while it runs) */
+    struct ms_http *h = c->h;
+    size_t want = ms_tls_buffered(c->tls) + MS_TLS_RECORD, len = 0;
     for (;;) {
-        if (len == cap) {
-            char *more = realloc(plain, cap + MS_TLS_RECORD);
-            if (!more) {
-                free(plain);
+        if (h->tls_plain_cap - len < MS_TLS_RECORD ||
+            h->tls_plain_cap < want) {
+            size_t cap = h->tls_plain_cap ? h->tls_plain_cap : want;
+            while (cap < want || cap - len < MS_TLS_RECORD)
+                cap *= 2;
+            char *more = realloc(h->tls_plain, cap);
+            if (!more)
                 return MS_ENOMEM;
-            }
-            plain = more;
-            cap += MS_TLS_RECORD;
+            h->tls_plain = more;
+            h->tls_plain_cap = cap;
         }
-        ssize_t got = ms_tls_read(c->tls, plain + len, cap - len);
+        ssize_t got = ms_tls_read(c->tls, h->tls_plain + len,
+                                  h->tls_plain_cap - len);
         if (got == 0)
             break;
-        if (got < 0) {
-            free(plain);
+        if (got < 0)
             return (int)got;
-        }
         len += (size_t)got;
     }
     if (len)
-        feed(c, plain, len);
-    free(plain);
+        feed(c, h->tls_plain, len);
     return 0;
 }
 
