@@ -4,6 +4,29 @@
 
 local helpers = require "helpers.node"
 
+-- Writes `config` (Lua source) into dir, starts `moonshard node` on it
+-- (with `args`, e.g. { "--name", "n2" }), waits until its output holds
+-- `until_text`, stops it by PID and returns the output.
+local function banner(dir, config, args, until_text, what)
+    local path = dir .. "/cluster.lua"
+    helpers.write_file(path, config)
+    local argv = { helpers.bin, "node", path }
+    for _, a in ipairs(args or {}) do
+        argv[#argv + 1] = a
+    end
+    local log = dir .. "/node.log"
+    local proc = helpers.spawn(argv, { stdout = log, stderr = "stdout" })
+    local text = helpers.wait_until(function()
+        local t = helpers.read_file(log) or ""
+        if proc:poll() then
+            error("the node exited:\n" .. t)
+        end
+        return t:find(until_text, 1, true) and t
+    end, 10, what)
+    assert.is_true(proc:terminate(5))
+    return text
+end
+
 describe("the start banner", function()
     teardown(function()
         helpers.stop_all_checked()
@@ -12,26 +35,15 @@ describe("the start banner", function()
     it("brackets an IPv6 gateway address", function()
         local dir = helpers.tmpdir()
         local port = helpers.free_port()
-        local config = dir .. "/cluster.lua"
-        helpers.write_file(config, ([[
+        local text = banner(dir, ([[
 return {
     cluster = "banner",
     secret = "spec-secret-7f3a9c2e41b8",
     nodes = { { name = "n1", listen = "127.0.0.1:%d", http = "[::1]:%d" } },
     entities = { Counter = { module = "counter" } },
 }
-]]):format(helpers.free_port(), port))
-        local log = dir .. "/node.log"
-        local proc = helpers.spawn({ helpers.bin, "node", config },
-                                   { stdout = log, stderr = "stdout" })
-        local text = helpers.wait_until(function()
-            local t = helpers.read_file(log) or ""
-            if proc:poll() then
-                error("the node exited:\n" .. t)
-            end
-            return t:find("gateway on http", 1, true) and t
-        end, 10, "the banner")
-        assert.is_true(proc:terminate(5))
+]]):format(helpers.free_port(), port),
+                            nil, "gateway on http", "the banner")
         assert.matches("HTTP gateway on http://[::1]:" .. port .. "\n", text,
                        1, true)
         assert.matches("--node [::1]:" .. port, text, 1, true)
@@ -44,8 +56,7 @@ return {
         certs.ca(dir, "ca")
         certs.leaf(dir, "ca", "gw")
         local port = helpers.free_port()
-        local config = dir .. "/cluster.lua"
-        helpers.write_file(config, ([[
+        local text = banner(dir, ([[
 return {
     cluster = "banner",
     secret = "spec-secret-7f3a9c2e41b8",
@@ -54,18 +65,8 @@ return {
                 http = "127.0.0.1:%d" } },
     entities = { Counter = { module = "counter" } },
 }
-]]):format(helpers.free_port(), port))
-        local log = dir .. "/node.log"
-        local proc = helpers.spawn({ helpers.bin, "node", config },
-                                   { stdout = log, stderr = "stdout" })
-        local text = helpers.wait_until(function()
-            local t = helpers.read_file(log) or ""
-            if proc:poll() then
-                error("the node exited:\n" .. t)
-            end
-            return t:find("Ctrl-C", 1, true) and t
-        end, 10, "the banner")
-        assert.is_true(proc:terminate(5))
+]]):format(helpers.free_port(), port),
+                            nil, "Ctrl-C", "the banner")
         assert.matches("HTTP gateway on https://127.0.0.1:" .. port .. "\n",
                        text, 1, true)
         assert.matches("ask --node https://127.0.0.1:" .. port, text, 1,
@@ -81,8 +82,7 @@ return {
         -- fully buffered)
         local dir = helpers.tmpdir()
         local port = helpers.free_port()
-        local config = dir .. "/cluster.lua"
-        helpers.write_file(config, ([[
+        local text = banner(dir, ([[
 return {
     cluster = "banner",
     secret = "spec-secret-7f3a9c2e41b8",
@@ -93,19 +93,9 @@ return {
     entities = { Counter = { module = "counter" } },
 }
 ]]):format(helpers.free_port(), helpers.free_port(), helpers.free_port(),
-           port))
-        local log = dir .. "/n2.log"
-        local proc = helpers.spawn({ helpers.bin, "node", config, "--name",
-                                     "n2" },
-                                   { stdout = log, stderr = "stdout" })
-        local text = helpers.wait_until(function()
-            local t = helpers.read_file(log) or ""
-            if proc:poll() then
-                error("the node exited:\n" .. t)
-            end
-            return t:find("gateway on http", 1, true) and t
-        end, 10, "the banner of n2")
-        assert.is_true(proc:terminate(5))
+           port),
+                            { "--name", "n2" }, "gateway on http",
+                            "the banner of n2")
         assert.matches("node n2 is up, HTTP gateway on http://[::1]:" .. port
                        .. "\n", text, 1, true)
     end)
