@@ -916,10 +916,14 @@ function M.swap_behavior(module_name, mod)
         local old, count = behaviors[idx], loads[idx] or 1
         local old_version = old.version
         if old_version == nil then old_version = count end
-        for h in pairs(states) do
-            if C.ms_lua_entity_type(BRIDGE, h, u32_out) == idx
-                and migrate_from[h] == nil then
-                migrate_from[h] = old_version
+        -- the active entities of the type: those with a state, and those
+        -- whose init has not returned yet (their ctx is kept by it)
+        for _, live in ipairs({ states, ctxs }) do
+            for h in pairs(live) do
+                if migrate_from[h] == nil and
+                    C.ms_lua_entity_type(BRIDGE, h, u32_out) == idx then
+                    migrate_from[h] = old_version
+                end
             end
         end
         behaviors[idx] = mod
