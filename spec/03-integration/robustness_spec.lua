@@ -213,9 +213,8 @@ describe("robustness", function()
     end)
 
     describe("an entity's ctx", function()
-        -- an idle entity keeps no ctx of its own (README "Writing an
-        -- entity"): one is made again at its next message, unless the
-        -- handler kept it
+        -- a ctx is a small FFI struct whose id is read from the
+        -- dispatcher's record (README "Writing an entity")
         it("stays the same object, and works, while a handler keeps it "
            .. "across messages and collections", function()
             n:call("Stash", "own-1", { type = "keep_own" })
@@ -226,7 +225,7 @@ describe("robustness", function()
         end)
 
         it("gives the same id, type, shard and node at every message, "
-           .. "made again or not", function()
+           .. "across collections", function()
             local a = n:call("Stash", "desc-1", { type = "describe" })
             assert.equal("desc-1", a.id)
             assert.equal("Stash", a.type)
