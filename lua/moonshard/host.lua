@@ -21,7 +21,7 @@ local floor, huge = math.floor, math.huge
 local band = require("bit").band
 local yield, running = coroutine.yield, coroutine.running
 
-local done, reply_c = core.done, core.reply
+local done, reply_c, reply_msg = core.done, core.reply, core.reply_msg
 local tell_c, ask_c, after_c, cancel_c = core.tell, core.ask, core.after, core.cancel
 local stop_c, log_c, now_c = core.stop, core.log, core.now
 local p_load, p_append, p_save, p_fail =
@@ -56,6 +56,7 @@ struct ms_lua_delivery {
 uint32_t ms_lua_next(void *bridge, uint32_t prev, struct ms_lua_delivery *out);
 const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t *len);
 int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *shard);
+int ms_lua_reply(void *bridge, uint32_t h, const char *json, size_t len);
 struct ms_lua_ctx { uint32_t _h; uint32_t shard; int32_t _t; };
 ]]
 local C = ffi.C
@@ -336,9 +337,16 @@ local new_ctx = ffi.metatype("struct ms_lua_ctx", {
     end,
 })
 
+-- what ms_lua_reply's codes mean (runtime/lua/leaf.c)
+local REPLY_ERRORS = {
+    "ctx:reply: the reply is above the message size limit",
+    "ctx:reply called twice for one message",
+    "this ctx belongs to another entity's handler",
+}
+
 function Ctx:reply(msg)
-    local ok, err = reply_c(self._h, encode(msg))
-    if not ok and err then error(err, 2) end
+    local rc = reply_msg(self._h, msg)
+    if rc ~= 0 then error(REPLY_ERRORS[rc], 2) end
 end
 
 function Ctx.ref(_, tname, id)

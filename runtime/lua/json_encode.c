@@ -34,6 +34,7 @@ struct enc {
     size_t len, cap;
     int heap;         /* buf was malloc'd */
     int max_depth;
+    int jsontype;     /* stack index of the string "__jsontype" */
     char err[160];    /* the reason, once a writer returned -1 */
 };
 
@@ -362,7 +363,7 @@ static int put_table(struct enc *e, int idx, int depth)
                  "Cannot serialise, excessive nesting (%d)", depth);
         return -1;
     }
-    int forced = marked_array(L, idx, lua_upvalueindex(2));
+    int forced = marked_array(L, idx, e->jsontype);
     int is_array = 1;
     double max = 0, items = 0;
     /* stack: key, value */
@@ -457,6 +458,7 @@ static int l_encode(lua_State *L)
     e.cap = sizeof stack;
     e.heap = 0;
     e.max_depth = cfg->max_depth;
+    e.jsontype = lua_upvalueindex(2);
     e.err[0] = 0;
     lua_settop(L, 1);
     int rc = put_value(&e, 1, 0);
@@ -469,6 +471,33 @@ static int l_encode(lua_State *L)
         return luaL_error(L, "%s", e.err);
     }
     return 1;
+}
+
+int ms_json_encode_to(lua_State *L, int idx, int max_depth,
+                      int (*sink)(void *data, const char *json, size_t len),
+                      void *data)
+{
+    char stack[STACK_BUF];
+    struct enc e;
+    idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+    e.L = L;
+    e.buf = stack;
+    e.len = 0;
+    e.cap = sizeof stack;
+    e.heap = 0;
+    e.max_depth = max_depth;
+    e.err[0] = 0;
+    int top = lua_gettop(L);
+    lua_pushliteral(L, "__jsontype");
+    e.jsontype = lua_gettop(L);
+    int rc = put_value(&e, idx, 0);
+    lua_settop(L, top);
+    int out = rc == 0 ? sink(data, e.buf, e.len) : 0;
+    if (e.heap)
+        free(e.buf);
+    if (rc < 0)
+        return luaL_error(L, "%s", e.err);
+    return out;
 }
 
 /* set_max_depth(n) */

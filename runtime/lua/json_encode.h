@@ -50,4 +50,14 @@
  */
 int ms_json_encode_open(lua_State *L);
 
+/*
+ * Encodes the value at `idx` as encode() does, with nesting limit
+ * `max_depth`, and hands the text to sink(data, json, len) without making
+ * a Lua string of it; returns what sink returned. Raises the encode error
+ * (from a lua_CFunction only).
+ */
+int ms_json_encode_to(lua_State *L, int idx, int max_depth,
+                      int (*sink)(void *data, const char *json, size_t len),
+                      void *data);
+
 #endif

@@ -14,6 +14,7 @@
 #include <lauxlib.h>
 
 #include "../io/router.h"
+#include "json_encode.h"
 
 /* The bridge of a moonshard.core function (its upvalue). */
 static struct ms_bridge *bridge_of(lua_State *L)
@@ -235,6 +236,59 @@ static int l_reply(lua_State *L)
         return 2;
     }
     lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* ctx:reply's answer to entity h's message: 0, or what host.lua turns
+ * into the error: 1 the reply is above the size limit, 2 a second reply,
+ * 3 h is not the entity whose handler runs now. */
+static int reply_json(struct ms_bridge *b, uint32_t h, const char *json,
+                      size_t len)
+{
+    if (h != b->cur_h || h == 0)
+        return 3;
+    b->in_leaf = 1; /* a completion only writes or enqueues: no Lua */
+    int rc = ms_dispatch_reply(b->d, h, json, len,
+                               ms__bridge_clock_ns() / 1000000);
+    b->in_leaf = 0;
+    if (rc < 0)
+        return rc == MS_E2BIG ? 1 : 2;
+    return 0;
+}
+
+/* Exported for the FFI: ctx:reply with a reply already encoded (a
+ * persistent entity's, kept until its commit). */
+int ms_lua_reply(void *bridge, uint32_t h, const char *json, size_t len);
+
+int ms_lua_reply(void *bridge, uint32_t h, const char *json, size_t len)
+{
+    return reply_json(bridge, h, json, len);
+}
+
+struct reply_sink {
+    struct ms_bridge *b;
+    uint32_t h;
+};
+
+static int reply_sink(void *data, const char *json, size_t len)
+{
+    struct reply_sink *r = data;
+    return reply_json(r->b, r->h, json, len);
+}
+
+/* core.reply_msg(h, msg) -> code: ctx:reply(msg), encoded straight into
+ * the reply (no Lua string of it is made: on a local ask that was a
+ * string and its garbage per reply); codes as reply_json's. Raises the
+ * encoder's error for a message it cannot write. */
+static int l_reply_msg(lua_State *L)
+{
+    struct reply_sink r;
+    r.b = bridge_of(L);
+    r.h = (uint32_t)luaL_checkinteger(L, 1);
+    int depth = r.b->cfg && r.b->cfg->json_max_depth > 0
+                    ? r.b->cfg->json_max_depth : 64;
+    lua_settop(L, 2);
+    lua_pushinteger(L, ms_json_encode_to(L, 2, depth, reply_sink, &r));
     return 1;
 }
 
@@ -546,6 +600,7 @@ int ms__bridge_open_core(lua_State *L)
     static const luaL_Reg fns[] = {
         {"done", l_done},     {"fail", l_fail},
         {"reply", l_reply},   {"tell", l_tell},     {"ask", l_ask},
+        {"reply_msg", l_reply_msg},
         {"after", l_after},   {"cancel", l_cancel}, {"stop", l_stop},
         {"stop_entity", l_stop_entity},
         {"log", l_log},       {"now", ms__bridge_l_now},
