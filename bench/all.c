@@ -215,8 +215,8 @@ static void row_remote(double seconds)
     }
     if (!ms__bench_on_path("redis-server") ||
         !ms__bench_on_path("redis-benchmark")) {
-        skip(R_REMOTE, "redis-server not installed");
-        skip(R_P99, "redis-server not installed");
+        skip(R_REMOTE, "Redis not installed (redis-server, -benchmark)");
+        skip(R_P99, "Redis not installed (redis-server, -benchmark)");
         return;
     }
     progress("remote, p99 (n1 and n2, wrk, then Redis)");
@@ -265,10 +265,11 @@ static void row_remote(double seconds)
         const struct wrk_figures *w = ws[i];
         if (!(i ? want1 : want50))
             continue;
-        note("  %s: wrk -t%d -c%d -d%ds: %ld answers, status > 399: %ld, "
-             "socket errors: %ld;\n         n1 routed %lld asks remotely, "
-             "%lld locally\n", i ? "p99" : "remote", w->threads,
-             w->connections, w->seconds, w->requests, w->status_errors,
+        note("  %s: wrk -t%d -c%d -d%ds: p50 %.3f ms, p99 %.3f ms; %ld "
+             "answers, status > 399: %ld,\n         socket errors: %ld; "
+             "n1 routed %lld asks remotely, %lld locally\n",
+             i ? "p99" : "remote", w->threads, w->connections, w->seconds,
+             w->p50, w->p99, w->requests, w->status_errors,
              w->socket_errors, w->remote, w->local);
         if (!ms__bench_wrk_checked(w))
             fail(i ? R_P99 : R_REMOTE, "wrk's answers or n1's routes are "
@@ -279,12 +280,14 @@ static void row_remote(double seconds)
     if (want1 && g_rows[R_P99].state != ST_FAILED)
         done(R_P99, w1.p99, r1.p99, r1.p99 > 0 ? w1.p99 / r1.p99 : 0);
     if (want1)
-        note("  p99: the bench's own one-caller client (load.c), %.1f s: "
-             "p50 %.3f ms, p99 %.3f ms,\n         %.0f asks/s, %ld "
-             "failed\n", seconds, own.p50, own.p99, own.rate, own.failed);
+        note("  p99: the bench's own one-caller client (load.c), %.1f s, "
+             "after wrk: p50 %.3f ms,\n         p99 %.3f ms; %.0f asks/s, "
+             "%ld failed\n", seconds, own.p50, own.p99, own.rate,
+             own.failed);
     note("  Redis: redis-server on 127.0.0.1, redis-benchmark -t incr -c 50 "
-         "and -c 1;\n         Redis p99 from %s, wrk's from its histogram "
-         "(1 us steps)\n", lat_src);
+         "and -c 1 (p50 %.3f ms,\n         p99 %.3f ms); Redis p99 from %s, "
+         "wrk's from its histogram (1 us steps)\n", r1.p50, r1.p99,
+         lat_src);
 }
 
 static void row_handoff(void)
