@@ -136,6 +136,16 @@ struct results {
     struct wrk_figures wrk;     /* 50 connections */
 };
 
+int ms__bench_cluster_routes(struct cluster *cl, long long *remote,
+                             long long *local)
+{
+    if (n1_routes(cl, remote, local) < 0) {
+        fprintf(stderr, "moonshard bench: cannot read n1's stats\n");
+        return -1;
+    }
+    return 0;
+}
+
 int ms__bench_cluster_up(struct cluster *cl, char ids[][24], int nids)
 {
     if (ms__bench_write_config(cl, "        Counter = { module = \"counter\","

@@ -268,6 +268,11 @@ int ms__bench_node_binary(char *buf, size_t len);
  */
 int ms__bench_cluster_up(struct cluster *cl, char ids[][24], int n);
 
+/* n1's counters of remote and local routes (/v1/stats); 0 or -1
+ * (said). */
+int ms__bench_cluster_routes(struct cluster *cl, long long *remote,
+                             long long *local);
+
 /*
  * Runs ms__bench_wrk() with asks (`{"type":"get"}`) to the n ids through
  * n1 and reads n1's routes before and after it into w->remote and
