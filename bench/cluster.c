@@ -178,10 +178,8 @@ int ms__bench_cluster_wrk(struct cluster *cl, char ids[][24], int nids,
                           struct wrk_figures *w)
 {
     long long rem0, loc0, rem1 = -1, loc1 = -1, last = -2;
-    if (n1_routes(cl, &rem0, &loc0) < 0) {
-        fprintf(stderr, "moonshard bench: cannot read n1's stats\n");
+    if (ms__bench_cluster_routes(cl, &rem0, &loc0) < 0)
         return -1;
-    }
     fprintf(stderr, "moonshard bench cluster: wrk, %d connections, %d s "
             "...\n", connections, seconds);
     int rc = ms__bench_wrk(cl->http[0], ids, nids, "ask", ASK_BODY,
@@ -193,10 +191,8 @@ int ms__bench_cluster_wrk(struct cluster *cl, char ids[][24], int nids,
     for (int i = 0; i < 50 && rem1 != last; i++) {
         last = rem1;
         usleep(20000);
-        if (n1_routes(cl, &rem1, &loc1) < 0) {
-            fprintf(stderr, "moonshard bench: cannot read n1's stats\n");
+        if (ms__bench_cluster_routes(cl, &rem1, &loc1) < 0)
             return -1;
-        }
     }
     w->remote = rem1 - rem0;
     w->local = loc1 - loc0;
