@@ -54,6 +54,9 @@ struct ms_lua_delivery {
     const char *id;
 };
 uint32_t ms_lua_next(void *bridge, uint32_t prev, struct ms_lua_delivery *out);
+const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t *len);
+int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *shard);
+struct ms_lua_ctx { uint32_t _h; uint32_t shard; int32_t _t; };
 ]]
 local C = ffi.C
 -- the bridge of this VM, passed back to ms_lua_next (the host keeps no
@@ -69,7 +72,11 @@ local behaviors = {}   -- [type index] = behavior module
 local type_ids = {}    -- [type name] = type index, as the C dispatcher has
                        -- them (ctx:ref stays in Lua, inside the trace)
 local states = {}      -- [handle] = state table
-local ctxs = {}        -- [handle] = ctx
+-- [handle] = ctx. Kept strongly: a weak table (the ctx of an idle entity
+-- collected, made again at its next message) measured no smaller in RSS
+-- (bench local: 340 vs 338 B an entity, the freed ctxs stay in the
+-- allocator) and slower (a new ctx at most messages after each collection)
+local ctxs = {}
 -- Hot reload (moonshard.reload, M.swap_behavior): the module name and the
 -- load count (1: as started) of each type's behavior, and, for each entity
 -- that was active when its behavior was swapped and has not handled a
@@ -298,11 +305,36 @@ end
 
 -- ctx ---------------------------------------------------------------------
 
--- A ctx holds only what differs per entity (id, shard, handle); the type,
--- node name and methods come from one metatable per entity type. That
--- keeps an idle entity small.
+-- A ctx is a 12-byte FFI struct (handle, shard, type index), 24 bytes
+-- with its header, where a Lua table with the same fields took 160: an
+-- idle entity keeps only it and its state. The type, node name and methods
+-- come from one table per entity type (`protos`); ctx.id is read from the
+-- dispatcher's record when asked for, so the id is kept once, in C.
 local Ctx = {}
-local ctx_mts = {}     -- [type index] = metatable of that type's ctxs
+local protos = {}      -- [type index] = type, node and methods of its ctxs
+local u32_out = ffi.new("uint32_t[1]")
+
+local function ctx_index(c, k)
+    local v = protos[c._t][k]
+    if v ~= nil then return v end
+    if k == "id" then
+        local p = C.ms_lua_entity_id(BRIDGE, c._h, u32_out)
+        if p ~= nil then return ffi_string(p, u32_out[0]) end
+    end
+    return nil
+end
+
+local function ctx_newindex(_, k)
+    error("ctx." .. tostring(k) .. ": a ctx takes no fields of its own "
+          .. "(keep data in the entity's state)", 2)
+end
+
+local new_ctx = ffi.metatype("struct ms_lua_ctx", {
+    __index = ctx_index, __newindex = ctx_newindex,
+    __tostring = function(c)
+        return format("ctx: %s %s", protos[c._t].type, tostring(c.id))
+    end,
+})
 
 function Ctx:reply(msg)
     local ok, err = reply_c(self._h, encode(msg))
@@ -363,8 +395,20 @@ local function default_init()
     return {}
 end
 
-local function activate(h, b, t, id, shard)
-    local ctx = setmetatable({ id = id, shard = shard, _h = h }, ctx_mts[t])
+-- The ctx of live entity h (made at its activation; made here if it
+-- is missing all the same).
+local function ctx_of(h)
+    local ctx = ctxs[h]
+    if ctx == nil then
+        local t = C.ms_lua_entity_type(BRIDGE, h, u32_out)
+        ctx = new_ctx(h, u32_out[0], t)
+        ctxs[h] = ctx
+    end
+    return ctx
+end
+
+local function activate(h, b, t, shard)
+    local ctx = new_ctx(h, shard, t)
     ctxs[h] = ctx
     local st = (b.init or default_init)(ctx)
     if type(st) ~= "table" then
@@ -386,7 +430,7 @@ end
 
 local function passivate(h, b)
     local stopped = b.stopped
-    if stopped then stopped(states[h], ctxs[h]) end
+    if stopped then stopped(states[h], ctx_of(h)) end
     forget(h)
 end
 
@@ -397,7 +441,7 @@ end
 local function migrate(h, b)
     local m = b.migrate
     if m then
-        local st = m(states[h], migrate_from[h], ctxs[h])
+        local st = m(states[h], migrate_from[h], ctx_of(h))
         if type(st) == "table" then
             states[h] = st
         end
@@ -509,7 +553,7 @@ local function recover(h, b, P, co)
     local _, e, last, rev, has_snap, n = find(raw, "^(%d+) (%d+) (%d) (%d+)\n")
     if not e then error("recovery: malformed journal reply") end
     local pos, text = e + 1
-    local ctx = ctxs[h]
+    local ctx = ctx_of(h)
     if not pfresh[h] then
         -- recovering again (after a failure): the state in memory may
         -- hold changes the database never got; start from init's
@@ -677,7 +721,7 @@ local function run_persistent(h, b, P, kind, payload, co)
             return
         end
     end
-    local ctx = ctxs[h]
+    local ctx = ctx_of(h)
     local ok
     if P.kind == "events" then
         ok = run_command(h, b, P, msg, ctx, co, op)
@@ -701,7 +745,7 @@ function M.driver()
             local t = dl.type
             local b = behaviors[t]
             if dl.init ~= 0 then
-                activate(h, b, t, ffi_string(dl.id, dl.idlen), dl.shard)
+                activate(h, b, t, dl.shard)
                 b = behaviors[t] -- init may have waited across a reload
             end
             local kind = dl.kind
@@ -724,7 +768,7 @@ function M.driver()
                 -- an in-memory type keeps nothing to check an operation
                 -- id against: the id is dropped (README "Operation ids")
                 if msg[OP_FIELD] ~= nil then msg[OP_FIELD] = nil end
-                local res = b.receive(states[h], msg, ctxs[h])
+                local res = b.receive(states[h], msg, ctx_of(h))
                 if res ~= nil and type(res) == "table" then
                     states[h] = res
                 end
@@ -812,7 +856,7 @@ function M.start(opts)
                 proto.delete = persistent_delete
             end
         end
-        ctx_mts[idx] = { __index = proto }
+        protos[idx] = proto
         modules[idx] = t.module
         if t.partitioner then
             partitioners[idx] = { t.partitioner, t.shard_count, t.name }
@@ -873,15 +917,19 @@ function M.swap_behavior(module_name, mod)
         local old, count = behaviors[idx], loads[idx] or 1
         local old_version = old.version
         if old_version == nil then old_version = count end
-        local mt = ctx_mts[idx]
-        for h, ctx in pairs(ctxs) do
-            if getmetatable(ctx) == mt and migrate_from[h] == nil then
-                migrate_from[h] = old_version
+        -- the active entities of the type: those with a state, and those
+        -- whose init has not returned yet (they have a ctx already)
+        for _, live in ipairs({ states, ctxs }) do
+            for h in pairs(live) do
+                if migrate_from[h] == nil and
+                    C.ms_lua_entity_type(BRIDGE, h, u32_out) == idx then
+                    migrate_from[h] = old_version
+                end
             end
         end
         behaviors[idx] = mod
         loads[idx] = count + 1
-        names[i] = mt.__index.type
+        names[i] = protos[idx].type
         version = mod.version
         if version == nil then version = count + 1 end
     end

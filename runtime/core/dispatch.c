@@ -64,7 +64,7 @@ static struct entity *efind(struct ms_dispatch *d, uint32_t type,
 {
     struct entity *e = d->ebuckets[mix(ekey(type, hash)) & d->emask];
     for (; e; e = e->hnext)
-        if (e->hash == hash && e->type == type && e->idlen == idlen &&
+        if (e->idlen == idlen && e->type == type &&
             memcmp(e->id, id, idlen) == 0)
             return e;
     return NULL;
@@ -80,7 +80,7 @@ static void egrow(struct ms_dispatch *d)
         struct entity *e = d->ebuckets[i];
         while (e) {
             struct entity *n = e->hnext;
-            size_t j = mix(ekey(e->type, e->hash)) & (cap - 1);
+            size_t j = mix(ekey(e->type, ehash(e))) & (cap - 1);
             e->hnext = nb[j];
             nb[j] = e;
             e = n;
@@ -121,25 +121,25 @@ static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
         }
         h = d->nslots++;
     }
-    struct entity *e = malloc(sizeof *e + idlen + 1);
+    struct entity *e = malloc(ENTITY_HEAD + idlen + 1);
     if (!e) {
         d->freeh[d->nfree++] = h;
         return NULL;
     }
-    memset(e, 0, sizeof *e);
+    memset(e, 0, ENTITY_HEAD);
     e->h = h;
-    e->type = type;
-    e->hash = hash;
-    e->shard = shard;
-    e->idlen = (uint32_t)idlen;
+    e->type = (uint16_t)type;
+    e->shard = (uint16_t)shard;
+    e->idlen = (uint32_t)idlen & 0x3ff;
     memcpy(e->id, id, idlen);
+    e->id[idlen] = 0;
     d->slots[h] = e;
     d->gens[h]++;
     struct shard *sh = &d->types[type].shards[e->shard];
     sh->nent++;
-    e->snext = sh->ents;
+    e->snext = sh->ents ? sh->ents->h : 0;
     if (sh->ents)
-        sh->ents->sprev = e;
+        sh->ents->sprev = h;
     sh->ents = e;
     size_t j = mix(ekey(type, hash)) & d->emask;
     e->hnext = d->ebuckets[j];
@@ -155,14 +155,15 @@ static void edestroy(struct ms_dispatch *d, struct entity *e)
     list_del(d, e);
     struct shard *sh = &d->types[e->type].shards[e->shard];
     sh->nent--;
-    if (e->sprev)
-        e->sprev->snext = e->snext;
+    struct entity *p = elink(d, e->sprev), *n = elink(d, e->snext);
+    if (p)
+        p->snext = e->snext;
     else
-        sh->ents = e->snext;
-    if (e->snext)
-        e->snext->sprev = e->sprev;
+        sh->ents = n;
+    if (n)
+        n->sprev = e->sprev;
     ms__dispatch_shard_check_stopped(d, e->type, e->shard);
-    struct entity **pp = &d->ebuckets[mix(ekey(e->type, e->hash)) & d->emask];
+    struct entity **pp = &d->ebuckets[mix(ekey(e->type, ehash(e))) & d->emask];
     while (*pp != e)
         pp = &(*pp)->hnext;
     *pp = e->hnext;
@@ -653,7 +654,7 @@ static int skip_stop(struct ms_dispatch *d, struct entity *e, struct msg *m)
     if (m->kind != MS_KIND_STOP || e->active)
         return 0;
     ms__dispatch_msg_free(d, m);
-    if (!e->busy && !e->mb_head && !e->active && !e->in_ready)
+    if (!e->busy && !e->mb && !e->active && !e->in_ready)
         edestroy(d, e);
     return 1;
 }
@@ -667,7 +668,7 @@ static int drop_closing(struct ms_dispatch *d, struct entity *e,
         return 0;
     d->st.shutdown_drops++;
     ms__dispatch_msg_free(d, m);
-    if (!e->busy && !e->mb_head && !e->in_ready)
+    if (!e->busy && !e->mb && !e->in_ready)
         edestroy(d, e);
     return 1;
 }
@@ -699,19 +700,16 @@ static void prefetch_next(struct ms_dispatch *d)
 int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
 {
     for (;;) {
-        struct entity *e = d->re_head;
+        struct entity *e = elink(d, d->re_head);
         if (e) {
             d->re_head = e->rnext;
             if (!d->re_head)
-                d->re_tail = NULL;
+                d->re_tail = 0;
             e->in_ready = 0;
-            struct msg *m = e->mb_head;
-            if (!m || e->busy)
+            if (!e->mb || e->busy)
                 continue;
-            e->mb_head = m->next;
-            if (!e->mb_head)
-                e->mb_tail = NULL;
-            if (e->mb_head)
+            struct msg *m = mb_pop(e);
+            if (e->mb)
                 ready_entity(d, e);
             if (skip_stop(d, e, m) || drop_closing(d, e, m))
                 continue;
@@ -762,7 +760,7 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
                 continue;
             }
         }
-        if (e->busy || e->mb_head) {
+        if (e->busy || e->mb) {
             mb_push(e, m);
             continue;
         }
@@ -827,7 +825,7 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
         e->stop_req = 0;
         if (e->active) {
             struct msg *s = ms__dispatch_msg_new(d, MS_KIND_STOP, e->type,
-                                                 e->hash,
+                                                 ehash(e),
                                                  e->shard, e->id, e->idlen,
                                                  "", 0);
             if (s) {
@@ -838,7 +836,7 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
         }
         e->stop_explicit = 0;
     }
-    if (e->mb_head)
+    if (e->mb)
         ready_entity(d, e);
     else if (!e->active && !e->in_ready)
         edestroy(d, e);

@@ -235,6 +235,7 @@ void ms_dispatch_fail(struct ms_dispatch *d, uint32_t h, const char *message,
 void ms_dispatch_stop_self(struct ms_dispatch *d, uint32_t h);
 
 #define MS_MAX_TIMERS 1024 /* pending ctx:after timers per entity */
+#define MS_DISPATCH_MAX_TYPES 65535 /* entity types of one dispatcher */
 
 /* ctx:after(): a tell to self after delay_ms. Returns a timer id > 0 or a
  * negative code (MS_EOVERFLOW past MS_MAX_TIMERS). An entity with pending

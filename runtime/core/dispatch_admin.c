@@ -48,6 +48,12 @@ size_t ms_error_json(char *buf, size_t buflen, int err, const char *message)
 struct ms_dispatch *ms_dispatch_new(const struct ms_dispatch_type *types,
                                     int ntypes, size_t max_message)
 {
+    /* an entity's record keeps its type and shard in 16 bits */
+    if (ntypes < 0 || ntypes > MS_DISPATCH_MAX_TYPES)
+        return NULL;
+    for (int i = 0; i < ntypes; i++)
+        if (types[i].shard_count < 1 || types[i].shard_count > 65536)
+            return NULL;
     struct ms_dispatch *d = calloc(1, sizeof *d);
     if (!d)
         return NULL;
@@ -84,7 +90,7 @@ void ms_dispatch_free(struct ms_dispatch *d)
         struct entity *e = d->slots[h];
         if (!e)
             continue;
-        ms__dispatch_free_msgs(d, e->mb_head);
+        ms__dispatch_free_msgs(d, mb_take(e));
         ms__dispatch_msg_free(d, e->cur);
         while (e->timers) {
             struct etimer *t = e->timers;
@@ -223,17 +229,20 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
         struct type *t = &d->types[i];
         uint64_t idle = t->cfg.idle_timeout_ms;
         struct entity *e;
-        while (idle && (e = t->list_head) && e->listed_ms + idle <= now_ms) {
+        /* listed_for is right below 2^32 ms: a longer idle_timeout is
+         * checked in steps (an entity visited early is listed again) */
+        uint64_t visit = idle < LIST_VISIT_MAX_MS ? idle : LIST_VISIT_MAX_MS;
+        while (idle && (e = t->list_head) && listed_for(e, now_ms) >= visit) {
             list_del(d, e);
             /* pending ctx:after timers keep an entity: passivating it
              * would cancel them */
-            if (e->busy || e->mb_head || e->in_ready || e->timers ||
+            if (e->busy || e->mb || e->in_ready || e->timers ||
                 now_ms - e->last_ms < idle) {
                 list_add(d, e, now_ms);
                 continue;
             }
             struct msg *s = ms__dispatch_msg_new(d, MS_KIND_STOP, e->type,
-                                                 e->hash,
+                                                 ehash(e),
                                                  e->shard, e->id, e->idlen,
                                                  "", 0);
             if (!s) {
@@ -263,7 +272,7 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
             unlink_timer(d, t);
             if (e) {
                 struct msg *m = ms__dispatch_msg_new(d, MS_KIND_TELL, e->type,
-                                                     e->hash,
+                                                     ehash(e),
                                                      e->shard, e->id,
                                                      e->idlen, t->payload,
                                                      t->len);
@@ -285,8 +294,10 @@ int64_t ms_dispatch_next_deadline(struct ms_dispatch *d, uint64_t now_ms)
         struct type *t = &d->types[i];
         if (!t->cfg.idle_timeout_ms || !t->list_head)
             continue;
-        uint64_t due = t->list_head->listed_ms + t->cfg.idle_timeout_ms;
-        int64_t in = due > now_ms ? (int64_t)(due - now_ms) : 0;
+        uint64_t visit = t->cfg.idle_timeout_ms < LIST_VISIT_MAX_MS
+                             ? t->cfg.idle_timeout_ms : LIST_VISIT_MAX_MS;
+        uint64_t since = listed_for(t->list_head, now_ms);
+        int64_t in = since < visit ? (int64_t)(visit - since) : 0;
         if (best < 0 || in < best)
             best = in;
     }
@@ -321,9 +332,9 @@ void ms__dispatch_shard_check_stopped(struct ms_dispatch *d, uint32_t type,
 void ms__dispatch_entity_stopping(struct ms_dispatch *d, struct entity *e)
 {
     struct shard *sh = &d->types[e->type].shards[e->shard];
-    if (sh->stopping != 2 || !e->active || e->busy || e->mb_head)
+    if (sh->stopping != 2 || !e->active || e->busy || e->mb)
         return;
-    struct msg *s = ms__dispatch_msg_new(d, MS_KIND_STOP, e->type, e->hash,
+    struct msg *s = ms__dispatch_msg_new(d, MS_KIND_STOP, e->type, ehash(e),
                                          e->shard, e->id, e->idlen, "", 0);
     if (!s)
         return;
@@ -346,7 +357,7 @@ void ms__dispatch_shard_stop_msg(struct ms_dispatch *d, struct shard *sh,
         if (!mine)
             return; /* a stop that was called off */
         sh->stopping = 2;
-        for (struct entity *e = sh->ents; e; e = e->snext)
+        for (struct entity *e = sh->ents; e; e = elink(d, e->snext))
             ms__dispatch_entity_stopping(d, e);
         ms__dispatch_shard_check_stopped(d, type, shard);
         return;
@@ -431,7 +442,7 @@ uint64_t ms_dispatch_shutdown(struct ms_dispatch *d)
         while ((e = t->list_head)) {
             list_del(d, e);
             struct msg *s = ms__dispatch_msg_new(d, MS_KIND_STOP, e->type,
-                                                 e->hash,
+                                                 ehash(e),
                                                  e->shard, e->id, e->idlen,
                                                  "", 0);
             if (!s)

@@ -33,30 +33,37 @@ struct msg {
     char data[];        /* id, NUL, payload, NUL */
 };
 
-/* Delivery fields first, then the fields a lookup reads, right before the
- * id they lead to: a lookup of a short id touches one or two cache lines,
- * which prefetch_next() loads ahead of time. */
+/* An entity's record, kept small because an idle entity is mostly this:
+ * 76 bytes before its id, so that with an id of up to 12 bytes it takes
+ * one 96-byte malloc chunk (it took 176 with pointers for links and a
+ * stored hash). Links to other entities are handles (0: none; d->slots
+ * maps them), the mailbox is a ring reached through its last message, the
+ * id's hash is computed again where it is needed (ehash: a grow of the
+ * table, a destroy, a stop message), and the lookup compares ids. */
 struct entity {
-    struct msg *mb_head, *mb_tail;  /* mailbox */
+    struct entity *hnext;           /* hash chain */
+    struct msg *mb;                 /* mailbox: its last message, whose
+                                       next is the first; NULL: empty */
     struct msg *cur;                /* being handled */
-    struct entity *lprev, *lnext;   /* active list of its type */
-    struct entity *sprev, *snext;   /* entities of its shard */
-    struct entity *rnext;           /* ready list */
     struct etimer *timers;          /* pending ctx:after timers */
     uint64_t last_ms;               /* end of its last message */
-    uint64_t listed_ms;             /* when it joined the active list */
-    uint32_t ntimers;
-    unsigned active : 1, busy : 1, stop_req : 1, in_ready : 1,
-        in_list : 1, replied : 1, stop_explicit : 1;
-    /* lookup */
-    struct entity *hnext;           /* hash chain */
-    uint64_t hash;
-    uint32_t type;
-    uint32_t idlen;
+    uint32_t listed;                /* low 32 bits of the time (ms) it
+                                       joined the active list */
+    uint32_t lprev, lnext;          /* active list of its type */
+    uint32_t sprev, snext;          /* entities of its shard */
+    uint32_t rnext;                 /* ready list */
     uint32_t h;
-    uint32_t shard;
+    uint16_t type;                  /* < MS_DISPATCH_MAX_TYPES */
+    uint16_t shard;                 /* shard counts are <= 65536 */
+    uint32_t idlen : 10,            /* <= MS_MAX_ID (512) */
+        ntimers : 11,               /* <= MS_MAX_TIMERS (1024) */
+        active : 1, busy : 1, stop_req : 1, in_ready : 1, in_list : 1,
+        replied : 1, stop_explicit : 1;
     char id[];
 };
+
+/* An entity's record is at most this many bytes before its id. */
+#define ENTITY_HEAD offsetof(struct entity, id)
 
 struct shard {
     struct msg *head, *tail;
@@ -143,7 +150,7 @@ struct ms_dispatch {
     uint32_t nfree;
 
     struct shard *rs_head, *rs_tail;   /* shards with queued messages */
-    struct entity *re_head, *re_tail;  /* entities with runnable mailbox */
+    uint32_t re_head, re_tail;         /* entities with runnable mailbox */
     struct resume *res_head, *res_tail, *res_cur;
 
     struct idmap asks;       /* corr -> ask */
@@ -239,20 +246,42 @@ static inline struct entity *eget(struct ms_dispatch *d, uint32_t h)
     return h > 0 && h < d->nslots ? d->slots[h] : NULL;
 }
 
+/* The entity a link names (a handle of a live entity, or 0). */
+static inline struct entity *elink(struct ms_dispatch *d, uint32_t h)
+{
+    return h ? d->slots[h] : NULL;
+}
+
+/* ms_fnv1a64 of the entity's id (the record does not keep it). */
+static inline uint64_t ehash(const struct entity *e)
+{
+    return ms_fnv1a64(e->id, e->idlen);
+}
+
+/* Milliseconds since the entity joined the active list: listed keeps 32
+ * bits, right while this is below 2^32 ms (49 days); the sweep visits
+ * every listed entity at least every LIST_VISIT_MAX_MS. */
+#define LIST_VISIT_MAX_MS 0x7fffffffULL
+static inline uint64_t listed_for(const struct entity *e, uint64_t now_ms)
+{
+    return (uint32_t)((uint32_t)now_ms - e->listed);
+}
+
 static inline void list_del(struct ms_dispatch *d, struct entity *e)
 {
     if (!e->in_list)
         return;
     struct type *t = &d->types[e->type];
-    if (e->lprev)
-        e->lprev->lnext = e->lnext;
+    struct entity *p = elink(d, e->lprev), *n = elink(d, e->lnext);
+    if (p)
+        p->lnext = e->lnext;
     else
-        t->list_head = e->lnext;
-    if (e->lnext)
-        e->lnext->lprev = e->lprev;
+        t->list_head = n;
+    if (n)
+        n->lprev = e->lprev;
     else
-        t->list_tail = e->lprev;
-    e->lprev = e->lnext = NULL;
+        t->list_tail = p;
+    e->lprev = e->lnext = 0;
     e->in_list = 0;
 }
 
@@ -260,11 +289,11 @@ static inline void list_add(struct ms_dispatch *d, struct entity *e,
                      uint64_t now_ms)
 {
     struct type *t = &d->types[e->type];
-    e->listed_ms = now_ms;
-    e->lprev = t->list_tail;
-    e->lnext = NULL;
+    e->listed = (uint32_t)now_ms;
+    e->lprev = t->list_tail ? t->list_tail->h : 0;
+    e->lnext = 0;
     if (t->list_tail)
-        t->list_tail->lnext = e;
+        t->list_tail->lnext = e->h;
     else
         t->list_head = e;
     t->list_tail = e;
@@ -276,30 +305,59 @@ static inline void ready_entity(struct ms_dispatch *d, struct entity *e)
     if (e->in_ready)
         return;
     e->in_ready = 1;
-    e->rnext = NULL;
+    e->rnext = 0;
     if (d->re_tail)
-        d->re_tail->rnext = e;
+        d->slots[d->re_tail]->rnext = e->h;
     else
-        d->re_head = e;
-    d->re_tail = e;
+        d->re_head = e->h;
+    d->re_tail = e->h;
 }
 
+/* The mailbox is a ring: e->mb is its last message, e->mb->next the
+ * first. */
 static inline void mb_push(struct entity *e, struct msg *m)
 {
-    m->next = NULL;
-    if (e->mb_tail)
-        e->mb_tail->next = m;
-    else
-        e->mb_head = m;
-    e->mb_tail = m;
+    if (e->mb) {
+        m->next = e->mb->next;
+        e->mb->next = m;
+    } else {
+        m->next = m;
+    }
+    e->mb = m;
 }
 
 static inline void mb_push_front(struct entity *e, struct msg *m)
 {
-    m->next = e->mb_head;
-    e->mb_head = m;
-    if (!e->mb_tail)
-        e->mb_tail = m;
+    if (e->mb) {
+        m->next = e->mb->next;
+        e->mb->next = m;
+    } else {
+        m->next = m;
+        e->mb = m;
+    }
+}
+
+/* Takes the first message of a mailbox that is not empty. */
+static inline struct msg *mb_pop(struct entity *e)
+{
+    struct msg *m = e->mb->next;
+    if (m == e->mb)
+        e->mb = NULL;
+    else
+        e->mb->next = m->next;
+    m->next = NULL;
+    return m;
+}
+
+/* Takes the whole mailbox as a NULL-terminated list. */
+static inline struct msg *mb_take(struct entity *e)
+{
+    if (!e->mb)
+        return NULL;
+    struct msg *first = e->mb->next;
+    e->mb->next = NULL;
+    e->mb = NULL;
+    return first;
 }
 
 /* ---- shared by the two files ------------------------------------------- */

@@ -144,6 +144,40 @@ static uint32_t lua_next_delivery(struct ms_bridge *b, uint32_t prev,
     return dl.h;
 }
 
+/* Exported for the FFI: the id of entity h (ctx.id reads it here, so
+ * that an entity's id is kept once, in the dispatcher's record), its
+ * length in *len; NULL when h names no entity (a ctx kept past its
+ * entity's life has h 0). */
+const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t *len);
+
+const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t *len)
+{
+    struct ms_bridge *b = bridge;
+    int type;
+    const char *id;
+    size_t idlen;
+    uint32_t shard;
+    if (!ms_dispatch_entity(b->d, h, &type, &id, &idlen, &shard))
+        return NULL;
+    *len = (uint32_t)idlen;
+    return id;
+}
+
+/* Exported for the FFI: the type index of entity h and its shard in
+ * *shard (a ctx is made from them), or -1 when h names no entity. */
+int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *shard);
+
+int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *shard)
+{
+    struct ms_bridge *b = bridge;
+    int type;
+    const char *id;
+    size_t idlen;
+    if (!ms_dispatch_entity(b->d, h, &type, &id, &idlen, shard))
+        return -1;
+    return type;
+}
+
 /* Milliseconds from a Lua number already checked by host.lua to be in
  * [0, MAX_DELAY_MS]; clamped again so that no cast is undefined. */
 #define MAX_DELAY_MS (366.0 * 86400 * 1000)

@@ -212,6 +212,39 @@ describe("robustness", function()
         end)
     end)
 
+    describe("an entity's ctx", function()
+        -- a ctx is a small FFI struct whose id is read from the
+        -- dispatcher's record (README "Writing an entity")
+        it("stays the same object, and works, while a handler keeps it "
+           .. "across messages and collections", function()
+            n:call("Stash", "own-1", { type = "keep_own" })
+            for _ = 1, 3 do
+                assert.same({ same = true },
+                            n:call("Stash", "own-1", { type = "check_own" }))
+            end
+        end)
+
+        it("gives the same id, type, shard and node at every message, "
+           .. "across collections", function()
+            local a = n:call("Stash", "desc-1", { type = "describe" })
+            assert.equal("desc-1", a.id)
+            assert.equal("Stash", a.type)
+            assert.equal("n1", a.node)
+            assert.is_number(a.shard)
+            for _ = 1, 3 do
+                assert.same(a, n:call("Stash", "desc-1", { type = "describe" }))
+            end
+        end)
+
+        it("refuses a field of its own with a clear error", function()
+            local r = n:call("Stash", "field-1", { type = "set_field" })
+            assert.is_false(r.ok)
+            assert.matches("ctx.note: a ctx takes no fields of its own",
+                           r.err, 1, true)
+            answers("field-1")
+        end)
+    end)
+
     describe("bounded mailboxes", function()
         -- Bounded "mb-1" is suspended in a 2 s ask while 30 tells arrive.
         local statuses, codes, overflows
