@@ -32,4 +32,72 @@ int ms_bench_persist_main(int argc, char **argv);
  * traffic (remember.c). Prints the figures; returns the exit code. */
 int ms_bench_remember_main(int argc, char **argv);
 
+/* ---- the figures of the benches, for `moonshard-bench all` (all.c) ---- */
+
+/* What `bench local` measured (local.c). */
+struct ms_bench_local_figures {
+    double floor_rate;          /* bench/floor.lua, msg/s (median) */
+    double tell_rate;           /* tells through the runtime (median) */
+    double tell_ratio;          /* median of the paired tells / floor */
+    double ask_rate, ask_ratio; /* asks/s, and over floor_rate */
+    double act_rate;            /* first messages (activations) per s */
+    double bytes_per_entity;    /* RSS delta over the activation / ids */
+    unsigned long long activated; /* entities active after activation */
+    unsigned long long handler_errors;
+    long asks_failed;
+};
+
+/*
+ * The measurements of `bench local` with `ids` ids: activation (one tell
+ * to each id) and the memory it took, then `rounds` (0..5) rounds of the
+ * floor and `messages` tells, then `asks` asks (0: none). Prints the
+ * figures when `print`; fills *f either way. Returns 0, or 1 when a step
+ * failed (said) or an ask or handler failed.
+ */
+int ms__bench_local_run(long ids, long messages, long asks, int rounds,
+                        int print, struct ms_bench_local_figures *f);
+
+/* What `bench handoff` measured under load (handoff.c). */
+struct ms_bench_handoff_figures {
+    long long shards;           /* allocated shards of Counter */
+    long long moved;            /* shards moved by the join under load */
+    double steady_rate;         /* asks/s on 2 nodes before the move */
+    double move_rate;           /* asks/s from n3 Up to balanced */
+    double worst_rate;          /* the worst 100 ms of the move, or -1 */
+    long bad;                   /* non-200 answers, steady and move */
+};
+
+/*
+ * `bench handoff` with `entities` entities over `shards` shards and
+ * `callers` callers: starts its nodes, measures, stops them. Prints the
+ * figures when `print`; fills *f either way. Returns 0, or 1 when a step
+ * failed (said).
+ */
+int ms__bench_handoff_run(long entities, int shards, int callers, int print,
+                          struct ms_bench_handoff_figures *f);
+
+/* What `bench persist` measured (persist.c). */
+struct ms_bench_persist_figures {
+    double pgbench_tps;         /* single-row INSERTs, 50 clients */
+    double rate;                /* committed asks/s, 50 callers */
+    double p50, p99;            /* ms */
+    long answered, failed;      /* asks answered 200, and not */
+    long events;                /* in the journal (warm-up included) */
+    int checked;                /* no failure, one event per answer */
+};
+
+/*
+ * `bench persist` for `seconds` (whole) over `ids` ids: its own
+ * PostgreSQL, pgbench, then the node. Prints the figures when `print`;
+ * fills *f either way. Returns 0, or 1 when a step or its check failed
+ * (said).
+ */
+int ms__bench_persist_run(int seconds, int ids, int print,
+                          struct ms_bench_persist_figures *f);
+
+/* Runs `moonshard-bench all [--seconds S] [--only ROW,...]`; argv[0] is
+ * "all": the table of issue 16, one row per target, each figure with its
+ * baseline measured in the same run. Returns the exit code. */
+int ms_bench_all_main(int argc, char **argv);
+
 #endif

@@ -7,8 +7,10 @@
  * The nodes (`moonshard node CONFIG --name nK`) run as child processes of
  * this one (supervisor.c). The load client (load.c) talks HTTP/1.1
  * keep-alive to n1's gateway, one connection per caller and one request
- * in flight per connection. Every entity it talks to is owned by n2, so
- * every measured request is a remote route n1 -> n2. Children are stopped
+ * in flight per connection; then, when it is installed, wrk (wrk.c), an
+ * independent load generator, sends the same asks over 50 connections.
+ * Every entity they talk to is owned by n2, so every measured request is
+ * a remote route n1 -> n2. Children are stopped
  * (SIGTERM, then SIGKILL) and temporary files removed on every way out,
  * Ctrl-C included.
  */
@@ -19,10 +21,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #define MAX_CALLERS 50
 #define OWNER_WAIT_S 30    /* finding ids owned by n2 */
+#define WRK_THREADS 1      /* like redis-benchmark: one client thread */
 
 static const char TELL_BODY[] = "{\"type\":\"incr\"}";
 
@@ -129,17 +133,21 @@ static int usage(void)
 
 struct results {
     struct figures ask1, ask50, tell1, tell50;
+    struct wrk_figures wrk;     /* 50 connections */
 };
 
-/* Starts the nodes, picks the ids, runs the four phases and prints their
- * table. Returns 0, 1 when a check failed, -1 on an error (said). */
-static int bench_nodes(struct cluster *cl, char ids[][24], int nids,
-                       struct reqs *asks, struct reqs *tells, double seconds,
-                       struct results *res)
+int ms__bench_cluster_routes(struct cluster *cl, long long *remote,
+                             long long *local)
 {
-    uv_loop_t *loop = uv_default_loop();
-    long long rem0, loc0, rem1, loc1;
+    if (n1_routes(cl, remote, local) < 0) {
+        fprintf(stderr, "moonshard bench: cannot read n1's stats\n");
+        return -1;
+    }
+    return 0;
+}
 
+int ms__bench_cluster_up(struct cluster *cl, char ids[][24], int nids)
+{
     if (ms__bench_write_config(cl, "        Counter = { module = \"counter\","
                                    " shard_count = 64,\n"
                                    "                    idle_timeout = false"
@@ -162,6 +170,47 @@ static int bench_nodes(struct cluster *cl, char ids[][24], int nids,
         ms__bench_show_node_logs(cl);
         return -1;
     }
+    return 0;
+}
+
+int ms__bench_cluster_wrk(struct cluster *cl, char ids[][24], int nids,
+                          int connections, int threads, int seconds,
+                          struct wrk_figures *w)
+{
+    long long rem0, loc0, rem1 = -1, loc1 = -1, last = -2;
+    if (ms__bench_cluster_routes(cl, &rem0, &loc0) < 0)
+        return -1;
+    fprintf(stderr, "moonshard bench cluster: wrk, %d connections, %d s "
+            "...\n", connections, seconds);
+    int rc = ms__bench_wrk(cl->http[0], ids, nids, "ask", ASK_BODY,
+                           connections, threads, seconds, w);
+    if (rc != 0)
+        return rc;
+    /* wrk closed its connections with up to one ask each in flight: wait
+     * until n1 has routed them all (its routes stop changing) */
+    for (int i = 0; i < 50 && rem1 != last; i++) {
+        last = rem1;
+        usleep(20000);
+        if (ms__bench_cluster_routes(cl, &rem1, &loc1) < 0)
+            return -1;
+    }
+    w->remote = rem1 - rem0;
+    w->local = loc1 - loc0;
+    return 0;
+}
+
+/* Starts the nodes, picks the ids, runs the four phases (and wrk, when it
+ * is installed) and prints their table. Returns 0, 1 when a check
+ * failed, -1 on an error (said). */
+static int bench_nodes(struct cluster *cl, char ids[][24], int nids,
+                       struct reqs *asks, struct reqs *tells, double seconds,
+                       struct results *res)
+{
+    uv_loop_t *loop = uv_default_loop();
+    long long rem0, loc0, rem1, loc1;
+
+    if (ms__bench_cluster_up(cl, ids, nids) < 0)
+        return -1;
     if (ms__bench_build_reqs(asks, cl->http[0], ids, nids, "ask",
                              ASK_BODY) < 0 ||
         ms__bench_build_reqs(tells, cl->http[0], ids, nids, "tell",
@@ -215,6 +264,12 @@ static int bench_nodes(struct cluster *cl, char ids[][24], int nids,
         return -1;
     }
     long long sum = counter_sum(cl, ids, nids);
+    /* last, so that the checks above count only the client's requests */
+    int wrc = ms__bench_cluster_wrk(cl, ids, nids, MAX_CALLERS, WRK_THREADS,
+                                    seconds < 1 ? 1 : (int)(seconds + 0.5),
+                                    &res->wrk);
+    if (wrc < 0)
+        return -1;
 
     printf("moonshard bench cluster: 2 nodes on 127.0.0.1; client -> n1's "
            "gateway -> n2\n"
@@ -224,13 +279,35 @@ static int bench_nodes(struct cluster *cl, char ids[][24], int nids,
     row_rate("moonshard remote ask/s", &res->ask1, &res->ask50);
     row_rate("moonshard remote tell/s", &res->tell1, &res->tell50);
     row_lat("moonshard ask p50 / p99 (ms)", &res->ask1, &res->ask50);
+    if (wrc == 0) {
+        char lat[32];
+        snprintf(lat, sizeof lat, "%.3f / %.3f", res->wrk.p50, res->wrk.p99);
+        printf("  %-32s %15s %15.0f\n", "moonshard remote ask/s (wrk)", "-",
+               res->wrk.rate);
+        printf("  %-32s %15s %15s\n", "moonshard ask p50 / p99 (wrk)", "-",
+               lat);
+    } else {
+        printf("  moonshard remote ask/s (wrk): skipped: wrk not installed\n");
+    }
     printf("  checks: n1 routed %lld of %ld requests remotely, %lld "
            "locally;\n"
            "          the counters sum to %lld of %ld accepted tells; "
-           "%ld failed\n\n",
+           "%ld failed\n",
            rem1 - rem0, measured, loc1 - loc0, sum, tells_ok, failed);
+    if (wrc == 0)
+        printf("          wrk (%d connections, %d thread, %d s): %ld answers, "
+               "%ld status > 399,\n"
+               "          %ld socket errors; n1 routed %lld remotely, %lld "
+               "locally\n",
+               res->wrk.connections, res->wrk.threads, res->wrk.seconds,
+               res->wrk.requests, res->wrk.status_errors,
+               res->wrk.socket_errors, res->wrk.remote, res->wrk.local);
+    printf("\n");
     fflush(stdout);
-    return failed || sum != tells_ok || rem1 - rem0 != measured ? 1 : 0;
+    return failed || sum != tells_ok || rem1 - rem0 != measured ||
+                   (wrc == 0 && !ms__bench_wrk_checked(&res->wrk))
+               ? 1
+               : 0;
 }
 
 /* Runs the Redis baseline on `port` and prints it with the ratios to the
@@ -259,6 +336,11 @@ static int bench_redis(int port, double seconds, const struct results *res)
                 0.5, thr >= 0.5);
     print_ratio("p99 ask, 1 caller / Redis p99, 1 client", lat, "<=", 3.0,
                 r1.p99 > 0 && lat <= 3.0);
+    if (res->wrk.requests > 0) {
+        double w = res->wrk.rate / r50.rate;
+        print_ratio("remote ask/s (wrk), 50 / Redis INCR/s, 50", w, ">=",
+                    1.5, w >= 1.5);
+    }
     return 0;
 }
 

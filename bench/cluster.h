@@ -22,11 +22,13 @@
 
 /* ---- children and temporary files, cleaned up on every way out ------- */
 
-enum { CH_N1, CH_N2, CH_N3, CH_REDIS, CH_RBENCH, CH_COUNT };
+enum { CH_N1, CH_N2, CH_N3, CH_REDIS, CH_RBENCH, CH_WRK, CH_COUNT };
 
 /* The temporary files, in one folder made by ms__bench_cluster_init()
- * (F_MODULE: a behavior module beside the config, for persist.c). */
-enum { F_CONFIG, F_LOG1, F_LOG2, F_LOG3, F_REDIS_LOG, F_MODULE, F_COUNT };
+ * (F_MODULE: a behavior module beside the config, for persist.c;
+ * F_WRK: the Lua script of wrk, wrk.c). */
+enum { F_CONFIG, F_LOG1, F_LOG2, F_LOG3, F_REDIS_LOG, F_MODULE, F_WRK,
+       F_WRK_LOG, F_COUNT };
 
 /* The path of temporary file `f` (F_*). */
 const char *ms__bench_file(int f);
@@ -173,6 +175,37 @@ void ms__bench_phase_figures(struct phase *ph, struct figures *f);
 int ms__bench_redis(int port, int clients, double seconds, struct figures *r1,
                     struct figures *rn, const char **lat_src);
 
+/* ---- wrk, the independent HTTP load generator (wrk.c) ----------------- */
+
+/* What one run of wrk measured, and what n1 routed meanwhile. */
+struct wrk_figures {
+    int connections, threads, seconds;
+    double rate;                /* answers per second */
+    double p50, p99;            /* ms (wrk's histogram: 1 us steps) */
+    long requests;              /* answers wrk counted */
+    long status_errors;         /* answers with a status > 399 */
+    long socket_errors;         /* connect, read, write, timeout */
+    long long remote, local;    /* n1's routes during the run (cluster.c;
+                                   -1: not read) */
+};
+
+/*
+ * Runs `wrk -t threads -c connections -d seconds --latency` against the
+ * gateway on 127.0.0.1:port, with a Lua script (written to F_WRK) that
+ * POSTs `body` to /v1/entities/Counter/<id>/<action>, rotating over the n
+ * ids, and prints wrk's summary in a line this parses. `seconds` is whole
+ * (wrk takes no less). Fills w (remote, local: -1). Returns 0, 1 when
+ * wrk is not on PATH, or -1 on an error (said).
+ */
+int ms__bench_wrk(int port, char ids[][24], int n, const char *action,
+                  const char *body, int connections, int threads,
+                  int seconds, struct wrk_figures *w);
+
+/* Whether a run of wrk through n1 is sound: no error and no status > 399,
+ * n1 routed nothing locally, and every answer wrk counted (plus at most
+ * one in flight per connection when it stopped) was a remote route. */
+int ms__bench_wrk_checked(const struct wrk_figures *w);
+
 /* ---- the cluster ------------------------------------------------------ */
 
 struct cluster {
@@ -224,5 +257,30 @@ int ms__bench_cluster_init(struct cluster *cl, int nnodes, int *spare);
  * executable file.
  */
 int ms__bench_node_binary(char *buf, size_t len);
+
+/* ---- the remote asks of cluster.c, also for all.c ---------------------- */
+
+/*
+ * Writes the config of `bench cluster` (Counter, 64 shards, no idle
+ * timeout), starts n1 and n2, waits until they are Up, and picks n ids
+ * that n2 owns (activating them through n1). Returns 0 or -1 (said, with
+ * the node logs).
+ */
+int ms__bench_cluster_up(struct cluster *cl, char ids[][24], int n);
+
+/* n1's counters of remote and local routes (/v1/stats); 0 or -1
+ * (said). */
+int ms__bench_cluster_routes(struct cluster *cl, long long *remote,
+                             long long *local);
+
+/*
+ * Runs ms__bench_wrk() with asks (`{"type":"get"}`) to the n ids through
+ * n1 and reads n1's routes before and after it into w->remote and
+ * w->local. Returns what ms__bench_wrk() returns, or -1 when n1's stats
+ * cannot be read (said).
+ */
+int ms__bench_cluster_wrk(struct cluster *cl, char ids[][24], int n,
+                          int connections, int threads, int seconds,
+                          struct wrk_figures *w);
 
 #endif

@@ -382,10 +382,11 @@ struct handoff_args {
     int shards, callers;
 };
 
-/* Everything `bench handoff` does after the set-up; prints the figures.
- * Returns 0, or -1 on an error (said). */
+/* Everything `bench handoff` does after the set-up; fills f and, when
+ * `print`, prints the figures. Returns 0, or -1 on an error (said). */
 static int bench_handoff(struct cluster *cl, const struct handoff_args *a,
-                         char ids[][24], struct reqs *act, struct reqs *asks)
+                         char ids[][24], struct reqs *act, struct reqs *asks,
+                         int print, struct ms_bench_handoff_figures *f)
 {
     char entities[512];
     snprintf(entities, sizeof entities,
@@ -476,6 +477,14 @@ static int bench_handoff(struct cluster *cl, const struct handoff_args *a,
     free(ph.smp);
     struct snap end;
     long long peak = take_snap(cl, 1, &end) == 0 ? end.n[0].peak : -1;
+    f->shards = alloc;
+    f->moved = lm->shards;
+    f->steady_rate = steady.rate;
+    f->move_rate = moving.rate;
+    f->worst_rate = moving.worst;
+    f->bad = steady.bad + moving.bad;
+    if (!print)
+        return 0;
 
     printf("moonshard bench handoff: n1 + n2, then n3 joins, leaves and "
            "joins under load\n"
@@ -558,9 +567,17 @@ int ms_bench_handoff_main(int argc, char **argv)
             return handoff_usage();
         i++;
     }
+    struct ms_bench_handoff_figures f;
+    return ms__bench_handoff_run(a.entities, a.shards, a.callers, 1, &f);
+}
 
+int ms__bench_handoff_run(long entities, int shards, int callers, int print,
+                          struct ms_bench_handoff_figures *f)
+{
+    struct handoff_args a = {entities, shards, callers};
     struct cluster cl;
     int spare;
+    memset(f, 0, sizeof *f);
     if (ms__bench_cluster_init(&cl, 3, &spare) < 0)
         return 1;
     char (*ids)[24] = calloc((size_t)a.entities, sizeof *ids);
@@ -569,7 +586,7 @@ int ms_bench_handoff_main(int argc, char **argv)
     if (ids) {
         for (long i = 0; i < a.entities; i++)
             snprintf(ids[i], sizeof ids[i], "h%ld", i + 1);
-        rc = bench_handoff(&cl, &a, ids, &act, &asks);
+        rc = bench_handoff(&cl, &a, ids, &act, &asks, print, f);
         if (rc < 0)
             ms__bench_show_node_logs(&cl);
     } else {

@@ -187,7 +187,7 @@ static int write_config(char *dir, char *path, size_t len, long ids)
             "                    idle_timeout = 120, max_pending = %ld },\n"
             "    },\n"
             "}\n",
-            listen, http, ids + 20000);
+            listen, http, ids + 20000 < 1000000 ? ids + 20000 : 1000000);
     fclose(f);
     return 0;
 }
@@ -211,6 +211,17 @@ int ms_bench_local_main(int argc, char **argv)
                 "--messages >= --ids\n");
         return 2;
     }
+    struct ms_bench_local_figures fig;
+    return ms__bench_local_run(nids, messages, nasks, ROUNDS, 1, &fig);
+}
+
+int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
+                        int print, struct ms_bench_local_figures *fig)
+{
+    int rc;
+    memset(fig, 0, sizeof *fig);
+    if (rounds > ROUNDS)
+        rounds = ROUNDS;
     char dir[] = "/tmp/moonshard-bench-XXXXXX", path[256];
     if (write_config(dir, path, sizeof path, nids) < 0) {
         perror("moonshard bench: cannot write its config");
@@ -221,7 +232,7 @@ int ms_bench_local_main(int argc, char **argv)
     b.loop = uv_default_loop();
     struct ms_node_options opts = {path, NULL};
     char err[1024];
-    int rc = ms_node_new(&b.node, b.loop, &opts, err, sizeof err);
+    rc = ms_node_new(&b.node, b.loop, &opts, err, sizeof err);
     unlink(path);
     rmdir(dir);
     if (rc < 0) {
@@ -253,12 +264,15 @@ int ms_bench_local_main(int argc, char **argv)
     double act_s = now_s() - t0;
     ms_node_lua_gc(b.node);
     long rss1 = rss_bytes();
+    struct ms_stats st;
+    ms_node_stats(b.node, &st);
+    fig->activated = st.active_entities;
 
     /* floor and runtime alternate, ROUNDS times each, so that both see
      * the same machine; the medians and the median of the paired ratios
      * are reported */
     double floors[ROUNDS], tells[ROUNDS], ratios[ROUNDS];
-    for (int r = 0; r < ROUNDS; r++) {
+    for (int r = 0; r < rounds; r++) {
         rc = ms_lua_run_isolated(ms_node_home(b.node), FLOOR_MODULE,
                                  "floor", arg, &out, err, sizeof err);
         if (rc < 0) {
@@ -275,9 +289,9 @@ int ms_bench_local_main(int argc, char **argv)
         ratios[r] = tells[r] / floors[r];
         ms_node_lua_gc(b.node);
     }
-    double floor_rate = median(floors, ROUNDS);
-    double tell_rate = median(tells, ROUNDS);
-    double tell_ratio = median(ratios, ROUNDS);
+    double floor_rate = rounds ? median(floors, rounds) : 0;
+    double tell_rate = rounds ? median(tells, rounds) : 0;
+    double tell_ratio = rounds ? median(ratios, rounds) : 0;
 
     const long window = 1000;
     b.asks_left = nasks;
@@ -288,8 +302,18 @@ int ms_bench_local_main(int argc, char **argv)
         uv_run(b.loop, UV_RUN_NOWAIT);
     double ask_s = now_s() - t0;
 
-    struct ms_stats st;
     ms_node_stats(b.node, &st);
+    fig->floor_rate = floor_rate;
+    fig->tell_rate = tell_rate;
+    fig->tell_ratio = tell_ratio;
+    fig->ask_rate = nasks ? (double)nasks / ask_s : 0;
+    fig->ask_ratio = floor_rate > 0 ? fig->ask_rate / floor_rate : 0;
+    fig->asks_failed = b.asks_failed;
+    fig->act_rate = (double)nids / act_s;
+    fig->bytes_per_entity = (double)(rss1 - rss0) / (double)nids;
+    fig->handler_errors = st.handler_errors;
+    if (!print)
+        goto done;
     printf("moonshard bench local: one node, Counter entities, %ld ids, "
            "64 shards\n", nids);
     printf("  floor (LuaJIT loop: cjson.decode + counter.receive): "
@@ -313,6 +337,7 @@ int ms_bench_local_main(int argc, char **argv)
     printf("  entities active: %llu, handler errors: %llu\n",
            (unsigned long long)st.active_entities,
            (unsigned long long)st.handler_errors);
+done:
     ms_node_close(b.node);
     uv_run(b.loop, UV_RUN_DEFAULT);
     for (long i = 0; i < nids; i++)

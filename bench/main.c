@@ -8,6 +8,8 @@
  *   handoff  shards moving from 2 node processes to 3
  *   persist  committed asks of an event-sourced counter vs pgbench
  *   remember eager start of remembered entities after a move
+ *   all      the table of issue 16: the figures of the above (and wrk's)
+ *            with their baselines, ratios and targets
  *
  * cluster, handoff and persist run `moonshard node` from the `moonshard` binary
  * beside this one, or $MOONSHARD_BIN.
@@ -41,8 +43,11 @@ static int usage(FILE *f)
         "  remember [--entities N] [--shards S] [--callers C]\n"
         "                                 eager start after a move, under\n"
         "                                 another type's traffic\n"
-        "cluster, handoff, persist and remember start nodes from the moonshard binary beside\n"
-        "this one, or $MOONSHARD_BIN.\n");
+        "  all [--seconds S] [--only ROW,...]\n"
+        "                                 every target of issue 16 with its\n"
+        "                                 baseline (wrk and Redis optional)\n"
+        "cluster, handoff, persist, remember and all start nodes from the\n"
+        "moonshard binary beside this one, or $MOONSHARD_BIN.\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -65,12 +70,13 @@ int main(int argc, char **argv)
     if (argc < 2)
         return usage(stderr);
     const char *cmd = argv[1];
-    if (strcmp(cmd, "local") == 0) {
+    if (strcmp(cmd, "local") == 0 || strcmp(cmd, "all") == 0) {
         if (add_floor_path() < 0) {
             fprintf(stderr, "moonshard-bench: LUA_PATH is too long\n");
             return 1;
         }
-        return ms_bench_local_main(argc - 1, argv + 1);
+        return cmd[0] == 'l' ? ms_bench_local_main(argc - 1, argv + 1)
+                             : ms_bench_all_main(argc - 1, argv + 1);
     }
     if (strcmp(cmd, "cluster") == 0)
         return ms_bench_cluster_main(argc - 1, argv + 1);

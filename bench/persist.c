@@ -350,8 +350,16 @@ int ms_bench_persist_main(int argc, char **argv)
             return usage();
         }
     }
+    struct ms_bench_persist_figures f;
+    return ms__bench_persist_run(seconds, nids, 1, &f);
+}
+
+int ms__bench_persist_run(int seconds, int nids, int print,
+                          struct ms_bench_persist_figures *pf)
+{
     struct cluster cl;
     int spare;
+    memset(pf, 0, sizeof *pf);
     if (ms__bench_cluster_init(&cl, 1, &spare) < 0)
         return 1;
     struct pgsrv s;
@@ -373,26 +381,38 @@ int ms_bench_persist_main(int argc, char **argv)
     psql(&s, "SHOW synchronous_commit", sc, sizeof sc);
     if (run_pgbench(&s, seconds, &pgb) < 0)
         goto out;
-    printf("moonshard bench persist: PostgreSQL on 127.0.0.1 (.ci/pg, "
-           "synchronous_commit = %s for both), %d clients, %d s each\n\n",
-           sc, CALLERS, seconds);
-    printf("  pgbench, one single-row INSERT per transaction:  %10.0f "
-           "tps  (latency average %.3f ms, failed %ld)\n", pgb.tps,
-           pgb.lat_avg, pgb.failed);
-    fflush(stdout);
+    pf->pgbench_tps = pgb.tps;
+    if (print) {
+        printf("moonshard bench persist: PostgreSQL on 127.0.0.1 (.ci/pg, "
+               "synchronous_commit = %s for both), %d clients, %d s "
+               "each\n\n", sc, CALLERS, seconds);
+        printf("  pgbench, one single-row INSERT per transaction:  %10.0f "
+               "tps  (latency average %.3f ms, failed %ld)\n", pgb.tps,
+               pgb.lat_avg, pgb.failed);
+        fflush(stdout);
+    }
     if (bench_node(&cl, &s, ids, nids, seconds, &asks, &f, &events) < 0)
         goto out;
     double ratio = f.rate / pgb.tps;
     long ok = f.done - f.failed;
-    printf("  moonshard, committed asks (event-sourced Counter, %d ids):"
-           " %10.0f asks/s\n"
-           "  moonshard ask p50 / p99 (ms):  %.3f / %.3f\n"
-           "  committed asks/s / pgbench tps:  %.2f  (target >= 1.0: %s)\n"
-           "  checks: %ld asks answered, %ld failed; the journal holds %ld "
-           "events for %ld answered asks (with %d warm-up asks)\n",
-           nids, f.rate, f.p50, f.p99, ratio, ratio >= 1.0 ? "met" :
-           "MISSED", ok, f.failed, events, ok + nids, nids);
     rc = f.failed || events != ok + nids ? 1 : 0;
+    pf->rate = f.rate;
+    pf->p50 = f.p50;
+    pf->p99 = f.p99;
+    pf->answered = ok;
+    pf->failed = f.failed;
+    pf->events = events;
+    pf->checked = rc == 0;
+    if (print)
+        printf("  moonshard, committed asks (event-sourced Counter, %d ids):"
+               " %10.0f asks/s\n"
+               "  moonshard ask p50 / p99 (ms):  %.3f / %.3f\n"
+               "  committed asks/s / pgbench tps:  %.2f  (target >= 1.0: "
+               "%s)\n"
+               "  checks: %ld asks answered, %ld failed; the journal holds "
+               "%ld events for %ld answered asks (with %d warm-up asks)\n",
+               nids, f.rate, f.p50, f.p99, ratio, ratio >= 1.0 ? "met" :
+               "MISSED", ok, f.failed, events, ok + nids, nids);
 out:
     fflush(stdout);
     ms__bench_cleanup_all();

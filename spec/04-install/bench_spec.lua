@@ -66,6 +66,55 @@ describe("moonshard-bench", function()
         assert.are.equal(2, code)
     end)
 
+    -- `all`: the table of issue 16. Its header, then one line per selected
+    -- row: name, measure, figure, baseline, ratio, target, result.
+    local ALL_HEADER = "\n  row%s+measure: figure / baseline%s+figure%s+"
+                       .. "baseline%s+ratio%s+target%s+result\n"
+
+    it("all prints a table row with its figure, baseline, ratio and target",
+       function()
+        local code, out, err = helpers.run({ bench, "all", "--only", "tells",
+                                             "--seconds", "0.1" }, 120)
+        assert.are.equal(0, code, out .. err)
+        assert.is_truthy(out:find(ALL_HEADER), out)
+        local fig, base, ratio, result = out:match(
+            "\n  tells%s+local tell/s / LuaJIT floor msg/s%s+(%d+)%s+(%d+)"
+            .. "%s+([%d.]+)%s+>= 0%.75%s+([%a ]-)\n")
+        assert.is_truthy(fig, out)
+        assert.is_true(tonumber(fig) > 0 and tonumber(base) > 0, out)
+        assert.is_true(tonumber(ratio) > 0, out)
+        assert.are.equal(tonumber(ratio) >= 0.75 and "met" or "not met",
+                         result)
+        -- only the selected row
+        assert.is_nil(out:find("\n  asks ", 1, true), out)
+        assert.is_nil(out:find("\n  remote ", 1, true), out)
+    end)
+
+    it("all says a row is skipped when its tool is not installed", function()
+        -- a PATH without wrk and Redis: an empty folder
+        local empty = helpers.tmpdir() .. "/empty-path"
+        must({ "mkdir", "-p", empty })
+        local code, out, err = helpers.run({ "env", "PATH=" .. empty, bench,
+            "all", "--only", "remote,p99", "--seconds", "0.1" }, 60)
+        assert.are.equal(0, code, out .. err)
+        assert.is_truthy(out:find(ALL_HEADER), out)
+        assert.is_truthy(out:find("\n  remote%s+remote ask/s[^\n]-"
+                                  .. "skipped: wrk not installed\n"), out)
+        -- p99 needs Redis only (its caller is the bench's own client)
+        assert.is_truthy(out:find("\n  p99%s+p99 ms[^\n]-"
+                                  .. "skipped: Redis not installed"), out)
+        -- skipped before starting anything
+        assert.is_nil(err:find("starting n1", 1, true), err)
+    end)
+
+    it("all refuses bad options", function()
+        for _, argv in ipairs({ { "--only", "nope" }, { "--seconds", "0" },
+                                { "--only" }, { "--nope" } }) do
+            local code = helpers.run({ bench, "all", unpack(argv) })
+            assert.are.equal(2, code)
+        end
+    end)
+
     it("cluster runs moonshard from beside itself and checks its routes",
        function()
         -- without MOONSHARD_BIN: the moonshard beside moonshard-bench
