@@ -473,7 +473,7 @@ static int l_encode(lua_State *L)
     return 1;
 }
 
-int ms_json_encode_to(lua_State *L, int idx, int max_depth,
+int ms_json_encode_to(lua_State *L, int idx, int jsontype, int max_depth,
                       int (*sink)(void *data, const char *json, size_t len),
                       void *data)
 {
@@ -487,11 +487,8 @@ int ms_json_encode_to(lua_State *L, int idx, int max_depth,
     e.heap = 0;
     e.max_depth = max_depth;
     e.err[0] = 0;
-    int top = lua_gettop(L);
-    lua_pushliteral(L, "__jsontype");
-    e.jsontype = lua_gettop(L);
+    e.jsontype = jsontype;
     int rc = put_value(&e, idx, 0);
-    lua_settop(L, top);
     int out = rc == 0 ? sink(data, e.buf, e.len) : 0;
     if (e.heap)
         free(e.buf);

@@ -53,10 +53,11 @@ int ms_json_encode_open(lua_State *L);
 /*
  * Encodes the value at `idx` as encode() does, with nesting limit
  * `max_depth`, and hands the text to sink(data, json, len) without making
- * a Lua string of it; returns what sink returned. Raises the encode error
+ * a Lua string of it; returns what sink returned. `jsontype` is the index
+ * (an upvalue's, say) of the string "__jsontype". Raises the encode error
  * (from a lua_CFunction only).
  */
-int ms_json_encode_to(lua_State *L, int idx, int max_depth,
+int ms_json_encode_to(lua_State *L, int idx, int jsontype, int max_depth,
                       int (*sink)(void *data, const char *json, size_t len),
                       void *data);
 

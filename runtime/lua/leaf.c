@@ -288,7 +288,8 @@ static int l_reply_msg(lua_State *L)
     int depth = r.b->cfg && r.b->cfg->json_max_depth > 0
                     ? r.b->cfg->json_max_depth : 64;
     lua_settop(L, 2);
-    lua_pushinteger(L, ms_json_encode_to(L, 2, depth, reply_sink, &r));
+    lua_pushinteger(L, ms_json_encode_to(L, 2, lua_upvalueindex(2), depth,
+                                         reply_sink, &r));
     return 1;
 }
 
@@ -600,7 +601,6 @@ int ms__bridge_open_core(lua_State *L)
     static const luaL_Reg fns[] = {
         {"done", l_done},     {"fail", l_fail},
         {"reply", l_reply},   {"tell", l_tell},     {"ask", l_ask},
-        {"reply_msg", l_reply_msg},
         {"after", l_after},   {"cancel", l_cancel}, {"stop", l_stop},
         {"stop_entity", l_stop_entity},
         {"log", l_log},       {"now", ms__bridge_l_now},
@@ -617,6 +617,11 @@ int ms__bridge_open_core(lua_State *L)
         lua_pushcclosure(L, f->func, 1);
         lua_setfield(L, -2, f->name);
     }
+    /* reply_msg's second upvalue: the encoder's "__jsontype" key */
+    lua_pushlightuserdata(L, b);
+    lua_pushliteral(L, "__jsontype");
+    lua_pushcclosure(L, l_reply_msg, 2);
+    lua_setfield(L, -2, "reply_msg");
     ms__bridge_open_persist(L, b);
     /* for ms_lua_next, called through the FFI by the driver */
     lua_pushlightuserdata(L, b);
