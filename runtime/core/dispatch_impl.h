@@ -47,7 +47,10 @@ struct entity {
     uint64_t listed_ms;             /* when it joined the active list */
     uint32_t ntimers;
     unsigned active : 1, busy : 1, stop_req : 1, in_ready : 1,
-        in_list : 1, replied : 1, stop_explicit : 1;
+        in_list : 1, replied : 1, stop_explicit : 1,
+        used : 1;                   /* handled a message since it was
+                                       (re)listed: the active-entity
+                                       limit gives it a second chance */
     /* lookup */
     struct entity *hnext;           /* hash chain */
     uint64_t hash;
@@ -158,6 +161,11 @@ struct ms_dispatch {
     size_t nstopped, capstopped;
     struct msg *free_msgs;   /* recycled small messages */
     uint32_t nfree_msgs;
+    /* the active-entity limit (ms_dispatch_set_max_active): UINT64_MAX
+     * when there is none, so an activation pays one compare */
+    uint64_t max_active;
+    uint64_t limit_stops;    /* limit STOPs queued, not yet handled */
+    int limit_short;         /* the last pass left the node above it */
     struct ms_stats st;
 };
 
@@ -261,6 +269,7 @@ static inline void list_add(struct ms_dispatch *d, struct entity *e,
 {
     struct type *t = &d->types[e->type];
     e->listed_ms = now_ms;
+    e->used = 0;
     e->lprev = t->list_tail;
     e->lnext = NULL;
     if (t->list_tail)
@@ -311,6 +320,7 @@ void ms__dispatch_entity_stopping(struct ms_dispatch *d, struct entity *e);
 void ms__dispatch_fail_ask(struct ms_dispatch *d, uint64_t corr, int err,
                            const char *message);
 void ms__dispatch_free_msgs(struct ms_dispatch *d, struct msg *m);
+void ms__dispatch_limit(struct ms_dispatch *d);
 void ms__dispatch_msg_free(struct ms_dispatch *d, struct msg *m);
 struct msg *ms__dispatch_msg_new(struct ms_dispatch *d, int kind, uint32_t type,
                                  uint64_t hash, uint32_t shard, const char *id,
