@@ -74,14 +74,16 @@ static void drain(struct bench *b)
     } while (ms_node_pending(b->node) > 0 || s.delivered < s.routed);
 }
 
-static int tell_all(struct bench *b, long messages)
+/* `messages` tells, round robin over ids[0..n), draining every 1000. */
+static int tell_ids(struct bench *b, char **ids, const size_t *idlen, long n,
+                    long messages)
 {
     const long chunk = 1000;
     for (long i = 0; i < messages;) {
         long end = i + chunk < messages ? i + chunk : messages;
         for (; i < end; i++) {
-            long k = i % b->nids;
-            int rc = ms_node_tell(b->node, b->type, b->ids[k], b->idlen[k],
+            long k = i % n;
+            int rc = ms_node_tell(b->node, b->type, ids[k], idlen[k],
                                   PAYLOAD, sizeof PAYLOAD - 1);
             if (rc < 0) {
                 fprintf(stderr, "bench: tell failed: %s\n", ms_strerror(rc));
@@ -91,6 +93,11 @@ static int tell_all(struct bench *b, long messages)
         drain(b);
     }
     return 0;
+}
+
+static int tell_all(struct bench *b, long messages)
+{
+    return tell_ids(b, b->ids, b->idlen, b->nids, messages);
 }
 
 /* A node allocates a shard when the shard's first message arrives (the
@@ -166,7 +173,8 @@ static int free_port(void)
 
 /* The bench's node is a cluster of one, like any node: it binds its
  * transport and gateway on free ports of 127.0.0.1. */
-static int write_config(char *dir, char *path, size_t len, long ids)
+static int write_config(char *dir, char *path, size_t len, long ids,
+                        long max_active)
 {
     int listen = free_port(), http = free_port();
     for (int i = 0; i < 8 && http == listen; i++)
@@ -185,21 +193,145 @@ static int write_config(char *dir, char *path, size_t len, long ids)
             "    entities = {\n"
             "        Counter = { module = \"counter\", shard_count = 64,\n"
             "                    idle_timeout = 120, max_pending = %ld },\n"
-            "    },\n"
-            "}\n",
+            "    },\n",
             listen, http, ids + 20000);
+    if (max_active > 0)
+        fprintf(f, "    max_active_entities = %ld,\n", max_active);
+    fprintf(f, "}\n");
     fclose(f);
     return 0;
+}
+
+/* Starts the bench's node (max_active_entities = max_active when > 0)
+ * into b->node and b->type; 0, or -1 with a message printed. */
+static int start_node(struct bench *b, long nids, long max_active)
+{
+    char dir[] = "/tmp/moonshard-bench-XXXXXX", path[256];
+    if (write_config(dir, path, sizeof path, nids, max_active) < 0) {
+        perror("moonshard bench: cannot write its config");
+        return -1;
+    }
+    struct ms_node_options opts = {path, NULL};
+    char err[1024];
+    int rc = ms_node_new(&b->node, b->loop, &opts, err, sizeof err);
+    unlink(path);
+    rmdir(dir);
+    if (rc < 0) {
+        fprintf(stderr, "moonshard bench: %s\n", err);
+        return -1;
+    }
+    b->type = ms_node_type(b->node, "Counter", 7);
+    return 0;
+}
+
+#define LIMIT_ROUNDS 3
+
+/* The median rate of LIMIT_ROUNDS rounds of `messages` tells round robin
+ * over ids[0..n), or -1. */
+static double tell_rate(struct bench *b, char **ids, const size_t *idlen,
+                        long n, long messages)
+{
+    double r[LIMIT_ROUNDS];
+    for (int i = 0; i < LIMIT_ROUNDS; i++) {
+        ms_node_lua_gc(b->node);
+        double t0 = now_s();
+        if (tell_ids(b, ids, idlen, n, messages) < 0)
+            return -1;
+        r[i] = (double)messages / (now_s() - t0);
+    }
+    return median(r, LIMIT_ROUNDS);
+}
+
+/* The first message to each of ids[0..n): activations per second, or
+ * -1. */
+static double activation_rate(struct bench *b, char **ids,
+                              const size_t *idlen, long n)
+{
+    ms_node_lua_gc(b->node);
+    double t0 = now_s();
+    if (tell_ids(b, ids, idlen, n, n) < 0)
+        return -1;
+    return (double)n / (now_s() - t0);
+}
+
+/* --max-active N: a node that holds its active-entity limit. On the
+ * node without a limit (all ids active, as the figures above left it)
+ * and then on a new node with max_active_entities = N that got the same
+ * first message to every id (so it holds the last N of them): tells to
+ * a hot set of N / 2 ids within the limit, and the first message to
+ * `nids` new ids (on the limited node each evicts one). The first node
+ * is closed here. Returns 0, or 1 on a failure. */
+static int limit_rows(struct bench *b, long nids, long messages,
+                      long max_active)
+{
+    long hot = max_active / 2;
+    char **hot_ids = b->ids + (nids - hot);
+    size_t *hot_len = b->idlen + (nids - hot);
+    char **fresh = calloc((size_t)nids, sizeof *fresh);
+    size_t *fresh_len = calloc((size_t)nids, sizeof *fresh_len);
+    if (!fresh || !fresh_len)
+        return 1;
+    for (long i = 0; i < nids; i++) {
+        char buf[32];
+        int n = snprintf(buf, sizeof buf, "x-%ld", i + 1);
+        fresh[i] = strdup(buf);
+        fresh_len[i] = (size_t)n;
+    }
+    int failed = 1;
+    double hot_base = tell_rate(b, hot_ids, hot_len, hot, messages);
+    double act_base = activation_rate(b, fresh, fresh_len, nids);
+    ms_node_close(b->node);
+    uv_run(b->loop, UV_RUN_DEFAULT);
+    b->node = NULL;
+    if (hot_base < 0 || act_base < 0 || start_node(b, nids, max_active) < 0)
+        goto out;
+    struct ms_stats st;
+    if (warm_up(b, 64) < 0 || tell_all(b, nids) < 0)
+        goto out;
+    ms_node_stats(b->node, &st);
+    uint64_t evicted0 = st.limit_passivations;
+    double hot_lim = tell_rate(b, hot_ids, hot_len, hot, messages);
+    ms_node_stats(b->node, &st);
+    uint64_t evicted_hot = st.limit_passivations - evicted0;
+    double churn = activation_rate(b, fresh, fresh_len, nids);
+    if (hot_lim < 0 || churn < 0)
+        goto out;
+    ms_node_stats(b->node, &st);
+    printf("  with max_active_entities = %ld (a node of its own, full: "
+           "%ld ids told):\n", max_active, nids);
+    printf("    tells to %ld hot ids within the limit:       %12.0f msg/s"
+           "  ratio to no limit %.2f  (%.0f msg/s)\n", hot, hot_lim,
+           hot_lim / hot_base, hot_base);
+    printf("    first messages to %ld new ids, each evicting:%10.0f /s"
+           "    ratio to plain activations %.2f  (%.0f /s)\n", nids,
+           churn, churn / act_base, act_base);
+    printf("    active %llu, passivated for the limit %llu (%llu during the"
+           " hot tells), handler errors %llu\n",
+           (unsigned long long)st.active_entities,
+           (unsigned long long)st.limit_passivations,
+           (unsigned long long)evicted_hot,
+           (unsigned long long)st.handler_errors);
+    failed = st.handler_errors != 0 ||
+             st.active_entities != (uint64_t)max_active;
+out:
+    for (long i = 0; i < nids; i++)
+        free(fresh[i]);
+    free(fresh);
+    free(fresh_len);
+    return failed;
 }
 
 int ms_bench_local_main(int argc, char **argv)
 {
     long nids = 100000, messages = 1000000, nasks = 500000;
+    long max_active = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--ids") == 0 && i + 1 < argc)
             nids = atol(argv[++i]);
         else if (strcmp(argv[i], "--messages") == 0 && i + 1 < argc)
             messages = atol(argv[++i]);
+        else if (strcmp(argv[i], "--max-active") == 0 && i + 1 < argc)
+            max_active = atol(argv[++i]);
         else {
             fprintf(stderr, "moonshard bench: unknown option '%s'\n",
                     argv[i]);
@@ -211,24 +343,18 @@ int ms_bench_local_main(int argc, char **argv)
                 "--messages >= --ids\n");
         return 2;
     }
-    char dir[] = "/tmp/moonshard-bench-XXXXXX", path[256];
-    if (write_config(dir, path, sizeof path, nids) < 0) {
-        perror("moonshard bench: cannot write its config");
-        return 1;
+    if (max_active && (max_active < 2 || max_active >= nids)) {
+        fprintf(stderr, "moonshard bench: need 2 <= --max-active < "
+                "--ids\n");
+        return 2;
     }
     struct bench b;
     memset(&b, 0, sizeof b);
     b.loop = uv_default_loop();
-    struct ms_node_options opts = {path, NULL};
     char err[1024];
-    int rc = ms_node_new(&b.node, b.loop, &opts, err, sizeof err);
-    unlink(path);
-    rmdir(dir);
-    if (rc < 0) {
-        fprintf(stderr, "moonshard bench: %s\n", err);
+    int rc;
+    if (start_node(&b, nids, 0) < 0)
         return 1;
-    }
-    b.type = ms_node_type(b.node, "Counter", 7);
     b.nids = nids;
     b.ids = calloc((size_t)nids, sizeof *b.ids);
     b.idlen = calloc((size_t)nids, sizeof *b.idlen);
@@ -313,11 +439,16 @@ int ms_bench_local_main(int argc, char **argv)
     printf("  entities active: %llu, handler errors: %llu\n",
            (unsigned long long)st.active_entities,
            (unsigned long long)st.handler_errors);
-    ms_node_close(b.node);
-    uv_run(b.loop, UV_RUN_DEFAULT);
+    int limit_failed = max_active ? limit_rows(&b, nids, messages,
+                                               max_active)
+                                  : 0;
+    if (b.node) {
+        ms_node_close(b.node);
+        uv_run(b.loop, UV_RUN_DEFAULT);
+    }
     for (long i = 0; i < nids; i++)
         free(b.ids[i]);
     free(b.ids);
     free(b.idlen);
-    return st.handler_errors || b.asks_failed ? 1 : 0;
+    return st.handler_errors || b.asks_failed || limit_failed ? 1 : 0;
 }
