@@ -188,6 +188,46 @@ describe("a node with max_active_entities = 10", function()
     end)
 end)
 
+describe("a remembered type under the limit", function()
+    teardown(function()
+        helpers.stop_all_checked()
+        assert.same({}, helpers.leaks())
+    end)
+
+    -- Tells m1..m5 of Keeper (remembered in memory, `keep_on_idle` as
+    -- given) on a node with max_active_entities = 3, and waits until the
+    -- node remembers `want` ids with nothing left to write (the shards'
+    -- listings load first: records wait for them).
+    local function remembers(keep_on_idle, want)
+        local n = helpers.start({
+            entities = { Keeper = { module = "keeper", shard_count = 4,
+                                    remember = { store = "memory",
+                                                 keep_on_idle = keep_on_idle },
+                                    idle_timeout = false } },
+            settings = { max_active_entities = 3 },
+        })
+        for i = 1, 5 do
+            tell_handled(n, "Keeper", "m" .. i, { type = "incr" })
+        end
+        local s = wait_stats(n, function(st)
+            local r = st.remember
+            return r.loads >= 4 and r.queued == 0 and r.inflight == 0
+                and r.types.Keeper.remembered == want
+        end, want .. " ids remembered")
+        assert.equal(3, s.active_entities)
+        assert.equal(2, s.limit_passivations)
+    end
+
+    it("forgets the ids it passivates, as an idle passivation does",
+       function()
+        remembers(false, 3)
+    end)
+
+    it("keeps them with keep_on_idle = true", function()
+        remembers(true, 5)
+    end)
+end)
+
 describe("max_active_entities in the config", function()
     teardown(function()
         helpers.stop_all_checked()
