@@ -224,22 +224,17 @@ static int start_node(struct bench *b, long nids, long max_active)
     return 0;
 }
 
-#define LIMIT_ROUNDS 3
+#define LIMIT_ROUNDS 5
 
-/* The median rate of LIMIT_ROUNDS rounds of `messages` tells round robin
- * over ids[0..n), or -1. */
+/* The rate of `messages` tells round robin over ids[0..n), or -1. */
 static double tell_rate(struct bench *b, char **ids, const size_t *idlen,
                         long n, long messages)
 {
-    double r[LIMIT_ROUNDS];
-    for (int i = 0; i < LIMIT_ROUNDS; i++) {
-        ms_node_lua_gc(b->node);
-        double t0 = now_s();
-        if (tell_ids(b, ids, idlen, n, messages) < 0)
-            return -1;
-        r[i] = (double)messages / (now_s() - t0);
-    }
-    return median(r, LIMIT_ROUNDS);
+    ms_node_lua_gc(b->node);
+    double t0 = now_s();
+    if (tell_ids(b, ids, idlen, n, messages) < 0)
+        return -1;
+    return (double)messages / (now_s() - t0);
 }
 
 /* The first message to each of ids[0..n): activations per second, or
@@ -247,24 +242,23 @@ static double tell_rate(struct bench *b, char **ids, const size_t *idlen,
 static double activation_rate(struct bench *b, char **ids,
                               const size_t *idlen, long n)
 {
-    ms_node_lua_gc(b->node);
-    double t0 = now_s();
-    if (tell_ids(b, ids, idlen, n, n) < 0)
-        return -1;
-    return (double)n / (now_s() - t0);
+    return tell_rate(b, ids, idlen, n, n);
 }
 
-/* --max-active N: a node that holds its active-entity limit. On the
- * node without a limit (all ids active, as the figures above left it)
- * and then on a new node with max_active_entities = N that got the same
- * first message to every id (so it holds the last N of them): tells to
- * a hot set of N / 2 ids within the limit, and the first message to
- * `nids` new ids (on the limited node each evicts one). The first node
- * is closed here. Returns 0, or 1 on a failure. */
+/* --max-active N: a node that holds its active-entity limit, beside the
+ * node above (no limit, every id active), in the same loop. The second
+ * node has max_active_entities = N and got the first message to every id
+ * (so it is full and holds the last N). The two alternate, LIMIT_ROUNDS
+ * times, on: tells to a hot set of the last N / 2 ids (within the limit:
+ * nothing is passivated), and first messages to new ids (a fresh share
+ * of `nids` new ids per round; on the limited node each evicts one).
+ * Prints the medians and the median of the paired ratios; returns 0, or
+ * 1 on a failure. Sets *limited to the second node (NULL when it did not
+ * start), for the caller to close. */
 static int limit_rows(struct bench *b, long nids, long messages,
-                      long max_active)
+                      long max_active, struct ms_node **limited)
 {
-    long hot = max_active / 2;
+    long hot = max_active / 2, share = nids / LIMIT_ROUNDS;
     char **hot_ids = b->ids + (nids - hot);
     size_t *hot_len = b->idlen + (nids - hot);
     char **fresh = calloc((size_t)nids, sizeof *fresh);
@@ -278,42 +272,64 @@ static int limit_rows(struct bench *b, long nids, long messages,
         fresh_len[i] = (size_t)n;
     }
     int failed = 1;
-    double hot_base = tell_rate(b, hot_ids, hot_len, hot, messages);
-    double act_base = activation_rate(b, fresh, fresh_len, nids);
-    ms_node_close(b->node);
-    uv_run(b->loop, UV_RUN_DEFAULT);
-    b->node = NULL;
-    if (hot_base < 0 || act_base < 0 || start_node(b, nids, max_active) < 0)
-        goto out;
+    struct bench l = *b;
+    l.node = NULL;
     struct ms_stats st;
-    if (warm_up(b, 64) < 0 || tell_all(b, nids) < 0)
+    if (start_node(&l, nids, max_active) < 0 || warm_up(&l, 64) < 0 ||
+        tell_all(&l, nids) < 0)
         goto out;
-    ms_node_stats(b->node, &st);
+    ms_node_stats(l.node, &st);
     uint64_t evicted0 = st.limit_passivations;
-    double hot_lim = tell_rate(b, hot_ids, hot_len, hot, messages);
-    ms_node_stats(b->node, &st);
+    double hb[LIMIT_ROUNDS], hl[LIMIT_ROUNDS], hr[LIMIT_ROUNDS];
+    for (int r = 0; r < LIMIT_ROUNDS; r++) {
+        hb[r] = tell_rate(b, hot_ids, hot_len, hot, messages);
+        hl[r] = tell_rate(&l, hot_ids, hot_len, hot, messages);
+        if (hb[r] < 0 || hl[r] < 0)
+            goto out;
+        hr[r] = hl[r] / hb[r];
+    }
+    ms_node_stats(l.node, &st);
     uint64_t evicted_hot = st.limit_passivations - evicted0;
-    double churn = activation_rate(b, fresh, fresh_len, nids);
-    if (hot_lim < 0 || churn < 0)
-        goto out;
-    ms_node_stats(b->node, &st);
-    printf("  with max_active_entities = %ld (a node of its own, full: "
-           "%ld ids told):\n", max_active, nids);
-    printf("    tells to %ld hot ids within the limit:       %12.0f msg/s"
-           "  ratio to no limit %.2f  (%.0f msg/s)\n", hot, hot_lim,
-           hot_lim / hot_base, hot_base);
-    printf("    first messages to %ld new ids, each evicting:%10.0f /s"
-           "    ratio to plain activations %.2f  (%.0f /s)\n", nids,
-           churn, churn / act_base, act_base);
-    printf("    active %llu, passivated for the limit %llu (%llu during the"
-           " hot tells), handler errors %llu\n",
+    double ab[LIMIT_ROUNDS], al[LIMIT_ROUNDS], ar[LIMIT_ROUNDS];
+    for (int r = 0; r < LIMIT_ROUNDS; r++) {
+        ab[r] = activation_rate(b, fresh + r * share, fresh_len + r * share,
+                                share);
+        al[r] = activation_rate(&l, fresh + r * share,
+                                fresh_len + r * share, share);
+        if (ab[r] < 0 || al[r] < 0)
+            goto out;
+        ar[r] = al[r] / ab[r];
+    }
+    ms_node_stats(l.node, &st);
+    printf("  beside it, a node with max_active_entities = %ld, full (the "
+           "first message to the %ld ids),\n  the two alternating, "
+           "medians of %d rounds:\n", max_active, nids, LIMIT_ROUNDS);
+    printf("    tells to %ld hot ids, within the limit:      %12.0f msg/s"
+           "  without a limit %.0f msg/s, ratio %.2f (rounds:", hot,
+           median(hl, LIMIT_ROUNDS), median(hb, LIMIT_ROUNDS),
+           median(hr, LIMIT_ROUNDS));
+    for (int r = 0; r < LIMIT_ROUNDS; r++)
+        printf(" %.2f", hr[r]);
+    printf(")\n");
+    printf("    first messages to %ld new ids, each evicting:%9.0f /s"
+           "     plain activations %.0f /s, ratio %.2f (rounds:", share,
+           median(al, LIMIT_ROUNDS), median(ab, LIMIT_ROUNDS),
+           median(ar, LIMIT_ROUNDS));
+    for (int r = 0; r < LIMIT_ROUNDS; r++)
+        printf(" %.2f", ar[r]);
+    printf(")\n");
+    printf("    limited node: active %llu, passivated for the limit %llu "
+           "(%llu during the hot tells), handler errors %llu\n",
            (unsigned long long)st.active_entities,
            (unsigned long long)st.limit_passivations,
            (unsigned long long)evicted_hot,
            (unsigned long long)st.handler_errors);
-    failed = st.handler_errors != 0 ||
-             st.active_entities != (uint64_t)max_active;
+    failed = st.handler_errors != 0 || evicted_hot != 0 ||
+             st.active_entities != (uint64_t)max_active ||
+             st.limit_passivations !=
+                 (uint64_t)(nids - max_active + LIMIT_ROUNDS * share);
 out:
+    *limited = l.node; /* closed with the first: they share the loop */
     for (long i = 0; i < nids; i++)
         free(fresh[i]);
     free(fresh);
@@ -439,13 +455,14 @@ int ms_bench_local_main(int argc, char **argv)
     printf("  entities active: %llu, handler errors: %llu\n",
            (unsigned long long)st.active_entities,
            (unsigned long long)st.handler_errors);
+    struct ms_node *limited = NULL;
     int limit_failed = max_active ? limit_rows(&b, nids, messages,
-                                               max_active)
+                                               max_active, &limited)
                                   : 0;
-    if (b.node) {
-        ms_node_close(b.node);
-        uv_run(b.loop, UV_RUN_DEFAULT);
-    }
+    if (limited)
+        ms_node_close(limited);
+    ms_node_close(b.node);
+    uv_run(b.loop, UV_RUN_DEFAULT);
     for (long i = 0; i < nids; i++)
         free(b.ids[i]);
     free(b.ids);
