@@ -74,14 +74,16 @@ static void drain(struct bench *b)
     } while (ms_node_pending(b->node) > 0 || s.delivered < s.routed);
 }
 
-static int tell_all(struct bench *b, long messages)
+/* `messages` tells, round robin over ids[0..n), draining every 1000. */
+static int tell_ids(struct bench *b, char **ids, const size_t *idlen, long n,
+                    long messages)
 {
     const long chunk = 1000;
     for (long i = 0; i < messages;) {
         long end = i + chunk < messages ? i + chunk : messages;
         for (; i < end; i++) {
-            long k = i % b->nids;
-            int rc = ms_node_tell(b->node, b->type, b->ids[k], b->idlen[k],
+            long k = i % n;
+            int rc = ms_node_tell(b->node, b->type, ids[k], idlen[k],
                                   PAYLOAD, sizeof PAYLOAD - 1);
             if (rc < 0) {
                 fprintf(stderr, "bench: tell failed: %s\n", ms_strerror(rc));
@@ -91,6 +93,11 @@ static int tell_all(struct bench *b, long messages)
         drain(b);
     }
     return 0;
+}
+
+static int tell_all(struct bench *b, long messages)
+{
+    return tell_ids(b, b->ids, b->idlen, b->nids, messages);
 }
 
 /* A node allocates a shard when the shard's first message arrives (the
@@ -166,7 +173,8 @@ static int free_port(void)
 
 /* The bench's node is a cluster of one, like any node: it binds its
  * transport and gateway on free ports of 127.0.0.1. */
-static int write_config(char *dir, char *path, size_t len, long ids)
+static int write_config(char *dir, char *path, size_t len, long ids,
+                        long max_active)
 {
     int listen = free_port(), http = free_port();
     for (int i = 0; i < 8 && http == listen; i++)
@@ -185,21 +193,164 @@ static int write_config(char *dir, char *path, size_t len, long ids)
             "    entities = {\n"
             "        Counter = { module = \"counter\", shard_count = 64,\n"
             "                    idle_timeout = 120, max_pending = %ld },\n"
-            "    },\n"
-            "}\n",
+            "    },\n",
             listen, http, ids + 20000 < 1000000 ? ids + 20000 : 1000000);
+    if (max_active > 0)
+        fprintf(f, "    max_active_entities = %ld,\n", max_active);
+    fprintf(f, "}\n");
     fclose(f);
     return 0;
 }
 
+/* Starts the bench's node (max_active_entities = max_active when > 0)
+ * into b->node and b->type; 0, or -1 with a message printed. */
+static int start_node(struct bench *b, long nids, long max_active)
+{
+    char dir[] = "/tmp/moonshard-bench-XXXXXX", path[256];
+    if (write_config(dir, path, sizeof path, nids, max_active) < 0) {
+        perror("moonshard bench: cannot write its config");
+        return -1;
+    }
+    struct ms_node_options opts = {path, NULL};
+    char err[1024];
+    int rc = ms_node_new(&b->node, b->loop, &opts, err, sizeof err);
+    unlink(path);
+    rmdir(dir);
+    if (rc < 0) {
+        fprintf(stderr, "moonshard bench: %s\n", err);
+        return -1;
+    }
+    b->type = ms_node_type(b->node, "Counter", 7);
+    return 0;
+}
+
+#define LIMIT_ROUNDS 5
+
+/* The rate of `messages` tells round robin over ids[0..n), or -1. */
+static double tell_rate(struct bench *b, char **ids, const size_t *idlen,
+                        long n, long messages)
+{
+    ms_node_lua_gc(b->node);
+    double t0 = now_s();
+    if (tell_ids(b, ids, idlen, n, messages) < 0)
+        return -1;
+    return (double)messages / (now_s() - t0);
+}
+
+/* The first message to each of ids[0..n): activations per second, or
+ * -1. */
+static double activation_rate(struct bench *b, char **ids,
+                              const size_t *idlen, long n)
+{
+    return tell_rate(b, ids, idlen, n, n);
+}
+
+/* --max-active N: a node that holds its active-entity limit, beside the
+ * node above (no limit, every id active), in the same loop. The second
+ * node has max_active_entities = N and got the first message to every id
+ * (so it is full and holds the last N). The two alternate, LIMIT_ROUNDS
+ * times, on: tells to a hot set of the last N / 2 ids (within the limit:
+ * nothing is passivated), and first messages to new ids (a fresh share
+ * of `nids` new ids per round; on the limited node each evicts one).
+ * Prints the medians and the median of the paired ratios; returns 0, or
+ * 1 on a failure. Sets *limited to the second node (NULL when it did not
+ * start), for the caller to close. */
+static int limit_rows(struct bench *b, long nids, long messages,
+                      long max_active, struct ms_node **limited)
+{
+    long hot = max_active / 2, share = nids / LIMIT_ROUNDS;
+    char **hot_ids = b->ids + (nids - hot);
+    size_t *hot_len = b->idlen + (nids - hot);
+    char **fresh = calloc((size_t)nids, sizeof *fresh);
+    size_t *fresh_len = calloc((size_t)nids, sizeof *fresh_len);
+    if (!fresh || !fresh_len)
+        return 1;
+    for (long i = 0; i < nids; i++) {
+        char buf[32];
+        int n = snprintf(buf, sizeof buf, "x-%ld", i + 1);
+        fresh[i] = strdup(buf);
+        fresh_len[i] = (size_t)n;
+    }
+    int failed = 1;
+    struct bench l = *b;
+    l.node = NULL;
+    struct ms_stats st;
+    if (start_node(&l, nids, max_active) < 0 || warm_up(&l, 64) < 0 ||
+        tell_all(&l, nids) < 0)
+        goto out;
+    ms_node_stats(l.node, &st);
+    uint64_t evicted0 = st.limit_passivations;
+    double hb[LIMIT_ROUNDS], hl[LIMIT_ROUNDS], hr[LIMIT_ROUNDS];
+    for (int r = 0; r < LIMIT_ROUNDS; r++) {
+        hb[r] = tell_rate(b, hot_ids, hot_len, hot, messages);
+        hl[r] = tell_rate(&l, hot_ids, hot_len, hot, messages);
+        if (hb[r] < 0 || hl[r] < 0)
+            goto out;
+        hr[r] = hl[r] / hb[r];
+    }
+    ms_node_stats(l.node, &st);
+    uint64_t evicted_hot = st.limit_passivations - evicted0;
+    double ab[LIMIT_ROUNDS], al[LIMIT_ROUNDS], ar[LIMIT_ROUNDS];
+    for (int r = 0; r < LIMIT_ROUNDS; r++) {
+        ab[r] = activation_rate(b, fresh + r * share, fresh_len + r * share,
+                                share);
+        al[r] = activation_rate(&l, fresh + r * share,
+                                fresh_len + r * share, share);
+        if (ab[r] < 0 || al[r] < 0)
+            goto out;
+        ar[r] = al[r] / ab[r];
+    }
+    ms_node_stats(l.node, &st);
+    printf("  beside it, a node with max_active_entities = %ld, full (the "
+           "first message to the %ld ids),\n  the two alternating, "
+           "medians of %d rounds:\n", max_active, nids, LIMIT_ROUNDS);
+    printf("    tells to %ld hot ids, within the limit:      %12.0f msg/s"
+           "  without a limit %.0f msg/s, ratio %.2f (rounds:", hot,
+           median(hl, LIMIT_ROUNDS), median(hb, LIMIT_ROUNDS),
+           median(hr, LIMIT_ROUNDS));
+    for (int r = 0; r < LIMIT_ROUNDS; r++)
+        printf(" %.2f", hr[r]);
+    printf(")\n");
+    printf("    first messages to %ld new ids, each evicting:%9.0f /s"
+           "     plain activations %.0f /s, ratio %.2f (rounds:", share,
+           median(al, LIMIT_ROUNDS), median(ab, LIMIT_ROUNDS),
+           median(ar, LIMIT_ROUNDS));
+    for (int r = 0; r < LIMIT_ROUNDS; r++)
+        printf(" %.2f", ar[r]);
+    printf(")\n");
+    printf("    limited node: active %llu, passivated for the limit %llu "
+           "(%llu during the hot tells), handler errors %llu\n",
+           (unsigned long long)st.active_entities,
+           (unsigned long long)st.limit_passivations,
+           (unsigned long long)evicted_hot,
+           (unsigned long long)st.handler_errors);
+    failed = st.handler_errors != 0 || evicted_hot != 0 ||
+             st.active_entities != (uint64_t)max_active ||
+             st.limit_passivations !=
+                 (uint64_t)(nids - max_active + LIMIT_ROUNDS * share);
+out:
+    *limited = l.node; /* closed with the first: they share the loop */
+    for (long i = 0; i < nids; i++)
+        free(fresh[i]);
+    free(fresh);
+    free(fresh_len);
+    return failed;
+}
+
+/* --max-active of `bench local` (0: none), for ms__bench_local_run */
+static long local_max_active;
+
 int ms_bench_local_main(int argc, char **argv)
 {
     long nids = 100000, messages = 1000000, nasks = 500000;
+    long max_active = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--ids") == 0 && i + 1 < argc)
             nids = atol(argv[++i]);
         else if (strcmp(argv[i], "--messages") == 0 && i + 1 < argc)
             messages = atol(argv[++i]);
+        else if (strcmp(argv[i], "--max-active") == 0 && i + 1 < argc)
+            max_active = atol(argv[++i]);
         else {
             fprintf(stderr, "moonshard bench: unknown option '%s'\n",
                     argv[i]);
@@ -211,6 +362,12 @@ int ms_bench_local_main(int argc, char **argv)
                 "--messages >= --ids\n");
         return 2;
     }
+    if (max_active && (max_active < 2 || max_active >= nids)) {
+        fprintf(stderr, "moonshard bench: need 2 <= --max-active < "
+                "--ids\n");
+        return 2;
+    }
+    local_max_active = max_active;
     struct ms_bench_local_figures fig;
     return ms__bench_local_run(nids, messages, nasks, ROUNDS, 1, &fig);
 }
@@ -218,28 +375,17 @@ int ms_bench_local_main(int argc, char **argv)
 int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
                         int print, struct ms_bench_local_figures *fig)
 {
-    int rc;
+    long max_active = local_max_active;
     memset(fig, 0, sizeof *fig);
     if (rounds > ROUNDS)
         rounds = ROUNDS;
-    char dir[] = "/tmp/moonshard-bench-XXXXXX", path[256];
-    if (write_config(dir, path, sizeof path, nids) < 0) {
-        perror("moonshard bench: cannot write its config");
-        return 1;
-    }
     struct bench b;
     memset(&b, 0, sizeof b);
     b.loop = uv_default_loop();
-    struct ms_node_options opts = {path, NULL};
     char err[1024];
-    rc = ms_node_new(&b.node, b.loop, &opts, err, sizeof err);
-    unlink(path);
-    rmdir(dir);
-    if (rc < 0) {
-        fprintf(stderr, "moonshard bench: %s\n", err);
+    int rc;
+    if (start_node(&b, nids, 0) < 0)
         return 1;
-    }
-    b.type = ms_node_type(b.node, "Counter", 7);
     b.nids = nids;
     b.ids = calloc((size_t)nids, sizeof *b.ids);
     b.idlen = calloc((size_t)nids, sizeof *b.idlen);
@@ -312,6 +458,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     fig->act_rate = (double)nids / act_s;
     fig->bytes_per_entity = (double)(rss1 - rss0) / (double)nids;
     fig->handler_errors = st.handler_errors;
+    int limit_failed = 0;
     if (!print)
         goto done;
     printf("moonshard bench local: one node, Counter entities, %ld ids, "
@@ -337,6 +484,12 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     printf("  entities active: %llu, handler errors: %llu\n",
            (unsigned long long)st.active_entities,
            (unsigned long long)st.handler_errors);
+    struct ms_node *limited = NULL;
+    limit_failed = max_active ? limit_rows(&b, nids, messages, max_active,
+                                           &limited)
+                              : 0;
+    if (limited)
+        ms_node_close(limited);
 done:
     ms_node_close(b.node);
     uv_run(b.loop, UV_RUN_DEFAULT);
@@ -344,5 +497,5 @@ done:
         free(b.ids[i]);
     free(b.ids);
     free(b.idlen);
-    return st.handler_errors || b.asks_failed ? 1 : 0;
+    return st.handler_errors || b.asks_failed || limit_failed ? 1 : 0;
 }

@@ -54,6 +54,7 @@ local is_integer, is_list = fields.is_integer, fields.is_list
 local sorted_keys = fields.sorted_keys
 local check_known, check_table = fields.check_known, fields.check_table
 local string_field, integer_field = fields.string_field, fields.integer_field
+local limit_field = fields.limit_field
 local seconds_field, address_field = fields.seconds_field, fields.address_field
 
 M.parse_address = fields.parse_address
@@ -74,10 +75,12 @@ local TOP_FIELDS = {
     gossip_interval = true, gossip_fanout = true, seed_timeout = true,
     lone_leave_timeout = true, log_format = true, on_member_event = true,
     tls = true, gateway_tls = true, api_token = true,
+    max_active_entities = true,
 }
 local NODE_FIELDS = {
     name = true, listen = true, http = true, roles = true, weight = true,
     version = true, tls = true, gateway_tls = true,
+    max_active_entities = true,
 }
 local TLS_FIELDS = { ca = true, cert = true, key = true }
 -- The longest path of a TLS file, once resolved (the node keeps each in
@@ -181,6 +184,10 @@ local function check_nodes(v, path)
         end
         node.roles = check_roles(raw.roles, child(p, "roles"))
         node.weight = integer_field(raw, "weight", p, 1, M.MAX_WEIGHT, 1)
+        -- this node's own active-entity limit (false: none), in place of
+        -- the top-level one
+        node.max_active_entities = limit_field(raw, "max_active_entities",
+                                               p)
         node.version = string_field(raw, "version", p, {
             pattern = VERSION_PATTERN, pattern_reason = VERSION_REASON,
             max_len = M.MAX_VERSION,
@@ -812,6 +819,11 @@ local function check(t)
     cfg.entities, cfg.entity_list = check_entities(t.entities, { "entities" })
     cfg.limits = check_limits(t.limits, { "limits" })
     cfg.gc_step_kb = integer_field(t, "gc_step_kb", root, 1, INT_MAX, 64, true)
+    -- active entities a node holds, across its types, before it passivates
+    -- the least recently used idle ones (false or absent: no limit); a
+    -- node's entry may set its own
+    cfg.max_active_entities = limit_field(t, "max_active_entities", root)
+        or false
     cfg.handoff_timeout_ms = seconds_field(t, "handoff_timeout", root,
                                            0.1, 600, 10)
     cfg.rebalance_interval_ms = seconds_field(t, "rebalance_interval", root,

@@ -330,6 +330,20 @@ local function integer_field(t, key, path, lo, hi, default, hint_lo)
     return v
 end
 
+-- An optional limit: an integer in 1..INT_MAX, or false for none.
+-- Returns it, false, or nil when the field is absent.
+local function limit_field(t, key, path)
+    local v = t[key]
+    if v == nil or v == false then
+        return v
+    end
+    if not is_integer(v) or v < 1 or v > INT_MAX then
+        fail(child(path, key), format("must be an integer in 1..%d, or "
+             .. "false (no limit)", INT_MAX), v)
+    end
+    return v
+end
+
 -- A number of seconds in [lo, hi] (default `default`), as milliseconds.
 local function seconds_field(t, key, path, lo, hi, default)
     local v = t[key]
@@ -365,6 +379,7 @@ M.show, M.path_string, M.fail, M.child = show, path_string, fail, child
 M.is_integer, M.is_list, M.sorted_keys = is_integer, is_list, sorted_keys
 M.check_known, M.check_table = check_known, check_table
 M.string_field, M.integer_field = string_field, integer_field
+M.limit_field = limit_field
 M.seconds_field, M.address_field = seconds_field, address_field
 
 return M

@@ -29,7 +29,12 @@ local FIELDS = {
     delivered = { "counter", "Messages handed to an entity's handler." },
     activations = { "counter", "Entities activated (init ran)." },
     passivations = { "counter", "Entities passivated (stopped ran)." },
+    limit_passivations = { "counter", "Entities passivated because the "
+        .. "node held more than max_active_entities (also in "
+        .. "passivations)." },
     active_entities = { "gauge", "Entities active on this node." },
+    max_active_entities = { "gauge", "The node's active-entity limit "
+        .. "(0: none)." },
     handler_errors = { "counter", "Handlers that raised." },
     asks_started = { "counter", "Asks started on this node." },
     asks_timed_out = { "counter", "Asks that ended by their deadline." },

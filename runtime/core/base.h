@@ -36,6 +36,8 @@ struct ms_stats {
     uint64_t shutdown_drops;  /* messages dropped because the node stopped */
     uint64_t handoff_drops;   /* reached a shard after its stop (failed) */
     uint64_t shards_stopped;  /* shard stops (handoff) finished */
+    uint64_t limit_passivations; /* passivations for the active-entity
+                                    limit (also in passivations) */
 };
 
 /*

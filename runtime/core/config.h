@@ -100,6 +100,7 @@ struct ms_config {
     /* this node's entry: its weight (1..1000) and application version
      * ("" when not set: the binary's) */
     uint32_t weight;
+    uint64_t max_active_entities; /* this node's limit; 0: none */
     char version[33];          /* MS_MB_MAX_VERSION bytes and a NUL */
     int log_json;              /* log_format = "json" */
     /* TLS (runtime/io/tls.h), paths resolved against the config file's

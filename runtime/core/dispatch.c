@@ -642,7 +642,11 @@ static void fill(struct ms_dispatch *d, struct entity *e, struct msg *m,
             out->init = 1;
             m->created = 1;
             d->st.activations++;
-            d->st.active_entities++;
+            /* e is busy now: the limit's pass cannot pick it */
+            if (++d->st.active_entities > d->max_active)
+                ms__dispatch_limit(d);
+        } else {
+            e->used = 1;
         }
         d->st.delivered++;
     }
@@ -653,6 +657,8 @@ static int skip_stop(struct ms_dispatch *d, struct entity *e, struct msg *m)
 {
     if (m->kind != MS_KIND_STOP || e->active)
         return 0;
+    if (m->reason == MS_STOP_LIMIT)
+        d->limit_stops--;
     ms__dispatch_msg_free(d, m);
     if (!e->busy && !e->mb && !e->active && !e->in_ready)
         edestroy(d, e);
@@ -810,6 +816,10 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
         e->active = 0;
         d->st.passivations++;
         d->st.active_entities--;
+        if (m->reason == MS_STOP_LIMIT) {
+            d->limit_stops--;
+            d->st.limit_passivations++;
+        }
         cancel_timers(d, e);
         if (d->types[e->type].observed)
             d->observer(d->observer_data, (int)e->type, e->shard, e->id,
@@ -840,6 +850,8 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
         ready_entity(d, e);
     else if (!e->active && !e->in_ready)
         edestroy(d, e);
+    if (d->limit_short)
+        ms__dispatch_limit(d); /* above the limit: e may be idle now */
 }
 
 int ms_dispatch_reply(struct ms_dispatch *d, uint32_t h, const char *json,

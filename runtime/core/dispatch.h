@@ -80,7 +80,9 @@ enum ms_stop_reason {
     MS_STOP_IDLE,         /* idle passivation */
     MS_STOP_FAILURE,      /* its handler failed (on_error = "stop") */
     MS_STOP_NODE,         /* the node stops */
-    MS_STOP_HANDOFF       /* its shard stops here (a move, a lease lost) */
+    MS_STOP_HANDOFF,      /* its shard stops here (a move, a lease lost) */
+    MS_STOP_LIMIT         /* the node's active-entity limit: an idle
+                             passivation that comes earlier */
 };
 
 /* Told, for the types set with ms_dispatch_set_observer, that entity
@@ -245,6 +247,25 @@ int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
                           uint64_t now_ms);
 /* ctx:cancel(): returns 1 if the timer was pending, 0 otherwise. */
 int ms_dispatch_cancel(struct ms_dispatch *d, uint32_t h, int64_t timer);
+
+/*
+ * The node's active-entity limit, across all types (0: none, the
+ * default). An activation that makes the node hold more than `max`
+ * entities passivates the least recently used idle ones until it is back
+ * at `max`: idle as for idle passivation (not handling a message, empty
+ * mailbox, not suspended, no pending ctx:after timer, no stop under way),
+ * least recently used as the active lists tell (the oldest head among the
+ * types' lists; an entity that handled a message since it was listed goes
+ * back to the tail once instead: a second chance). Their STOP has reason
+ * MS_STOP_LIMIT and is counted in limit_passivations when handled. When
+ * every entity is busy the node stays above the limit for the moment and
+ * comes back to it as entities finish (ms_dispatch_done, _expire); no
+ * message is refused or lost for it.
+ */
+void ms_dispatch_set_max_active(struct ms_dispatch *d, uint64_t max);
+
+/* The limit set with ms_dispatch_set_max_active (0: none). */
+uint64_t ms_dispatch_max_active(struct ms_dispatch *d);
 
 /* Fires due timers, ends asks past their deadline and queues idle
  * entities for passivation. */

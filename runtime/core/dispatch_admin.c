@@ -71,6 +71,7 @@ struct ms_dispatch *ms_dispatch_new(const struct ms_dispatch_type *types,
             goto fail;
     }
     ms_timerq_init(&d->tq);
+    d->max_active = UINT64_MAX;
     return d;
 fail:
     ms_dispatch_free(d);
@@ -217,6 +218,76 @@ int ms_dispatch_cancel(struct ms_dispatch *d, uint32_t h, int64_t timer)
     return 1;
 }
 
+/* ---- the active-entity limit ----------------------------------------- */
+
+/* Entities a pass relists because they cannot stop now (busy, messages
+ * waiting, a timer pending), before it gives up until the next done():
+ * bounds its cost when most entities are busy. Relisting an entity for
+ * its second chance is not counted: it clears the mark a message set, so
+ * a pass does that at most once per listed entity. */
+#define LIMIT_SCAN_BUSY 64
+
+void ms_dispatch_set_max_active(struct ms_dispatch *d, uint64_t max)
+{
+    d->max_active = max ? max : UINT64_MAX;
+    d->limit_short = 0;
+    if (max && d->st.active_entities > max)
+        ms__dispatch_limit(d);
+}
+
+uint64_t ms_dispatch_max_active(struct ms_dispatch *d)
+{
+    return d->max_active == UINT64_MAX ? 0 : d->max_active;
+}
+
+/* Queues the STOP of least recently used idle entities until the active
+ * ones, less those already stopping for the limit, are back at the
+ * limit; sets limit_short when it could not get there. The victim is the
+ * oldest head among the types' active lists (few types), as for the idle
+ * sweep; the STOP is that of an idle passivation, with its own reason. */
+void ms__dispatch_limit(struct ms_dispatch *d)
+{
+    int busy_left = LIMIT_SCAN_BUSY;
+    d->limit_short = 0;
+    while (d->st.active_entities - d->limit_stops > d->max_active) {
+        struct type *best = NULL;
+        for (int i = 0; i < d->ntypes; i++) {
+            struct type *t = &d->types[i];
+            if (t->list_head &&
+                (!best || listed_for(t->list_head, d->now_ms) >
+                              listed_for(best->list_head, d->now_ms)))
+                best = t;
+        }
+        if (!best)
+            break; /* every active entity is stopping already */
+        struct entity *e = best->list_head;
+        list_del(d, e);
+        if (e->used) {
+            list_add(d, e, d->now_ms); /* used lately: a second chance */
+            continue;
+        }
+        /* as in the idle sweep: pending ctx:after timers keep it */
+        if (e->busy || e->mb || e->in_ready || e->timers) {
+            list_add(d, e, d->now_ms);
+            if (--busy_left == 0)
+                break;
+            continue;
+        }
+        struct msg *s = ms__dispatch_msg_new(d, MS_KIND_STOP, e->type,
+                                             ehash(e), e->shard, e->id,
+                                             e->idlen, "", 0);
+        if (!s) {
+            list_add(d, e, d->now_ms);
+            break;
+        }
+        s->reason = MS_STOP_LIMIT;
+        mb_push(e, s);
+        ready_entity(d, e);
+        d->limit_stops++;
+    }
+    d->limit_short = d->st.active_entities - d->limit_stops > d->max_active;
+}
+
 void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
 {
     /* Idle passivation, lazily: a message only stamps last_ms; the sweep
@@ -254,6 +325,9 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
             ready_entity(d, e);
         }
     }
+
+    if (d->limit_short)
+        ms__dispatch_limit(d);
 
     /* timers after the sweep: an entity whose timer fires now was not
      * idle */

@@ -58,7 +58,10 @@ struct entity {
     uint32_t idlen : 10,            /* <= MS_MAX_ID (512) */
         ntimers : 11,               /* <= MS_MAX_TIMERS (1024) */
         active : 1, busy : 1, stop_req : 1, in_ready : 1, in_list : 1,
-        replied : 1, stop_explicit : 1;
+        replied : 1, stop_explicit : 1,
+        used : 1;                   /* handled a message since it was
+                                       (re)listed: the active-entity
+                                       limit gives it a second chance */
     char id[];
 };
 
@@ -165,6 +168,11 @@ struct ms_dispatch {
     size_t nstopped, capstopped;
     struct msg *free_msgs;   /* recycled small messages */
     uint32_t nfree_msgs;
+    /* the active-entity limit (ms_dispatch_set_max_active): UINT64_MAX
+     * when there is none, so an activation pays one compare */
+    uint64_t max_active;
+    uint64_t limit_stops;    /* limit STOPs queued, not yet handled */
+    int limit_short;         /* the last pass left the node above it */
     struct ms_stats st;
 };
 
@@ -292,6 +300,7 @@ static inline void list_add(struct ms_dispatch *d, struct entity *e,
     e->listed = (uint32_t)now_ms;
     e->lprev = t->list_tail ? t->list_tail->h : 0;
     e->lnext = 0;
+    e->used = 0;
     if (t->list_tail)
         t->list_tail->lnext = e->h;
     else
@@ -369,6 +378,7 @@ void ms__dispatch_entity_stopping(struct ms_dispatch *d, struct entity *e);
 void ms__dispatch_fail_ask(struct ms_dispatch *d, uint64_t corr, int err,
                            const char *message);
 void ms__dispatch_free_msgs(struct ms_dispatch *d, struct msg *m);
+void ms__dispatch_limit(struct ms_dispatch *d);
 void ms__dispatch_msg_free(struct ms_dispatch *d, struct msg *m);
 struct msg *ms__dispatch_msg_new(struct ms_dispatch *d, int kind, uint32_t type,
                                  uint64_t hash, uint32_t shard, const char *id,

@@ -5,9 +5,12 @@
  * then compares what the loop publishes with what it saw last: the same
  * publication (same sequence number), not idle, for stuck_ms means stuck.
  * The pipe carries the signals (one byte each, written by the signal
- * handler) and the stop request (a 0 byte). It is made once per process
- * and never closed, so a signal handler never writes to a closed or
- * reused descriptor.
+ * handler) and the wake-up of a stop (a 0 byte). It is made once per
+ * process and never closed, so a signal handler never writes to a closed
+ * or reused descriptor. A stop is the watchdog's own flag, `quit`: with
+ * two nodes in one process (bench local --max-active) the other node's
+ * thread may be the one that reads the 0 byte, and this one then sees
+ * its flag at its next tick.
  */
 #include "watchdog.h"
 
@@ -40,6 +43,7 @@ struct ms_watchdog {
     _Atomic int catching;     /* SIGINT and SIGTERM are ours */
     struct sigaction old_int, old_term;
     _Atomic int stop_signal;  /* the first SIGINT/SIGTERM, or 0 */
+    _Atomic int quit;         /* ms_watchdog_stop: the thread returns */
 
     /* the watchdog thread's own */
     struct ms_running_view seen; /* the publication being watched */
@@ -225,12 +229,12 @@ static void *run(void *arg)
         if (rc > 0) {
             unsigned char buf[64];
             ssize_t n = read(pipe_fd[0], buf, sizeof buf);
-            for (ssize_t i = 0; i < n; i++) {
-                if (buf[i] == 0)
-                    return NULL; /* ms_watchdog_stop */
-                got_signal(w, buf[i]);
-            }
+            for (ssize_t i = 0; i < n; i++)
+                if (buf[i] != 0) /* 0: a stop's wake-up */
+                    got_signal(w, buf[i]);
         }
+        if (atomic_load(&w->quit))
+            return NULL; /* ms_watchdog_stop */
         check(w);
     }
 }
@@ -334,6 +338,7 @@ void ms_watchdog_stop(struct ms_watchdog *w)
     }
     if (w->started) {
         unsigned char quit = 0;
+        atomic_store(&w->quit, 1);
         /* the thread drains the pipe, so a full one empties soon */
         while (write(pipe_fd[1], &quit, 1) < 0 &&
                (errno == EINTR || errno == EAGAIN))

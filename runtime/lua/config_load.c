@@ -174,6 +174,13 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     cfg->lone_leave_timeout_ms =
         (uint64_t)num_field(L, c, "lone_leave_timeout_ms");
     cfg->weight = (uint32_t)num_field(L, nd, "weight");
+    /* the node's own limit, false for none, or nil: the top-level one
+     * (a number or false; lua_tonumber of false is 0: no limit) */
+    lua_getfield(L, nd, "max_active_entities");
+    int own = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    cfg->max_active_entities =
+        (uint64_t)num_field(L, own ? nd : c, "max_active_entities");
     copy_field(L, nd, "version", cfg->version, sizeof cfg->version);
     copy_field(L, c, "api_token", cfg->api_token, sizeof cfg->api_token);
     copy_tls(L, c, nd, "tls", cfg->tls_ca, cfg->tls_cert, cfg->tls_key);

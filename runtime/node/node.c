@@ -481,6 +481,7 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    ms_dispatch_set_max_active(n->d, n->cfg.max_active_entities);
     ms_dispatch_set_partitioner(n->d, ms_bridge_partition, n->b);
     rc = ms_bridge_start(n->b, n->d, &n->cfg, err, errlen);
     if (rc < 0)
@@ -936,7 +937,8 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         buf, buflen,
         "{\"node\":\"%s\",\"cluster\":\"%s\",\"version\":\"%s\","
         "\"routed\":%llu,\"delivered\":%llu,\"activations\":%llu,"
-        "\"passivations\":%llu,\"active_entities\":%llu,"
+        "\"passivations\":%llu,\"limit_passivations\":%llu,"
+        "\"active_entities\":%llu,\"max_active_entities\":%llu,"
         "\"handler_errors\":%llu,\"asks_started\":%llu,"
         "\"asks_timed_out\":%llu,\"overflows\":%llu,"
         "\"slow_handlers\":%llu,\"timers_fired\":%llu,"
@@ -949,7 +951,9 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         n->cfg.node_name, n->cfg.cluster, MS_VERSION,
         (unsigned long long)s.routed, (unsigned long long)s.delivered,
         (unsigned long long)s.activations, (unsigned long long)s.passivations,
+        (unsigned long long)s.limit_passivations,
         (unsigned long long)s.active_entities,
+        (unsigned long long)ms_dispatch_max_active(n->d),
         (unsigned long long)s.handler_errors,
         (unsigned long long)s.asks_started,
         (unsigned long long)s.asks_timed_out,

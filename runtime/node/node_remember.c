@@ -192,7 +192,8 @@ static int reason_of(int dispatch_reason)
 {
     switch (dispatch_reason) {
     case MS_STOP_EXPLICIT: return MS_REMEMBER_EXPLICIT;
-    case MS_STOP_IDLE: return MS_REMEMBER_IDLE;
+    case MS_STOP_IDLE: /* the limit's is an idle passivation, earlier */
+    case MS_STOP_LIMIT: return MS_REMEMBER_IDLE;
     case MS_STOP_FAILURE: return MS_REMEMBER_FAILURE;
     case MS_STOP_NODE: return MS_REMEMBER_NODE_STOP;
     default: return MS_REMEMBER_HANDOFF;

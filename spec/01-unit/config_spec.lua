@@ -102,6 +102,7 @@ describe("moonshard.config", function()
                         cfg.limits)
             assert.equal(64, cfg.gc_step_kb)
             assert.is_false(cfg.admin_remote)
+            assert.is_false(cfg.max_active_entities)
         end)
 
         it("refuses a file of compiled bytecode, even a valid one", function()
@@ -557,6 +558,15 @@ return {
               { { [[secret = "s3cret-4b7e9d01a2c6",]], [[seeds = {}, --@]] } },
               [[seeds: must be a list of 1 to 16 "host:port" strings]]
               .. [[ (leave it out to use the nodes listed) (got table)]] },
+            { "max_active_entities 0",
+              { { [[cluster = "demo",]], [[cluster = "demo", max_active_entities = 0, --@]] } },
+              "max_active_entities: must be an integer in 1..2147483647, or false (no limit) (got 0)" },
+            { "a fractional max_active_entities",
+              { { [[cluster = "demo",]], [[cluster = "demo", max_active_entities = 1.5, --@]] } },
+              "max_active_entities: must be an integer in 1..2147483647, or false (no limit) (got 1.5)" },
+            { "max_active_entities true in a node's entry",
+              { { [[listen = "127.0.0.1:7102",]], [[listen = "127.0.0.1:7102", max_active_entities = true, --@]] } },
+              "nodes[2].max_active_entities: must be an integer in 1..2147483647, or false (no limit) (got true)" },
             { "a port out of range",
               { { [[listen = "127.0.0.1:7102",]], [[listen = "127.0.0.1:70000", --@]] } },
               [[nodes[2].listen: must be "host:port": port must be an integer in 1..65535 (got "127.0.0.1:70000")]] },

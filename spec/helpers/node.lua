@@ -135,9 +135,11 @@ local function config_source(opts, listen_port, http_port)
                M.fixtures .. "/?.lua;"),
         "return {",
         format("    cluster = %q,", opts.cluster or "spec"),
+        -- opts.node_fields: more fields of the node's entry (a string)
         format("    nodes = { { name = %q, listen = \"127.0.0.1:%d\","
-               .. " http = \"127.0.0.1:%d\" } },", opts.name or "n1",
-               listen_port, http_port),
+               .. " http = \"127.0.0.1:%d\"%s } },", opts.name or "n1",
+               listen_port, http_port,
+               opts.node_fields and (", " .. opts.node_fields) or ""),
         "    entities = " .. literal(opts.entities, "    ") .. ",",
     }
     if opts.limits then
