@@ -122,6 +122,24 @@ M.literal = literal
 -------------------------------------------------------------------------------
 -- Nodes
 
+-- The gossip_interval every config of this module gets unless its
+-- opts.settings names one (false: none, the node's default of 1 s). A
+-- node that stops removes itself from the cluster at a gossip round, so
+-- at the default each stop took up to a second per node (a 3-node
+-- cluster's teardown about 3 s); 0.2 s is what the membership specs
+-- already used, and well within seed_timeout / 2 (5 s / 2).
+M.GOSSIP_INTERVAL = 0.2
+
+-- opts.settings with the gossip_interval default filled in (a copy)
+local function with_defaults(settings)
+    local t = { gossip_interval = M.GOSSIP_INTERVAL }
+    for k, v in pairs(settings or {}) do
+        t[k] = v
+    end
+    if t.gossip_interval == false then t.gossip_interval = nil end
+    return t
+end
+
 local Node = {}
 Node.__index = Node
 
@@ -147,12 +165,13 @@ local function config_source(opts, listen_port, http_port)
             .. ","
     end
     -- opts.settings: more top-level fields, e.g. stuck_handler_ms
+    local settings = with_defaults(opts.settings)
     local keys = {}
-    for k in pairs(opts.settings or {}) do keys[#keys + 1] = k end
+    for k in pairs(settings) do keys[#keys + 1] = k end
     sort(keys)
     for _, k in ipairs(keys) do
         lines[#lines + 1] = format("    %s = %s,", k,
-                                   literal(opts.settings[k], "    "))
+                                   literal(settings[k], "    "))
     end
     lines[#lines + 1] = "}"
     return concat(lines, "\n") .. "\n"
@@ -542,7 +561,7 @@ function Cluster:write_config(file, changes, extra)
         limits = opts.limits,
         nodes = {},
     }
-    for k, v in pairs(opts.settings or {}) do
+    for k, v in pairs(with_defaults(opts.settings)) do
         t[k] = v
     end
     for k, v in pairs(changes or {}) do

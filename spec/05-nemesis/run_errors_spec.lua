@@ -1,4 +1,4 @@
--- spec/04-postgres/nemesis_run_errors_spec.lua: nemesis/run (issue 13)
+-- spec/05-nemesis/run_errors_spec.lua: nemesis/run (issue 13)
 -- where a run goes wrong: options it must refuse before it starts
 -- anything, the replay line of a failed run (every option that shapes the
 -- run, so that the line really replays it), and a run whose clients made

@@ -1,4 +1,4 @@
--- spec/04-postgres/nemesis_run_spec.lua: the nemesis harness end to end
+-- spec/05-nemesis/run_spec.lua: the nemesis harness end to end
 -- (nemesis/run, issue 13), short: a run without faults records the Seq
 -- entities' activations and passes; a run with a pg_kill of one node and
 -- a broken strategy reload (refused by the coordinator's dry run, then
