@@ -352,6 +352,68 @@ static ssize_t try_write(struct conn *c, const char *head, size_t hn,
     return uv_try_write((uv_stream_t *)&c->tcp, b, (unsigned int)n + 1);
 }
 
+/* Writes the decimal digits of v to out (room for 20) and returns their
+ * count. */
+static size_t put_dec(char *out, size_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[sizeof tmp - ++n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(out, tmp + sizeof tmp - n, n);
+    return n;
+}
+
+/*
+ * Writes the head of a response into head[0..cap): status line,
+ * Content-Type, Content-Length `len`, `extra` (whole header lines, or
+ * NULL) and Connection. Returns its length, or 0 when it does not fit in
+ * fewer than cap bytes. (Built by hand: snprintf took about 2,500
+ * instructions a response, a sixth of a gateway's user time per ask.)
+ */
+static size_t response_head(char *head, size_t cap, int status,
+                            const char *ctype, size_t len, const char *extra,
+                            int keep_alive)
+{
+    const char *reason = http_status_str((enum http_status)status);
+    const char *conn = keep_alive ? "keep-alive" : "close";
+    size_t rn = strlen(reason), cn = strlen(ctype), kn = strlen(conn);
+    size_t en = extra ? strlen(extra) : 0;
+    char num[20];
+    size_t nn = put_dec(num, len);
+    char *o = head;
+
+    if (status < 100 || status > 999 ||
+        9 + 4 + rn + 16 + cn + 18 + nn + 2 + en + 12 + kn + 4 >= cap)
+        return 0;
+#define PUT(p, n)              \
+    do {                       \
+        memcpy(o, (p), (n));   \
+        o += (n);              \
+    } while (0)
+    PUT("HTTP/1.1 ", 9);
+    o[0] = (char)('0' + status / 100);
+    o[1] = (char)('0' + status / 10 % 10);
+    o[2] = (char)('0' + status % 10);
+    o[3] = ' ';
+    o += 4;
+    PUT(reason, rn);
+    PUT("\r\nContent-Type: ", 16);
+    PUT(ctype, cn);
+    PUT("\r\nContent-Length: ", 18);
+    PUT(num, nn);
+    PUT("\r\n", 2);
+    if (en)
+        PUT(extra, en);
+    PUT("Connection: ", 12);
+    PUT(conn, kn);
+    PUT("\r\n\r\n", 4);
+#undef PUT
+    return (size_t)(o - head);
+}
+
 /* See http_conn.h. */
 void ms__http_respond_v(struct conn *c, int status, const char *ctype,
                         const char *extra, const struct part *parts, int n)
@@ -360,7 +422,8 @@ void ms__http_respond_v(struct conn *c, int status, const char *ctype,
     size_t len = 0, off, skip;
     struct wreq *w;
     uv_buf_t b;
-    int hn, i;
+    size_t hn;
+    int i;
 
     c->busy = 1;
     drop_body(c);
@@ -369,17 +432,9 @@ void ms__http_respond_v(struct conn *c, int status, const char *ctype,
     set_deadline(c, c->h->timeout_ms);
     for (i = 0; i < n; i++)
         len += parts[i].n;
-    hn = snprintf(head, sizeof head,
-                  "HTTP/1.1 %d %s\r\n"
-                  "Content-Type: %s\r\n"
-                  "Content-Length: %zu\r\n"
-                  "%s"
-                  "Connection: %s\r\n"
-                  "\r\n",
-                  status, http_status_str((enum http_status)status), ctype,
-                  len, extra ? extra : "",
-                  c->keep_alive ? "keep-alive" : "close");
-    if (hn < 0 || (size_t)hn >= sizeof head) {
+    hn = response_head(head, sizeof head, status, ctype, len, extra,
+                       c->keep_alive);
+    if (hn == 0) {
         conn_close(c);
         return;
     }
