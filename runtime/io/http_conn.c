@@ -679,6 +679,10 @@ static int on_header(http_parser *p, const char *at, size_t len)
         c->in_expect = 0;
         c->in_opid = 0;
     }
+    /* the names kept start with x, a, i or e: any other is not read */
+    if (c->field_len == 0 && len &&
+        !memchr("xaie", at[0] | 0x20, 4))
+        c->field_len = sizeof c->field;
     for (size_t i = 0; i < len && c->field_len < sizeof c->field; i++)
         c->field[c->field_len++] = (char)(at[i] | 0x20);
     if (len && c->field_len >= sizeof c->field)
