@@ -830,19 +830,38 @@ void ms__http_route(struct conn *c)
     /* HEAD: as GET, and respond_v leaves the body out */
     int get = c->parser.method == HTTP_GET || c->parser.method == HTTP_HEAD;
 
-    http_parser_url_init(&u);
-    if (c->url_len == 0 ||
-        http_parser_parse_url(c->url, c->url_len,
-                              c->parser.method == HTTP_CONNECT, &u) != 0 ||
-        !(u.field_set & (1 << UF_PATH))) {
-        respond_error(c, 400, "bad_request", "malformed request target");
-        return;
-    }
-    path = c->url + u.field_data[UF_PATH].off;
-    plen = u.field_data[UF_PATH].len;
-    if (u.field_set & (1 << UF_QUERY)) {
-        query = c->url + u.field_data[UF_QUERY].off;
-        qlen = u.field_data[UF_QUERY].len;
+    if (c->url_len > 0 && c->url[0] == '/' &&
+        c->parser.method != HTTP_CONNECT) {
+        /* origin form, the usual target: the parser checked each of its
+         * bytes as it read them, with the state machine that
+         * http_parser_parse_url would run again; the path ends at the
+         * first '?' or '#', a query is what follows '?' up to '#' (as
+         * parse_url splits it, an empty one being none) */
+        char *end = c->url + c->url_len;
+        char *hash = memchr(c->url, '#', c->url_len);
+        char *q = memchr(c->url, '?', (size_t)((hash ? hash : end) - c->url));
+        char *pend = q ? q : hash ? hash : end;
+        path = c->url;
+        plen = (size_t)(pend - c->url);
+        if (q && (hash ? hash : end) > q + 1) {
+            query = q + 1;
+            qlen = (size_t)((hash ? hash : end) - query);
+        }
+    } else {
+        http_parser_url_init(&u);
+        if (c->url_len == 0 ||
+            http_parser_parse_url(c->url, c->url_len,
+                                  c->parser.method == HTTP_CONNECT, &u) != 0 ||
+            !(u.field_set & (1 << UF_PATH))) {
+            respond_error(c, 400, "bad_request", "malformed request target");
+            return;
+        }
+        path = c->url + u.field_data[UF_PATH].off;
+        plen = u.field_data[UF_PATH].len;
+        if (u.field_set & (1 << UF_QUERY)) {
+            query = c->url + u.field_data[UF_QUERY].off;
+            qlen = u.field_data[UF_QUERY].len;
+        }
     }
 
     /* the endpoints a bare GET (or HEAD) answers */

@@ -3,10 +3,14 @@
  * http-parser; the endpoints are in http.c.
  *
  * One connection answers one request at a time. When a request is complete
- * the parser is paused and reading stops; the bytes that followed it
- * (pipelined requests) are kept in `rest` and parsed once the response has
- * been written. Responses therefore leave in request order without a queue,
- * and a slow ask holds back only its own connection.
+ * the parser is paused; the bytes that followed it and the bytes read while
+ * it is answered (pipelined requests) are kept in `rest` and parsed once the
+ * response has been written. Responses therefore leave in request order
+ * without a queue, and a slow ask holds back only its own connection.
+ * Reading goes on while a request is answered (stopping and restarting it
+ * cost two epoll_ctl calls per request) until `rest` holds REST_MAX bytes
+ * or the peer half-closed; an EOF then closes the connection once what
+ * came before it is answered.
  *
  * Lifetime: a connection is reference counted. Its TCP handle holds one
  * reference, dropped in the close callback; a pending ask holds another,
@@ -55,6 +59,8 @@
  */
 #define HEAD_MAX (16 * 1024)
 #define LINGER_MAX (1024 * 1024)    /* input discarded before a hard close */
+#define REST_MAX (64 * 1024)        /* pipelined input held before reading
+                                       stops until the answer is out */
 #define BACKLOG 511
 #define KEEPALIVE_PROBE_S 60        /* TCP keepalive finds vanished peers */
 /* Error lines logged at most: LOG_BURST at once, LOG_PER_S a second
@@ -286,8 +292,30 @@ static void resume(struct conn *c)
         feed(c, rest, len);
         free(rest);
     }
-    if (!c->busy)
+    if (c->busy || c->closing)
+        return;
+    if (c->peer_eof)
+        conn_close(c); /* all it sent before its EOF is answered */
+    else
         read_start(c);
+}
+
+/* The response is out. Inside feed() (a request answered at once, the
+ * parser still running) feed() itself goes on parsing; see there. */
+static void written(struct conn *c)
+{
+    if (!c->keep_alive) {
+        linger(c);
+        return;
+    }
+    c->busy = 0;
+    set_deadline(c, c->h->timeout_ms);
+    if (c->in_feed) {
+        c->answered = 1;
+        return;
+    }
+    resume(c);
+    settle(c);
 }
 
 static void on_write(uv_write_t *req, int status)
@@ -301,14 +329,89 @@ static void on_write(uv_write_t *req, int status)
         conn_close(c);
         return;
     }
-    if (!c->keep_alive) {
-        linger(c);
-        return;
-    }
-    c->busy = 0;
-    set_deadline(c, c->h->timeout_ms);
-    resume(c);
-    settle(c);
+    written(c);
+}
+
+/*
+ * Writes head and parts (a plain connection) at once with one writev when
+ * the socket takes them all, the common case: no copy, no allocation, and
+ * no write request (uv_write's completion costs an epoll_ctl per response
+ * in libuv). Returns how many bytes went out (then the rest must be
+ * queued), or a negative code (UV_EAGAIN: none went out, queue them all).
+ */
+static ssize_t try_write(struct conn *c, const char *head, size_t hn,
+                         const struct part *parts, int n)
+{
+    uv_buf_t b[4];
+
+    if (c->tls || n > 3)
+        return UV_EAGAIN;
+    b[0] = uv_buf_init((char *)head, (unsigned int)hn);
+    for (int i = 0; i < n; i++)
+        b[i + 1] = uv_buf_init((char *)parts[i].p, (unsigned int)parts[i].n);
+    return uv_try_write((uv_stream_t *)&c->tcp, b, (unsigned int)n + 1);
+}
+
+/* Writes the decimal digits of v to out (room for 20) and returns their
+ * count. */
+static size_t put_dec(char *out, size_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[sizeof tmp - ++n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(out, tmp + sizeof tmp - n, n);
+    return n;
+}
+
+/*
+ * Writes the head of a response into head[0..cap): status line,
+ * Content-Type, Content-Length `len`, `extra` (whole header lines, or
+ * NULL) and Connection. Returns its length, or 0 when it does not fit in
+ * fewer than cap bytes. (Built by hand: snprintf took about 2,500
+ * instructions a response, a sixth of a gateway's user time per ask.)
+ */
+static size_t response_head(char *head, size_t cap, int status,
+                            const char *ctype, size_t len, const char *extra,
+                            int keep_alive)
+{
+    const char *reason = http_status_str((enum http_status)status);
+    const char *conn = keep_alive ? "keep-alive" : "close";
+    size_t rn = strlen(reason), cn = strlen(ctype), kn = strlen(conn);
+    size_t en = extra ? strlen(extra) : 0;
+    char num[20];
+    size_t nn = put_dec(num, len);
+    char *o = head;
+
+    if (status < 100 || status > 999 ||
+        9 + 4 + rn + 16 + cn + 18 + nn + 2 + en + 12 + kn + 4 >= cap)
+        return 0;
+#define PUT(p, n)              \
+    do {                       \
+        memcpy(o, (p), (n));   \
+        o += (n);              \
+    } while (0)
+    PUT("HTTP/1.1 ", 9);
+    o[0] = (char)('0' + status / 100);
+    o[1] = (char)('0' + status / 10 % 10);
+    o[2] = (char)('0' + status % 10);
+    o[3] = ' ';
+    o += 4;
+    PUT(reason, rn);
+    PUT("\r\nContent-Type: ", 16);
+    PUT(ctype, cn);
+    PUT("\r\nContent-Length: ", 18);
+    PUT(num, nn);
+    PUT("\r\n", 2);
+    if (en)
+        PUT(extra, en);
+    PUT("Connection: ", 12);
+    PUT(conn, kn);
+    PUT("\r\n\r\n", 4);
+#undef PUT
+    return (size_t)(o - head);
 }
 
 /* See http_conn.h. */
@@ -316,10 +419,11 @@ void ms__http_respond_v(struct conn *c, int status, const char *ctype,
                         const char *extra, const struct part *parts, int n)
 {
     char head[256];
-    size_t len = 0, off;
+    size_t len = 0, off, skip;
     struct wreq *w;
     uv_buf_t b;
-    int hn, i;
+    size_t hn;
+    int i;
 
     c->busy = 1;
     drop_body(c);
@@ -328,32 +432,44 @@ void ms__http_respond_v(struct conn *c, int status, const char *ctype,
     set_deadline(c, c->h->timeout_ms);
     for (i = 0; i < n; i++)
         len += parts[i].n;
-    hn = snprintf(head, sizeof head,
-                  "HTTP/1.1 %d %s\r\n"
-                  "Content-Type: %s\r\n"
-                  "Content-Length: %zu\r\n"
-                  "%s"
-                  "Connection: %s\r\n"
-                  "\r\n",
-                  status, http_status_str((enum http_status)status), ctype,
-                  len, extra ? extra : "",
-                  c->keep_alive ? "keep-alive" : "close");
-    if (hn < 0 || (size_t)hn >= sizeof head) {
+    hn = response_head(head, sizeof head, status, ctype, len, extra,
+                       c->keep_alive);
+    if (hn == 0) {
         conn_close(c);
         return;
     }
-    w = malloc(sizeof *w + (size_t)hn + len);
+    if (c->parser.method == HTTP_HEAD) {
+        n = 0; /* the head says how long the body of a GET would be */
+        len = 0;
+    }
+    ssize_t sent = try_write(c, head, (size_t)hn, parts, n);
+    if (sent == (ssize_t)hn + (ssize_t)len) {
+        written(c);
+        return;
+    }
+    if (sent < 0 && sent != UV_EAGAIN) {
+        conn_close(c);
+        return;
+    }
+    skip = sent > 0 ? (size_t)sent : 0; /* bytes that went out already */
+    w = malloc(sizeof *w + (size_t)hn + len - skip);
     if (w == NULL) {
         conn_close(c);
         return;
     }
-    memcpy(w->data, head, (size_t)hn);
-    off = (size_t)hn;
-    if (c->parser.method == HTTP_HEAD)
-        n = 0; /* the head says how long the body of a GET would be */
+    off = 0;
+    if (skip < (size_t)hn) {
+        memcpy(w->data, head + skip, (size_t)hn - skip);
+        off = (size_t)hn - skip;
+        skip = 0;
+    } else {
+        skip -= (size_t)hn;
+    }
     for (i = 0; i < n; i++) {
-        memcpy(w->data + off, parts[i].p, parts[i].n);
-        off += parts[i].n;
+        size_t k = skip < parts[i].n ? skip : parts[i].n;
+        memcpy(w->data + off, parts[i].p + k, parts[i].n - k);
+        off += parts[i].n - k;
+        skip -= k;
     }
     w->req.data = c;
     b = uv_buf_init(w->data, (unsigned int)off);
@@ -563,6 +679,10 @@ static int on_header(http_parser *p, const char *at, size_t len)
         c->in_expect = 0;
         c->in_opid = 0;
     }
+    /* the names kept start with x, a, i or e: any other is not read */
+    if (c->field_len == 0 && len &&
+        !memchr("xaie", at[0] | 0x20, 4))
+        c->field_len = sizeof c->field;
     for (size_t i = 0; i < len && c->field_len < sizeof c->field; i++)
         c->field[c->field_len++] = (char)(at[i] | 0x20);
     if (len && c->field_len >= sizeof c->field)
@@ -736,8 +856,28 @@ static int on_message_complete(http_parser *p)
 /* Runs the parser over new input; see the comment at the top. */
 static void feed(struct conn *c, const char *data, size_t len)
 {
-    size_t n = http_parser_execute(&c->parser, &settings, data, len);
+    /* busy: the parser is paused or failed; everything is kept */
+    size_t n = 0;
 
+    /* A request answered at once, its response written whole while the
+     * parser ran (written(): `answered`): parsing goes on from where it
+     * paused, in this loop rather than by recursion. */
+    c->in_feed = 1;
+    while (!c->busy) {
+        n = http_parser_execute(&c->parser, &settings, data, len);
+        if (!c->answered || c->closing ||
+            HTTP_PARSER_ERRNO(&c->parser) != HPE_PAUSED)
+            break;
+        c->answered = 0;
+        http_parser_pause(&c->parser, 0);
+        data += n;
+        len -= n;
+        n = 0;
+        if (len == 0)
+            break;
+    }
+    c->in_feed = 0;
+    c->answered = 0;
     if (c->closing)
         return;
     if (c->streaming)
@@ -745,16 +885,22 @@ static void feed(struct conn *c, const char *data, size_t len)
     if (c->busy) {
         /* A request is being answered (parser paused), or a callback
          * answered an error and failed the parser (keep_alive is 0). */
-        read_stop(c);
-        if (c->keep_alive && n < len) {
-            c->rest = malloc(len - n);
-            if (c->rest == NULL) {
+        if (!c->keep_alive) {
+            read_stop(c);
+            return;
+        }
+        if (n < len) {
+            char *r = realloc(c->rest, c->rest_len + (len - n));
+            if (r == NULL) {
                 conn_close(c);
                 return;
             }
-            memcpy(c->rest, data + n, len - n);
-            c->rest_len = len - n;
+            memcpy(r + c->rest_len, data + n, len - n);
+            c->rest = r;
+            c->rest_len += len - n;
         }
+        if (c->rest_len >= REST_MAX)
+            read_stop(c);
         return;
     }
     if (HTTP_PARSER_ERRNO(&c->parser) != HPE_OK) {
@@ -780,6 +926,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *c = s->data;
 
+    if (nread == UV_EOF && c->busy && c->keep_alive && !c->lingering &&
+        !c->streaming) {
+        /* a half-close after a request: answer it (and what came
+         * before the EOF), then close; see resume() */
+        c->peer_eof = 1;
+        read_stop(c);
+        return;
+    }
     if (nread < 0) { /* EOF or error */
         conn_close(c);
         return;

@@ -41,6 +41,9 @@ struct conn {
     unsigned cls : 2;           /* FRESH ... ACTIVE */
     unsigned busy : 1;          /* a request is being answered */
     unsigned reading : 1;
+    unsigned peer_eof : 1;      /* EOF read while busy: close once answered */
+    unsigned in_feed : 1;       /* feed() is running the parser */
+    unsigned answered : 1;      /* ... and a response went out meanwhile */
     unsigned keep_alive : 1;    /* of the current request */
     unsigned loopback : 1;      /* the client is on this host */
     unsigned in_token : 1;      /* the header being read is the token */

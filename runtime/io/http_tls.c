@@ -104,7 +104,7 @@ int ms__http_tls_in(struct conn *c, const char *p, size_t n,
     }
     /* all the plaintext of this read in one piece: feed() keeps what
      * follows a request being answered in c->rest, once per read (as
-     * without TLS, where reading stops until the answer is out) */
+     * without TLS) */
     /* (the TLS state may hold part of a record besides what the BIO
      * shows: the buffer grows when less than a record is left; it is
      * one buffer per gateway, kept from read to read: feed() copies

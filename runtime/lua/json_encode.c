@@ -311,6 +311,7 @@ static int put_string(struct enc *e, const char *s, size_t len)
 }
 
 static int put_value(struct enc *e, int idx, int depth);
+static int put_object(struct enc *e, int idx, int depth);
 
 /* Whether the table at idx has a metatable with __jsontype = "array".
  * `key` is the stack index of the string "__jsontype". */
@@ -368,6 +369,19 @@ static int put_table(struct enc *e, int idx, int depth)
     double max = 0, items = 0;
     /* stack: key, value */
     lua_pushnil(L);
+    if (!forced) {
+        /* a first key that is no array index makes an object at once,
+         * written from that key on (one pass over the usual reply) */
+        double k;
+        if (!lua_next(L, idx))
+            return put(e, "{}", 2); /* empty, not marked: an object */
+        if (!(lua_type(L, -2) == LUA_TNUMBER &&
+              (k = lua_tonumber(L, -2)) >= 1 && k == floor(k)))
+            return put_object(e, idx, depth);
+        /* an array key first: the scan below starts again */
+        lua_pop(L, 2);
+        lua_pushnil(L);
+    }
     while (lua_next(L, idx)) {
         double k;
         if (lua_type(L, -2) == LUA_TNUMBER &&
@@ -402,11 +416,21 @@ static int put_table(struct enc *e, int idx, int depth)
         }
         return put(e, "]", 1);
     }
+    lua_pushnil(L);
+    if (!lua_next(L, idx))
+        return put(e, "{}", 2);
+    return put_object(e, idx, depth);
+}
+
+/* Writes the table at idx as an object, its first key and value on the
+ * stack (from lua_next, which goes on from there). */
+static int put_object(struct enc *e, int idx, int depth)
+{
+    lua_State *L = e->L;
     if (put(e, "{", 1) < 0)
         return -1;
     int first = 1;
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
+    do {
         if (!first && put(e, ",", 1) < 0)
             return -1;
         first = 0;
@@ -414,7 +438,7 @@ static int put_table(struct enc *e, int idx, int depth)
             put_value(e, lua_gettop(L), depth) < 0)
             return -1;
         lua_pop(L, 1);
-    }
+    } while (lua_next(L, idx));
     return put(e, "}", 1);
 }
 

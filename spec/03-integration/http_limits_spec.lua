@@ -117,6 +117,43 @@ describe("the HTTP gateway's limits", function()
         assert.equal(200, list[2].status)
     end)
 
+    it("answers requests that arrive while an ask is answered, in order",
+       function()
+        local c = conn()
+        local nap = json.encode({ type = "nap", seconds = 0.5 })
+        assert(c:send(req("POST", "/v1/entities/Sleeper/s4/ask?timeout=5",
+                          nil, nap)))
+        helpers.sleep(0.2) -- the ask waits: these come in later reads
+        assert(c:send(req("GET", "/v1/entities/C/x4/owner")))
+        assert(c:send(req("POST", "/v1/entities/C/x4/ask", nil,
+                          json.encode({ type = "get" }))))
+        local got = c:read(5, '"value"')
+        local first = got:find('"slept"', 1, true)
+        local second = got:find('"owner"', 1, true)
+        local third = got:find('"value"', 1, true)
+        assert.is_truthy(first, got)
+        assert.is_truthy(second, got)
+        assert.is_truthy(third, got)
+        assert.is_true(first < second and second < third, got)
+        local _, n200 = got:gsub("HTTP/1%.1 200 ", "")
+        assert.equal(3, n200, got)
+    end)
+
+    it("answers an ask whose client half-closed after sending it, then "
+       .. "closes", function()
+        local c = conn()
+        local nap = json.encode({ type = "nap", seconds = 0.3 })
+        assert(c:send(req("POST", "/v1/entities/Sleeper/s5/ask?timeout=5",
+                          nil, nap) .. req("GET", "/v1/health")))
+        assert.is_true(c:shutdown())
+        local got, closed = c:read(5)
+        assert.is_true(closed, got)
+        local a = got:find('"slept"', 1, true)
+        local _, n200 = got:gsub("HTTP/1%.1 200 ", "")
+        assert.is_truthy(a, got)
+        assert.equal(2, n200, got)
+    end)
+
     it("makes room for a new connection by closing the longest idle one",
        function()
         -- (no stats request while the node is full: it would count too)

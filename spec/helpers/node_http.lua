@@ -182,7 +182,8 @@ end
 -- An open TCP connection to 127.0.0.1:port that a spec drives step by
 -- step: c:send(bytes), c:read(max_time, want) -> bytes, closed (reads
 -- what arrives within max_time seconds, until the peer closes or, with
--- `want`, until the bytes read contain that plain text), c:close().
+-- `want`, until the bytes read contain that plain text), c:shutdown()
+-- (half-closes its sending side), c:close().
 -- Returns nil and why when it cannot connect.
 local Conn = {}
 Conn.__index = Conn
@@ -239,6 +240,11 @@ function Conn:read(max_time, want)
             end
         end
     end
+end
+
+-- Half-closes: the peer reads EOF, this side can still read.
+function Conn:shutdown()
+    return C.shutdown(self.fd, 1) == 0 -- SHUT_WR
 end
 
 function Conn:close()

@@ -37,6 +37,7 @@ if not pcall(ffi.typeof, "struct ms_spec_timespec") then
                        uint32_t len);
         long send(int fd, const void *buf, size_t len, int flags);
         long recv(int fd, void *buf, size_t len, int flags);
+        int shutdown(int fd, int how);
         int getsockname(int fd, void *addr, uint32_t *len);
         int close(int fd);
         int posix_spawn_file_actions_init(void *fa);
