@@ -418,7 +418,12 @@ static void random_walk_matches_the_model(void)
         for (int k = 0; k < NE; k++)
             CHECK(m[k].seen == m[k].sent);
         CHECK(ms_dispatch_pending(d) == 0);
-        /* the idle sweep passivates every one of them in the end */
+        /* the end: a shutdown (odd seeds) or the idle sweep passivates
+         * every one of them */
+        if (seed % 2) {
+            ms_dispatch_shutdown(d);
+            CHECK(tell(d, 0, "k0", "{}") == MS_ECANCELED);
+        }
         for (int i = 0; i < 10; i++) {
             now += 30;
             ms_dispatch_expire(d, now);
