@@ -95,7 +95,9 @@ typedef void (*ms_dispatch_observer)(void *data, int type, uint32_t shard,
                                      int started, int reason);
 
 /* Creates a dispatcher for `ntypes` types (copied; names borrowed).
- * Returns NULL when out of memory. */
+ * Returns NULL when out of memory, and for more than
+ * MS_DISPATCH_MAX_TYPES types or a shard_count outside 1..65536 (an
+ * entity's record keeps its type and shard in 16 bits). */
 struct ms_dispatch *ms_dispatch_new(const struct ms_dispatch_type *types,
                                     int ntypes, size_t max_message);
 /* Frees everything. Pending asks are ended with MS_ECANCELED first. */

@@ -191,6 +191,89 @@ function M.migrate() error("cannot migrate") end]]))
         end)
     end)
 
+    describe("a ctx kept in the state", function()
+        local c, n, path
+
+        -- Version `code`: init keeps the ctx in the state; every reply
+        -- goes through the kept ctx and says whether it is the ctx of
+        -- this message; v2's migrate says the same of the ctx it gets.
+        local function keeper(code, migrate)
+            return format([[
+local M = {}
+function M.init(ctx)
+    -- "slow" ids wait in init for a Sleeper's 4 s nap
+    if ctx.id:sub(1, 4) == "slow" then
+        assert(ctx:ref("Sleeper", ctx.id):ask({ type = "nap",
+                                                 seconds = 4 }, 8))
+    end
+    return { ctx = ctx }
+end
+%s
+function M.receive(state, msg, ctx)
+    state.ctx:reply({ code = %d, same = rawequal(state.ctx, ctx),
+                      id = state.ctx.id, type = state.ctx.type,
+                      migrated = state.migrated, mid = state.mid })
+end
+return M
+]], migrate and [[
+function M.migrate(state, old, ctx)
+    return { ctx = state.ctx, migrated = rawequal(state.ctx, ctx),
+             mid = ctx.id }
+end]] or "", code)
+        end
+
+        setup(function()
+            c = helpers.cluster({ size = 1, entities = {} })
+            path = c.dir .. "/ctxkeeper.lua"
+            helpers.write_file(path, keeper(1))
+            write_config(c, format("package.path = %q .. package.path\n",
+                                   helpers.fixtures .. "/?.lua;"), [[{
+        Keeper = { module = "ctxkeeper", shard_count = 4 },
+        Sleeper = { module = "sleeper" },
+    }]])
+            n = launch_watching(c:node("n1"))
+        end)
+
+        it("is still the entity's ctx after its behavior is swapped, in "
+           .. "migrate and in the next message", function()
+            assert.same({ code = 1, same = true, id = "k1", type = "Keeper" },
+                        n:call("Keeper", "k1", { type = "get" }))
+            edit(path, keeper(2, true))
+            local r = helpers.wait_until(function()
+                local status, body, raw = n:ask("Keeper", "k1",
+                                                { type = "get" })
+                return status == 200 and body.code == 2 and body,
+                    status .. " " .. raw
+            end, 5, "k1 to run version 2")
+            assert.same({ code = 2, same = true, id = "k1", type = "Keeper",
+                          migrated = true, mid = "k1" }, r)
+        end)
+
+        it("is migrated when the swap came while its init waited",
+           function()
+            local lines = #reload_lines(n, "INFO")
+            local t0 = helpers.now()
+            assert.equal(202, (n:tell("Keeper", "slow-1", { type = "get" })))
+            helpers.sleep(0.3) -- init is waiting in its ask
+            edit(path, keeper(3, true))
+            helpers.wait_until(function()
+                return #reload_lines(n, "INFO") > lines
+            end, 5, "the swap")
+            -- the swap came before init returned (it waits 4 s)
+            assert.is_true(helpers.now() - t0 < 3.5)
+            local r = helpers.wait_until(function()
+                local status, body, raw = n:ask("Keeper", "slow-1",
+                                                { type = "get" }, 5)
+                return status == 200 and body, status .. " " .. raw
+            end, 10, "slow-1 to answer")
+            -- init ran v2's code and returned its state after the swap:
+            -- v3's migrate ran before v3 handled the next message
+            assert.same({ code = 3, same = true, id = "slow-1",
+                          type = "Keeper", migrated = true,
+                          mid = "slow-1" }, r)
+        end)
+    end)
+
     describe("a strategy edit on two nodes", function()
         local c, n1, n2, path
         local next_id = 0
