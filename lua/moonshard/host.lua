@@ -56,7 +56,6 @@ struct ms_lua_delivery {
 uint32_t ms_lua_next(void *bridge, uint32_t prev, struct ms_lua_delivery *out);
 const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t *len);
 int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *shard);
-int ms_lua_reply(void *bridge, uint32_t h, const char *json, size_t len);
 struct ms_lua_ctx { uint32_t _h; uint32_t shard; int32_t _t; };
 ]]
 local C = ffi.C
@@ -337,7 +336,8 @@ local new_ctx = ffi.metatype("struct ms_lua_ctx", {
     end,
 })
 
--- what ms_lua_reply's codes mean (runtime/lua/leaf.c)
+-- what core.reply_msg's codes mean (runtime/lua/leaf.c; a persistent
+-- entity's reply, kept encoded until its commit, goes through core.reply)
 local REPLY_ERRORS = {
     "ctx:reply: the reply is above the message size limit",
     "ctx:reply called twice for one message",

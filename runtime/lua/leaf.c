@@ -256,15 +256,6 @@ static int reply_json(struct ms_bridge *b, uint32_t h, const char *json,
     return 0;
 }
 
-/* Exported for the FFI: ctx:reply with a reply already encoded (a
- * persistent entity's, kept until its commit). */
-int ms_lua_reply(void *bridge, uint32_t h, const char *json, size_t len);
-
-int ms_lua_reply(void *bridge, uint32_t h, const char *json, size_t len)
-{
-    return reply_json(bridge, h, json, len);
-}
-
 struct reply_sink {
     struct ms_bridge *b;
     uint32_t h;
