@@ -45,14 +45,20 @@ static int npending;
 static void on_answer(uv_timer_t *t)
 {
     struct pending *p = t->data;
+    /* the slot is free before the callback: the gateway may answer the
+     * next pipelined request from it, which can take this very slot */
+    char *body = p->body;
+    size_t len = p->len;
+    ms_ask_cb cb = p->cb;
+    void *data = p->data;
+    p->body = NULL;
     p->used = 0;
     npending--;
-    if (p->len > 0 && p->body[0] == 'E')
-        p->cb(p->data, MS_EHANDLER, p->body + 1, p->len - 1);
+    if (len > 0 && body[0] == 'E')
+        cb(data, MS_EHANDLER, body + 1, len - 1);
     else
-        p->cb(p->data, 0, p->len ? p->body : "{}", p->len ? p->len : 2);
-    free(p->body);
-    p->body = NULL;
+        cb(data, 0, len ? body : "{}", len ? len : 2);
+    free(body);
 }
 
 static int queue_answer(const char *json, size_t len, ms_ask_cb cb,

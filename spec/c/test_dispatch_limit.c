@@ -24,15 +24,23 @@ static struct ms_dispatch *make(int ntypes, uint64_t max)
     return d;
 }
 
-/* Takes one delivery and finishes it at now_ms; returns the delivery. */
+/* Takes one delivery and finishes it at now_ms; returns the delivery,
+ * its id copied (a stop's done frees the entity's record, where dl.id
+ * pointed) and its payload cleared (the message is freed too). */
 static struct ms_delivery run1(struct ms_dispatch *d, uint64_t now_ms)
 {
+    static char idcopy[MS_MAX_ID + 1];
     struct ms_delivery dl;
     memset(&dl, 0, sizeof dl);
-    if (ms_dispatch_next(d, &dl) == 1)
+    if (ms_dispatch_next(d, &dl) == 1) {
+        memcpy(idcopy, dl.id, dl.idlen);
+        idcopy[dl.idlen] = 0;
+        dl.id = idcopy;
+        dl.payload = NULL;
         ms_dispatch_done(d, dl.h, now_ms);
-    else
+    } else {
         dl.kind = 0;
+    }
     return dl;
 }
 
