@@ -227,6 +227,11 @@ describe("nemesis network", function()
         assert.equal(7, #left_of(n.id))
         local guard = n.guard_pid
         assert.is_nil(n:teardown())
+        -- the kernel removes a deleted namespace's veth ends from a work
+        -- queue, after `ip netns del` returned: gone within seconds
+        helpers.wait_until(function()
+            return #left_of(n.id) == 0, table.concat(left_of(n.id), " ")
+        end, 10, "the namespaces' links to go", 0.1)
         assert.same({}, left_of(n.id))
         assert.is_nil(n:teardown()) -- again: nothing to do
         helpers.wait_until(function()
