@@ -74,6 +74,10 @@ describe("a cluster's node port", function()
         n1, n2, n3 = c:node("n1"), c:node("n2"), c:node("n3")
         c:start()
         c:wait_converged(nil, 10)
+        -- shards go to a member only once the coordinator has its
+        -- registration, which may come after the converged view
+        n1:wait_placed_on("Counter", "n2")
+        n1:wait_placed_on("Counter", "n3")
     end)
 
     teardown(function()

@@ -69,6 +69,9 @@ describe("exact JSON", function()
             },
         })
         n1 = c:node("n1")
+        -- a converged view is not enough: until the coordinator has n2's
+        -- registration every shard goes to n1 (CI saw all 16 there)
+        n1:wait_placed_on("Numbers", "n2")
     end)
 
     teardown(function()
