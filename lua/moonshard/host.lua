@@ -50,13 +50,16 @@ struct ms_lua_delivery {
     uint32_t shard;
     uint32_t idlen;
     uint32_t len;
+    uint32_t gen;
     const char *payload;
     const char *id;
 };
 uint32_t ms_lua_next(void *bridge, uint32_t prev, struct ms_lua_delivery *out);
-const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t *len);
-int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *shard);
-struct ms_lua_ctx { uint32_t _h; uint32_t shard; int32_t _t; };
+int32_t ms_lua_ctx_live(void *bridge, uint32_t h, uint32_t gen);
+const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t gen,
+                             uint32_t *len);
+int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *out);
+struct ms_lua_ctx { uint32_t _h; uint32_t _g; uint16_t shard; uint16_t _t; };
 ]]
 local C = ffi.C
 -- the bridge of this VM, passed back to ms_lua_next (the host keeps no
@@ -72,11 +75,11 @@ local behaviors = {}   -- [type index] = behavior module
 local type_ids = {}    -- [type name] = type index, as the C dispatcher has
                        -- them (ctx:ref stays in Lua, inside the trace)
 local states = {}      -- [handle] = state table
--- [handle] = ctx. Kept strongly: a weak table (the ctx of an idle entity
--- collected, made again at its next message) measured no smaller in RSS
--- (bench local: 340 vs 338 B an entity, the freed ctxs stay in the
--- allocator) and slower (a new ctx at most messages after each collection)
-local ctxs = {}
+-- states[h] while the entity's init runs (it may wait on an ask across a
+-- hot reload, before it has a state): the reload finds it there
+local INITING = setmetatable({}, { __newindex = function()
+    error("the entity's state does not exist until init returns", 2)
+end })
 -- Hot reload (moonshard.reload, M.swap_behavior): the module name and the
 -- load count (1: as started) of each type's behavior, and, for each entity
 -- that was active when its behavior was swapped and has not handled a
@@ -305,23 +308,38 @@ end
 
 -- ctx ---------------------------------------------------------------------
 
--- A ctx is a 12-byte FFI struct (handle, shard, type index), 24 bytes
--- with its header, where a Lua table with the same fields took 160: an
--- idle entity keeps only it and its state. The type, node name and methods
--- come from one table per entity type (`protos`); ctx.id is read from the
--- dispatcher's record when asked for, so the id is kept once, in C.
+-- A ctx is a 12-byte FFI struct (handle, the activation's generation,
+-- shard, type index), made for each delivery and kept by nothing of the
+-- host's: an idle entity holds only its state (bench local: 358 -> 298
+-- bytes an entity at 1,000,000 with the per-entity ctx and its slot gone;
+-- the trace sinks the ctx of a handler that does not use it). The type,
+-- node name and methods come from one table per entity type (`protos`);
+-- ctx.id is read from the dispatcher's record when asked for, so the id
+-- is kept once, in C. (handle, generation) names one activation: a ctx
+-- kept past it (in a module table, or in a state that a passivation
+-- dropped) refuses to act even when the handle names another entity.
 local Ctx = {}
 local protos = {}      -- [type index] = type, node and methods of its ctxs
-local u32_out = ffi.new("uint32_t[1]")
+local u32_out = ffi.new("uint32_t[2]")
 
 local function ctx_index(c, k)
     local v = protos[c._t][k]
     if v ~= nil then return v end
     if k == "id" then
-        local p = C.ms_lua_entity_id(BRIDGE, c._h, u32_out)
+        local p = C.ms_lua_entity_id(BRIDGE, c._h, c._g, u32_out)
         if p ~= nil then return ffi_string(p, u32_out[0]) end
     end
     return nil
+end
+
+-- The leaf functions refuse a ctx whose handle is not the handler's
+-- entity; this refuses one whose activation is gone.
+local function live_h(c)
+    if C.ms_lua_ctx_live(BRIDGE, c._h, c._g) == 0 then
+        error("this ctx belongs to another entity's handler (its own "
+              .. "entity was passivated)", 3)
+    end
+    return c._h
 end
 
 local function ctx_newindex(_, k)
@@ -345,7 +363,7 @@ local REPLY_ERRORS = {
 }
 
 function Ctx:reply(msg)
-    local rc = reply_msg(self._h, msg)
+    local rc = reply_msg(live_h(self), msg)
     if rc ~= 0 then error(REPLY_ERRORS[rc], 2) end
 end
 
@@ -368,24 +386,24 @@ function Ctx:after(seconds, msg)
     if type(msg) ~= "table" then
         error("bad 'msg' argument: a table is required", 2)
     end
-    local id, err = after_c(self._h, seconds * 1000, encode(msg))
+    local id, err = after_c(live_h(self), seconds * 1000, encode(msg))
     if not id then error(err, 2) end
     return id
 end
 
 function Ctx:cancel(timer)
-    return cancel_c(self._h, timer)
+    return cancel_c(live_h(self), timer)
 end
 
 function Ctx:stop()
-    stop_c(self._h)
+    stop_c(live_h(self))
 end
 
 function Ctx:log(level, ...)
     local n = select("#", ...)
     local parts = {}
     for i = 1, n do parts[i] = tostring((select(i, ...))) end
-    log_c(self._h, level, concat(parts, " "))
+    log_c(live_h(self), level, concat(parts, " "))
 end
 
 function Ctx.now(_)
@@ -403,21 +421,8 @@ local function default_init()
     return {}
 end
 
--- The ctx of live entity h (made at its activation; made here if it
--- is missing all the same).
-local function ctx_of(h)
-    local ctx = ctxs[h]
-    if ctx == nil then
-        local t = C.ms_lua_entity_type(BRIDGE, h, u32_out)
-        ctx = new_ctx(h, u32_out[0], t)
-        ctxs[h] = ctx
-    end
-    return ctx
-end
-
-local function activate(h, b, t, shard)
-    local ctx = new_ctx(h, shard, t)
-    ctxs[h] = ctx
+local function activate(h, b, t, ctx)
+    states[h] = INITING
     local st = (b.init or default_init)(ctx)
     if type(st) ~= "table" then
         error("init must return a table, got " .. type(st))
@@ -426,19 +431,17 @@ local function activate(h, b, t, shard)
     if persist[t] then pfresh[h] = true end
 end
 
--- Forgets entity h; its ctx stops working (a ctx kept past its entity's
--- life must not act for the next entity that gets the handle).
+-- Forgets entity h (its ctxs stop working: the dispatcher's generation of
+-- the handle moves on with the next activation).
 local function forget(h)
-    local ctx = ctxs[h]
-    if ctx then ctx._h = 0 end
-    states[h], ctxs[h] = nil, nil
+    states[h] = nil
     migrate_from[h] = nil
     pmeta[h], preplies[h], pdelete[h], pfresh[h] = nil, nil, nil, nil
 end
 
-local function passivate(h, b)
+local function passivate(h, b, ctx)
     local stopped = b.stopped
-    if stopped then stopped(states[h], ctx_of(h)) end
+    if stopped then stopped(states[h], ctx) end
     forget(h)
 end
 
@@ -446,10 +449,10 @@ end
 -- handles its next message, `migrate(state, old_version, ctx)` (optional)
 -- may convert the state. A migrate that raises fails that message like a
 -- handler error, and runs again before the next one.
-local function migrate(h, b)
+local function migrate(h, b, ctx)
     local m = b.migrate
     if m then
-        local st = m(states[h], migrate_from[h], ctx_of(h))
+        local st = m(states[h], migrate_from[h], ctx)
         if type(st) == "table" then
             states[h] = st
         end
@@ -483,7 +486,9 @@ end
 -- ctx:reply of a persistent entity: kept until the commit
 local function persistent_reply(self, msg)
     local h = self._h
-    if h == 0 then error("this ctx's entity is gone", 2) end
+    if C.ms_lua_ctx_live(BRIDGE, h, self._g) == 0 then
+        error("this ctx's entity is gone", 2)
+    end
     if preplies[h] ~= nil then
         error("ctx:reply called twice for one message", 2)
     end
@@ -493,7 +498,9 @@ end
 -- ctx:delete() (durable state): after this message, the saved state is
 -- deleted and the entity stops; its next message starts from init.
 local function persistent_delete(self)
-    if self._h == 0 then error("this ctx's entity is gone", 2) end
+    if C.ms_lua_ctx_live(BRIDGE, self._h, self._g) == 0 then
+        error("this ctx's entity is gone", 2)
+    end
     pdelete[self._h] = true
 end
 
@@ -555,13 +562,12 @@ end
 
 -- Recovers entity h from the database; false when the load failed (the
 -- message then fails with the load's error).
-local function recover(h, b, P, co)
+local function recover(h, b, P, co, ctx)
     local raw = loaded(h, co, "recovery", p_load(h))
     if not raw then return false end
     local _, e, last, rev, has_snap, n = find(raw, "^(%d+) (%d+) (%d) (%d+)\n")
     if not e then error("recovery: malformed journal reply") end
     local pos, text = e + 1
-    local ctx = ctx_of(h)
     if not pfresh[h] then
         -- recovering again (after a failure): the state in memory may
         -- hold changes the database never got; start from init's
@@ -702,9 +708,9 @@ local function run_receive(h, b, msg, ctx, co, op)
 end
 
 -- Handles one delivery of a persistent entity (kind is not STOP).
-local function run_persistent(h, b, P, kind, payload, co)
+local function run_persistent(h, b, P, kind, payload, co, ctx)
     preplies[h], pdelete[h] = nil, nil
-    if pmeta[h] == nil and not recover(h, b, P, co) then return end
+    if pmeta[h] == nil and not recover(h, b, P, co, ctx) then return end
     if kind == KIND_ACTIVATE then return end
     local msg = decode(payload)
     if type(msg) ~= "table" then
@@ -729,7 +735,6 @@ local function run_persistent(h, b, P, kind, payload, co)
             return
         end
     end
-    local ctx = ctx_of(h)
     local ok
     if P.kind == "events" then
         ok = run_command(h, b, P, msg, ctx, co, op)
@@ -752,20 +757,21 @@ function M.driver()
             current = me
             local t = dl.type
             local b = behaviors[t]
+            local ctx = new_ctx(h, dl.gen, dl.shard, t)
             if dl.init ~= 0 then
-                activate(h, b, t, dl.shard)
+                activate(h, b, t, ctx)
                 b = behaviors[t] -- init may have waited across a reload
             end
             local kind = dl.kind
             if migrate_from[h] ~= nil and kind ~= KIND_ACTIVATE then
-                migrate(h, b)
+                migrate(h, b, ctx)
             end
             local P = persist[t]
             if kind == KIND_STOP then
-                passivate(h, b)
+                passivate(h, b, ctx)
             elseif P then
                 run_persistent(h, b, P, kind, kind ~= KIND_ACTIVATE
-                               and ffi_string(dl.payload, dl.len), me)
+                               and ffi_string(dl.payload, dl.len), me, ctx)
             elseif kind == KIND_ACTIVATE then -- luacheck: ignore 542
                 -- activation only: init ran above if it was needed
             else
@@ -776,7 +782,7 @@ function M.driver()
                 -- an in-memory type keeps nothing to check an operation
                 -- id against: the id is dropped (README "Operation ids")
                 if msg[OP_FIELD] ~= nil then msg[OP_FIELD] = nil end
-                local res = b.receive(states[h], msg, ctx_of(h))
+                local res = b.receive(states[h], msg, ctx)
                 if res ~= nil and type(res) == "table" then
                     states[h] = res
                 end
@@ -798,7 +804,8 @@ end
 -- to activate (init raised). `kind` is the delivery's kind, 0 if unknown.
 function M.on_error(h, e, kind)
     -- decide first: the error object's own __tostring may raise
-    local init_failed = kind ~= KIND_STOP and states[h] == nil
+    local init_failed = kind ~= KIND_STOP
+        and (states[h] == nil or states[h] == INITING)
     -- a persistent entity's memory may be half-changed: recover it
     pmeta[h], preplies[h], pdelete[h] = nil, nil, nil
     if kind == KIND_STOP or init_failed then
@@ -926,13 +933,11 @@ function M.swap_behavior(module_name, mod)
         local old_version = old.version
         if old_version == nil then old_version = count end
         -- the active entities of the type: those with a state, and those
-        -- whose init has not returned yet (they have a ctx already)
-        for _, live in ipairs({ states, ctxs }) do
-            for h in pairs(live) do
-                if migrate_from[h] == nil and
-                    C.ms_lua_entity_type(BRIDGE, h, u32_out) == idx then
-                    migrate_from[h] = old_version
-                end
+        -- whose init has not returned yet (INITING)
+        for h in pairs(states) do
+            if migrate_from[h] == nil and
+                C.ms_lua_entity_type(BRIDGE, h, u32_out) == idx then
+                migrate_from[h] = old_version
             end
         end
         behaviors[idx] = mod

@@ -639,6 +639,9 @@ static void fill(struct ms_dispatch *d, struct entity *e, struct msg *m,
             e->active = 1;
             e->last_ms = d->now_ms;
             list_add(d, e, d->now_ms);
+            /* a new activation, a new generation: the record may be the
+             * one a passivated activation had (mail came during its stop) */
+            d->gens[e->h]++;
             out->init = 1;
             m->created = 1;
             d->st.activations++;
@@ -650,6 +653,7 @@ static void fill(struct ms_dispatch *d, struct entity *e, struct msg *m,
         }
         d->st.delivered++;
     }
+    out->gen = d->gens[e->h];
 }
 
 /* A stop for an entity that is not active has nothing to do. */

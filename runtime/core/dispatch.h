@@ -57,6 +57,8 @@ struct ms_delivery {
     uint32_t h;          /* entity handle, >= 1, reused after free */
     uint32_t type;
     uint32_t shard;
+    uint32_t gen;        /* the activation's generation: h and gen name
+                            one activation (ms_dispatch_live) */
     int kind;            /* MS_KIND_* */
     int init;            /* 1: activate (call init) before this message */
     const char *id;
@@ -340,6 +342,14 @@ void ms_dispatch_set_partitioner(struct ms_dispatch *d, ms_partition_fn fn,
  * ms_dispatch_resolve). Returns 0 and sets *shard, or a negative code. */
 int ms_dispatch_shard_of(struct ms_dispatch *d, int type, const char *id,
                          size_t idlen, uint32_t *shard);
+
+/* 1 when handle h names the activation of generation gen (from its
+ * delivery) and it is still active, else 0: a ctx kept past its
+ * entity's passivation names an activation that is gone. */
+int ms_dispatch_live(struct ms_dispatch *d, uint32_t h, uint32_t gen);
+
+/* The generation of handle h's activation now (0 if h names nothing). */
+uint32_t ms_dispatch_gen(struct ms_dispatch *d, uint32_t h);
 
 /* Identity of handle h, for logs; returns 0 when h is not live. */
 int ms_dispatch_entity(struct ms_dispatch *d, uint32_t h, int *type,

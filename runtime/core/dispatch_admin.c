@@ -532,6 +532,17 @@ uint64_t ms_dispatch_shutdown(struct ms_dispatch *d)
     return d->st.active_entities;
 }
 
+int ms_dispatch_live(struct ms_dispatch *d, uint32_t h, uint32_t gen)
+{
+    struct entity *e = eget(d, h);
+    return e && e->active && d->gens[h] == gen;
+}
+
+uint32_t ms_dispatch_gen(struct ms_dispatch *d, uint32_t h)
+{
+    return eget(d, h) ? d->gens[h] : 0;
+}
+
 int ms_dispatch_entity(struct ms_dispatch *d, uint32_t h, int *type,
                        const char **id, size_t *idlen, uint32_t *shard)
 {

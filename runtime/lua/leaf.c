@@ -92,6 +92,7 @@ struct ms_lua_delivery {
     uint32_t shard;
     uint32_t idlen;
     uint32_t len;
+    uint32_t gen;       /* the activation's generation (a ctx keeps it) */
     const char *payload;
     const char *id;
 };
@@ -140,42 +141,58 @@ static uint32_t lua_next_delivery(struct ms_bridge *b, uint32_t prev,
     out->shard = dl.shard;
     out->idlen = (uint32_t)dl.idlen;
     out->len = (uint32_t)dl.len;
+    out->gen = dl.gen;
     out->payload = dl.payload;
     out->id = dl.id;
     return dl.h;
 }
 
-/* Exported for the FFI: the id of entity h (ctx.id reads it here, so
- * that an entity's id is kept once, in the dispatcher's record), its
- * length in *len; NULL when h names no entity (a ctx kept past its
- * entity's life has h 0). */
-const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t *len);
+/* Exported for the FFI: 1 when (h, gen), a ctx's, names an activation
+ * that is still active, else 0 (a ctx kept past its entity's
+ * passivation; the handle may name another entity by now). */
+int32_t ms_lua_ctx_live(void *bridge, uint32_t h, uint32_t gen);
 
-const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t *len)
+int32_t ms_lua_ctx_live(void *bridge, uint32_t h, uint32_t gen)
+{
+    struct ms_bridge *b = bridge;
+    return ms_dispatch_live(b->d, h, gen);
+}
+
+/* Exported for the FFI: the id of the activation (h, gen) (ctx.id reads
+ * it here, so that an entity's id is kept once, in the dispatcher's
+ * record), its length in *len; NULL when that activation is gone. */
+const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t gen,
+                             uint32_t *len);
+
+const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t gen,
+                             uint32_t *len)
 {
     struct ms_bridge *b = bridge;
     int type;
     const char *id;
     size_t idlen;
     uint32_t shard;
-    if (!ms_dispatch_entity(b->d, h, &type, &id, &idlen, &shard))
+    if (!ms_dispatch_live(b->d, h, gen) ||
+        !ms_dispatch_entity(b->d, h, &type, &id, &idlen, &shard))
         return NULL;
     *len = (uint32_t)idlen;
     return id;
 }
 
-/* Exported for the FFI: the type index of entity h and its shard in
- * *shard (a ctx is made from them), or -1 when h names no entity. */
-int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *shard);
+/* Exported for the FFI: the type index of active entity h, its shard in
+ * out[0] and its activation's generation in out[1] (a ctx is made from
+ * them), or -1 when h names no active entity. */
+int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *out);
 
-int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *shard)
+int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *out)
 {
     struct ms_bridge *b = bridge;
     int type;
     const char *id;
     size_t idlen;
-    if (!ms_dispatch_entity(b->d, h, &type, &id, &idlen, shard))
+    if (!ms_dispatch_entity(b->d, h, &type, &id, &idlen, &out[0]))
         return -1;
+    out[1] = ms_dispatch_gen(b->d, h);
     return type;
 }
 

@@ -94,11 +94,26 @@ describe("a ctx", function()
         assert.is_true(b.shard >= 0 and b.shard < 7)
     end)
 
-    it("kept in its entity's own state stays its ctx", function()
+    it("kept in its entity's own state acts for its entity in later "
+       .. "messages (each message has a ctx of its own)", function()
         n:call("CtxA", "hold-1", { type = "hold" })
         for _ = 1, 3 do
-            assert.same({ same = true, id = "hold-1" },
+            assert.same({ same = false, id = "hold-1" },
                         n:call("CtxA", "hold-1", { type = "held" }))
+        end
+    end)
+
+    it("kept in its entity's state refuses to act once the entity was "
+       .. "passivated with mail waiting and activated again on the same "
+       .. "record", function()
+        -- the stop and a message behind it in one go: the record stays
+        -- (mail waits), the next activation must not take the old ctx
+        n:call("CtxA", "again-1", { type = "keep", key = "again" })
+        n:stop_entity("CtxA", "again-1")
+        local r = n:call("CtxA", "again-1", { type = "use", key = "again" })
+        assert.is_nil(r.id)
+        for _, m in ipairs({ "reply", "after", "stop" }) do
+            assert.matches("belongs to another entity", r[m], 1, true)
         end
     end)
 

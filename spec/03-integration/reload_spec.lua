@@ -210,14 +210,14 @@ function M.init(ctx)
 end
 %s
 function M.receive(state, msg, ctx)
-    state.ctx:reply({ code = %d, same = rawequal(state.ctx, ctx),
+    state.ctx:reply({ code = %d, same = state.ctx.id == ctx.id,
                       id = state.ctx.id, type = state.ctx.type,
                       migrated = state.migrated, mid = state.mid })
 end
 return M
 ]], migrate and [[
 function M.migrate(state, old, ctx)
-    return { ctx = state.ctx, migrated = rawequal(state.ctx, ctx),
+    return { ctx = state.ctx, migrated = state.ctx.id == ctx.id,
              mid = ctx.id }
 end]] or "", code)
         end
@@ -234,7 +234,9 @@ end]] or "", code)
             n = launch_watching(c:node("n1"))
         end)
 
-        it("is still the entity's ctx after its behavior is swapped, in "
+        -- each message has a ctx of its own: `same` compares ids, and the
+        -- kept ctx answers (its reply is the answer)
+        it("still acts for its entity after its behavior is swapped, in "
            .. "migrate and in the next message", function()
             assert.same({ code = 1, same = true, id = "k1", type = "Keeper" },
                         n:call("Keeper", "k1", { type = "get" }))

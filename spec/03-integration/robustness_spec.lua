@@ -214,12 +214,14 @@ describe("robustness", function()
 
     describe("an entity's ctx", function()
         -- a ctx is a small FFI struct whose id is read from the
-        -- dispatcher's record (README "Writing an entity")
-        it("stays the same object, and works, while a handler keeps it "
-           .. "across messages and collections", function()
+        -- dispatcher's record, one for each message (README "Writing an
+        -- entity")
+        it("works for its entity while a handler keeps it across messages "
+           .. "and collections (each message has a ctx of its own)",
+           function()
             n:call("Stash", "own-1", { type = "keep_own" })
             for _ = 1, 3 do
-                assert.same({ same = true },
+                assert.same({ same = false, id = "own-1" },
                             n:call("Stash", "own-1", { type = "check_own" }))
             end
         end)

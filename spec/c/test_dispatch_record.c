@@ -30,7 +30,9 @@ static void a_stop_goes_before_the_waiting_messages(void)
         struct ms_delivery dl;
         CHECK(tell(d, 0, "a", "{\"n\":0}") == 0);
         CHECK(ms_dispatch_next(d, &dl) == 1 && dl.init == 1);
-        uint32_t ha = dl.h;
+        uint32_t ha = dl.h, g1 = dl.gen;
+        CHECK(ms_dispatch_live(d, ha, g1) == 1);
+        CHECK(ms_dispatch_live(d, ha, g1 + 1) == 0);
         char js[16];
         for (int i = 1; i <= waiting; i++) {
             snprintf(js, sizeof js, "{\"n\":%d}", i);
@@ -41,13 +43,20 @@ static void a_stop_goes_before_the_waiting_messages(void)
         ms_dispatch_stop_self(d, ha);
         ms_dispatch_done(d, ha, 0);
         CHECK(ms_dispatch_next(d, &dl) == 1);
-        CHECK(dl.h == ha && dl.kind == MS_KIND_STOP);
+        CHECK(dl.h == ha && dl.kind == MS_KIND_STOP && dl.gen == g1);
+        CHECK(ms_dispatch_live(d, ha, g1) == 1); /* stopped() runs */
         ms_dispatch_done(d, ha, 0);
+        CHECK(ms_dispatch_live(d, ha, g1) == 0); /* passivated */
         for (int i = 1; i <= waiting; i++) {
             CHECK(ms_dispatch_next(d, &dl) == 1);
             snprintf(js, sizeof js, "{\"n\":%d}", i);
             CHECK(dl.kind == MS_KIND_TELL && strcmp(dl.payload, js) == 0);
             CHECK(dl.init == (i == 1)); /* the stop passivated it */
+            /* the same record (mail waited), a new activation: a ctx of
+             * the old one (h, g1) must not act for it */
+            CHECK(dl.h == ha && dl.gen != g1);
+            CHECK(ms_dispatch_live(d, ha, dl.gen) == 1);
+            CHECK(ms_dispatch_live(d, ha, g1) == 0);
             ms_dispatch_done(d, dl.h, 0);
         }
         CHECK(ms_dispatch_next(d, &dl) == 0);
