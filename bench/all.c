@@ -331,12 +331,14 @@ static void row_handoff(void)
          f.steady_rate > 0 ? f.move_rate / f.steady_rate : 0);
     note("  handoff: n3 joins n1 + n2 under %d callers' asks over %ld "
          "entities: %lld of %lld shards\n         moved; worst 100 ms of the "
-         "move / steady %.2f, non-200 answers %ld\n", HANDOFF_CALLERS,
-         HANDOFF_ENTITIES, f.moved, f.shards,
+         "move / steady %.2f, non-200 answers %ld;\n         after the move "
+         "(3 nodes, nothing moving) / steady %.2f, during / after %.2f\n",
+         HANDOFF_CALLERS, HANDOFF_ENTITIES, f.moved, f.shards,
          f.steady_rate > 0 && f.worst_rate >= 0
              ? f.worst_rate / f.steady_rate
              : 0,
-         f.bad);
+         f.bad, f.steady_rate > 0 ? f.after_rate / f.steady_rate : 0,
+         f.after_rate > 0 ? f.move_rate / f.after_rate : 0);
 }
 
 /* Whether a PostgreSQL server is installed where .ci/pg looks. */

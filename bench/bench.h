@@ -64,6 +64,7 @@ struct ms_bench_handoff_figures {
     double steady_rate;         /* asks/s on 2 nodes before the move */
     double move_rate;           /* asks/s from n3 Up to balanced */
     double worst_rate;          /* the worst 100 ms of the move, or -1 */
+    double after_rate;          /* asks/s on 3 nodes after the move */
     long bad;                   /* non-200 answers, steady and move */
 };
 
