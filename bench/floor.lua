@@ -30,4 +30,17 @@ function M.floor(arg)
     return tostring(messages / t)
 end
 
+-- Same argument: the rate of the floor's cjson.decode of the payload alone
+-- (what the floor's loop is made of, printed beside it).
+function M.decode(arg)
+    local messages, payload = arg:match("^%S+ %d+ (%d+) (.*)$")
+    messages = tonumber(messages)
+    local decode = cjson.new().decode
+    local t0 = now()
+    for _ = 1, messages do
+        decode(payload)
+    end
+    return tostring(messages / (now() - t0))
+end
+
 return M

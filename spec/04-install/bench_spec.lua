@@ -39,6 +39,8 @@ describe("moonshard-bench", function()
                                              "--messages", "2000" }, 120)
         assert.are.equal(0, code, err)
         assert.is_true(figure(out, "\n  floor %(.-%):%s+(%d+) msg/s") > 0)
+        assert.is_true(figure(out, "\n    of which cjson.decode of the "
+                                   .. "payload alone:%s+(%d+) msg/s") > 0)
         assert.is_true(figure(out,
             "\n  tells through the runtime %(2000 over 1000 ids%):%s+(%d+)"
             .. " msg/s") > 0)
