@@ -483,12 +483,24 @@ end
 -- code: stale_owner and revision_conflict stop the entity; any other
 -- failure makes it recover again before its next message.
 
+-- A persistent entity's ctx:reply and ctx:delete act in Lua (kept until
+-- the commit), not through a leaf function that checks the running
+-- handler: this refuses a ctx whose activation is gone, and one of
+-- another entity (kept in a module table: its entity may be waiting in
+-- an ask, its reply and delete pending here).
+local function own_h(c)
+    local live = C.ms_lua_ctx_live(BRIDGE, c._h, c._g)
+    if live == 0 then
+        error("this ctx's entity is gone", 3)
+    elseif live ~= 1 then
+        error("this ctx belongs to another entity's handler", 3)
+    end
+    return c._h
+end
+
 -- ctx:reply of a persistent entity: kept until the commit
 local function persistent_reply(self, msg)
-    local h = self._h
-    if C.ms_lua_ctx_live(BRIDGE, h, self._g) == 0 then
-        error("this ctx's entity is gone", 2)
-    end
+    local h = own_h(self)
     if preplies[h] ~= nil then
         error("ctx:reply called twice for one message", 2)
     end
@@ -498,10 +510,7 @@ end
 -- ctx:delete() (durable state): after this message, the saved state is
 -- deleted and the entity stops; its next message starts from init.
 local function persistent_delete(self)
-    if C.ms_lua_ctx_live(BRIDGE, self._h, self._g) == 0 then
-        error("this ctx's entity is gone", 2)
-    end
-    pdelete[self._h] = true
+    pdelete[own_h(self)] = true
 end
 
 local function flush_reply(h)

@@ -147,15 +147,21 @@ static uint32_t lua_next_delivery(struct ms_bridge *b, uint32_t prev,
     return dl.h;
 }
 
-/* Exported for the FFI: 1 when (h, gen), a ctx's, names an activation
- * that is still active, else 0 (a ctx kept past its entity's
- * passivation; the handle may name another entity by now). */
+/* Exported for the FFI: 0 when (h, gen), a ctx's, names no activation
+ * that is still active (a ctx kept past its entity's passivation; the
+ * handle may name another entity by now); 1 when it is active and its
+ * handler runs now; 2 when it is active but another entity's handler
+ * (or none) runs now (a persistent entity's ctx:reply and ctx:delete,
+ * kept in Lua until the commit, refuse it: the leaf functions check the
+ * running handler themselves). */
 int32_t ms_lua_ctx_live(void *bridge, uint32_t h, uint32_t gen);
 
 int32_t ms_lua_ctx_live(void *bridge, uint32_t h, uint32_t gen)
 {
     struct ms_bridge *b = bridge;
-    return ms_dispatch_live(b->d, h, gen);
+    if (!ms_dispatch_live(b->d, h, gen))
+        return 0;
+    return h == b->cur_h ? 1 : 2;
 }
 
 /* Exported for the FFI: the id of the activation (h, gen) (ctx.id reads
