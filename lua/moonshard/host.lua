@@ -59,7 +59,8 @@ int32_t ms_lua_ctx_live(void *bridge, uint32_t h, uint32_t gen);
 const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t gen,
                              uint32_t *len);
 int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *out);
-struct ms_lua_ctx { uint32_t _h; uint32_t _g; uint16_t shard; uint16_t _t; };
+struct ms_lua_ctx { const uint32_t _h; const uint32_t _g; const uint16_t shard;
+                   const uint16_t _t; };
 ]]
 local C = ffi.C
 -- the bridge of this VM, passed back to ms_lua_next (the host keeps no

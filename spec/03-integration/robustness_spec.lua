@@ -243,6 +243,10 @@ describe("robustness", function()
             assert.is_false(r.ok)
             assert.matches("ctx.note: a ctx takes no fields of its own",
                            r.err, 1, true)
+            -- its own fields (handle, generation, shard, type) are read-only
+            assert.is_false(r.ok_shard)
+            assert.is_true(r.const)
+            assert.equal(r.was, r.shard)
             answers("field-1")
         end)
     end)
