@@ -63,7 +63,7 @@ static struct entity *efind(struct ms_dispatch *d, uint32_t type,
                             uint64_t hash, const char *id, size_t idlen)
 {
     struct entity *e = d->ebuckets[mix(ekey(type, hash)) & d->emask];
-    for (; e; e = e->hnext)
+    for (; e; e = elink(d, e->hnext))
         if (e->idlen == idlen && e->type == type &&
             memcmp(e->id, id, idlen) == 0)
             return e;
@@ -79,9 +79,9 @@ static void egrow(struct ms_dispatch *d)
     for (size_t i = 0; i <= d->emask; i++) {
         struct entity *e = d->ebuckets[i];
         while (e) {
-            struct entity *n = e->hnext;
+            struct entity *n = elink(d, e->hnext);
             size_t j = mix(ekey(e->type, ehash(e))) & (cap - 1);
-            e->hnext = nb[j];
+            e->hnext = nb[j] ? nb[j]->h : 0;
             nb[j] = e;
             e = n;
         }
@@ -115,6 +115,16 @@ static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
             if (!f)
                 return NULL;
             d->freeh = f;
+            /* the ready ring: as long as the slots, unwrapped */
+            uint32_t *r = malloc(cap * sizeof *r);
+            if (!r)
+                return NULL;
+            for (uint32_t i = 0; i < d->rcount; i++)
+                r[i] = d->ready[(d->rhead + i) & (d->rcap - 1)];
+            free(d->ready);
+            d->ready = r;
+            d->rhead = 0;
+            d->rcap = cap;
             for (uint32_t i = d->capslots; i < cap; i++)
                 d->gens[i] = 0;
             d->capslots = cap;
@@ -142,7 +152,7 @@ static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
         sh->ents->sprev = h;
     sh->ents = e;
     size_t j = mix(ekey(type, hash)) & d->emask;
-    e->hnext = d->ebuckets[j];
+    e->hnext = d->ebuckets[j] ? d->ebuckets[j]->h : 0;
     d->ebuckets[j] = e;
     if (++d->nentities > d->emask)
         egrow(d);
@@ -163,10 +173,15 @@ static void edestroy(struct ms_dispatch *d, struct entity *e)
     if (n)
         n->sprev = e->sprev;
     ms__dispatch_shard_check_stopped(d, e->type, e->shard);
-    struct entity **pp = &d->ebuckets[mix(ekey(e->type, ehash(e))) & d->emask];
-    while (*pp != e)
-        pp = &(*pp)->hnext;
-    *pp = e->hnext;
+    struct entity **b = &d->ebuckets[mix(ekey(e->type, ehash(e))) & d->emask];
+    if (*b == e) {
+        *b = elink(d, e->hnext);
+    } else {
+        struct entity *p = *b;
+        while (p->hnext != e->h)
+            p = d->slots[p->hnext];
+        p->hnext = e->hnext;
+    }
     d->nentities--;
     d->slots[e->h] = NULL;
     d->freeh[d->nfree++] = e->h;
@@ -695,9 +710,8 @@ static void prefetch_next(struct ms_dispatch *d)
     struct msg *n1 = s1->head;
     struct entity *e1 = d->ebuckets[mix(ekey(n1->type, n1->hash)) & d->emask];
     if (e1) {
-        __builtin_prefetch(&e1->hnext);
-        __builtin_prefetch((char *)&e1->hnext + 64);
         __builtin_prefetch(e1);
+        __builtin_prefetch((char *)e1 + 64);
     }
     struct shard *s2 = s1->rnext ? s1->rnext : NULL;
     if (s2) {
@@ -710,11 +724,9 @@ static void prefetch_next(struct ms_dispatch *d)
 int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
 {
     for (;;) {
-        struct entity *e = elink(d, d->re_head);
-        if (e) {
-            d->re_head = e->rnext;
-            if (!d->re_head)
-                d->re_tail = 0;
+        if (d->rcount) {
+            struct entity *e = d->slots[d->ready[d->rhead]];
+            d->rhead = --d->rcount ? (d->rhead + 1) & (d->rcap - 1) : 0;
             e->in_ready = 0;
             if (!e->mb || e->busy)
                 continue;
@@ -753,7 +765,7 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
             continue;
         }
         prefetch_next(d);
-        e = efind(d, m->type, m->hash, m->data, m->idlen);
+        struct entity *e = efind(d, m->type, m->hash, m->data, m->idlen);
         if (m->kind == MS_KIND_STOP && !e) {
             ms__dispatch_msg_free(d, m);
             continue;
@@ -784,12 +796,19 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
 
 static void cancel_timers(struct ms_dispatch *d, struct entity *e)
 {
-    while (e->timers) {
-        struct etimer *t = e->timers;
-        e->timers = t->enext;
+    if (!e->ntimers)
+        return;
+    struct etlist *l = elmap_find(&d->etlists, e->h);
+    while (l && l->first) {
+        struct etimer *t = l->first;
+        l->first = t->enext;
         ms_timerq_remove(&d->tq, &t->tm);
         tmap_del(&d->etimers, t);
         free(t);
+    }
+    if (l) {
+        elmap_del(&d->etlists, l);
+        free(l);
     }
     e->ntimers = 0;
 }
