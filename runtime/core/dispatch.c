@@ -63,7 +63,7 @@ static struct entity *efind(struct ms_dispatch *d, uint32_t type,
                             uint64_t hash, const char *id, size_t idlen)
 {
     struct entity *e = d->ebuckets[mix(ekey(type, hash)) & d->emask];
-    for (; e; e = elink(d, e->hnext))
+    for (; e; e = e->hnext)
         if (e->idlen == idlen && e->type == type &&
             memcmp(e->id, id, idlen) == 0)
             return e;
@@ -79,9 +79,9 @@ static void egrow(struct ms_dispatch *d)
     for (size_t i = 0; i <= d->emask; i++) {
         struct entity *e = d->ebuckets[i];
         while (e) {
-            struct entity *n = elink(d, e->hnext);
+            struct entity *n = e->hnext;
             size_t j = mix(ekey(e->type, ehash(e))) & (cap - 1);
-            e->hnext = nb[j] ? nb[j]->h : 0;
+            e->hnext = nb[j];
             nb[j] = e;
             e = n;
         }
@@ -152,7 +152,7 @@ static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
         sh->ents->sprev = h;
     sh->ents = e;
     size_t j = mix(ekey(type, hash)) & d->emask;
-    e->hnext = d->ebuckets[j] ? d->ebuckets[j]->h : 0;
+    e->hnext = d->ebuckets[j];
     d->ebuckets[j] = e;
     if (++d->nentities > d->emask)
         egrow(d);
@@ -173,15 +173,10 @@ static void edestroy(struct ms_dispatch *d, struct entity *e)
     if (n)
         n->sprev = e->sprev;
     ms__dispatch_shard_check_stopped(d, e->type, e->shard);
-    struct entity **b = &d->ebuckets[mix(ekey(e->type, ehash(e))) & d->emask];
-    if (*b == e) {
-        *b = elink(d, e->hnext);
-    } else {
-        struct entity *p = *b;
-        while (p->hnext != e->h)
-            p = d->slots[p->hnext];
-        p->hnext = e->hnext;
-    }
+    struct entity **pp = &d->ebuckets[mix(ekey(e->type, ehash(e))) & d->emask];
+    while (*pp != e)
+        pp = &(*pp)->hnext;
+    *pp = e->hnext;
     d->nentities--;
     d->slots[e->h] = NULL;
     d->freeh[d->nfree++] = e->h;
@@ -639,7 +634,7 @@ static void fill(struct ms_dispatch *d, struct entity *e, struct msg *m,
     uncount(d, m);
     e->busy = 1;
     e->replied = 0;
-    e->cur = m;
+    mb_push_front(e, m); /* ecur() */
     out->h = e->h;
     out->type = e->type;
     out->shard = e->shard;
@@ -818,8 +813,7 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
     struct entity *e = eget(d, h);
     if (!e || !e->busy)
         return;
-    struct msg *m = e->cur;
-    e->cur = NULL;
+    struct msg *m = mb_pop(e); /* ecur() */
     e->busy = 0;
     if (m && m->kind == MS_KIND_ACTIVATE && !e->replied) {
         struct ask *a = askmap_find(&d->asks, m->corr);
@@ -881,14 +875,14 @@ int ms_dispatch_reply(struct ms_dispatch *d, uint32_t h, const char *json,
                       size_t len, uint64_t now_ms)
 {
     struct entity *e = eget(d, h);
-    if (!e || !e->cur || e->cur->kind != MS_KIND_ASK)
+    if (!e || !ecur(e) || ecur(e)->kind != MS_KIND_ASK)
         return 1;
     if (e->replied)
         return MS_EINVAL;
     if (len > d->max_message)
         return MS_E2BIG;
     e->replied = 1;
-    struct ask *a = askmap_find(&d->asks, e->cur->corr);
+    struct ask *a = askmap_find(&d->asks, ecur(e)->corr);
     if (!a)
         return 0;
     if (now_ms >= a->tm.due_ms) {
@@ -909,13 +903,13 @@ int ms_dispatch_reply_error(struct ms_dispatch *d, uint32_t h, int err,
                             const char *message)
 {
     struct entity *e = eget(d, h);
-    if (!e || !e->cur || (e->cur->kind != MS_KIND_ASK &&
-                          e->cur->kind != MS_KIND_ACTIVATE))
+    if (!e || !ecur(e) || (ecur(e)->kind != MS_KIND_ASK &&
+                          ecur(e)->kind != MS_KIND_ACTIVATE))
         return 1;
     if (e->replied)
         return MS_EINVAL;
     e->replied = 1;
-    ms__dispatch_fail_ask(d, e->cur->corr, err, message);
+    ms__dispatch_fail_ask(d, ecur(e)->corr, err, message);
     return 0;
 }
 
@@ -926,10 +920,10 @@ void ms_dispatch_fail(struct ms_dispatch *d, uint32_t h, const char *message,
     d->st.handler_errors++;
     if (!e)
         return;
-    if (e->cur && (e->cur->kind == MS_KIND_ASK ||
-                   e->cur->kind == MS_KIND_ACTIVATE) && !e->replied) {
+    if (ecur(e) && (ecur(e)->kind == MS_KIND_ASK ||
+                   ecur(e)->kind == MS_KIND_ACTIVATE) && !e->replied) {
         e->replied = 1;
-        ms__dispatch_fail_ask(d, e->cur->corr, MS_EHANDLER, message);
+        ms__dispatch_fail_ask(d, ecur(e)->corr, MS_EHANDLER, message);
     }
     if (init_failed && e->active) {
         list_del(d, e);

@@ -91,8 +91,7 @@ void ms_dispatch_free(struct ms_dispatch *d)
         struct entity *e = d->slots[h];
         if (!e)
             continue;
-        ms__dispatch_free_msgs(d, mb_take(e));
-        ms__dispatch_msg_free(d, e->cur);
+        ms__dispatch_free_msgs(d, mb_take(e)); /* with ecur() */
         free(e);
     }
     for (size_t i = 0; d->etlists.b && i <= d->etlists.mask; i++) {

@@ -34,22 +34,25 @@ struct msg {
 };
 
 /* An entity's record, kept small because an idle entity is mostly this:
- * 60 bytes before its id, so that with an id of up to 12 bytes it takes
+ * 56 bytes before its id, so that with an id of up to 15 bytes it takes
  * one 80-byte malloc chunk (it took 176 with pointers for links and a
  * stored hash, then 96 with 76 bytes before the id). Links to other
  * entities are handles (0: none; d->slots maps them), the mailbox is a
- * ring reached through its last message, the id's hash is computed again
- * where it is needed (ehash: a grow of the table, a destroy, a stop
- * message), and the lookup compares ids. What few entities have is kept
- * beside the record: pending ctx:after timers in d->etlists (keyed by
- * handle; ntimers says whether there are any), the ready list in the
- * ring d->ready. */
+ * ring reached through its last message that also holds the message
+ * being handled, the id's hash is computed again where it is needed
+ * (ehash: a grow of the table, a destroy, a stop message), and the lookup
+ * compares ids. What few entities have at a time is kept beside the
+ * record: pending ctx:after timers in d->etlists (keyed by handle;
+ * ntimers says whether there are any), the ready list in the ring
+ * d->ready. The hash chain stays a pointer: a handle there would cost
+ * the lookup a load from d->slots at each step. */
 struct entity {
+    struct entity *hnext;           /* hash chain */
     struct msg *mb;                 /* mailbox: its last message, whose
-                                       next is the first; NULL: empty */
-    struct msg *cur;                /* being handled */
+                                       next is the first; NULL: empty.
+                                       While busy, the first is the one
+                                       being handled (ecur) */
     uint64_t last_ms;               /* end of its last message */
-    uint32_t hnext;                 /* hash chain (a handle) */
     uint32_t listed;                /* low 32 bits of the time (ms) it
                                        joined the active list */
     uint32_t lprev, lnext;          /* active list of its type */
@@ -70,9 +73,10 @@ struct entity {
 /* An entity's record is at most this many bytes before its id. */
 #define ENTITY_HEAD offsetof(struct entity, id)
 
-/* A glibc malloc chunk is the request plus 8 bytes, rounded up to 16: a
- * record for an id like "c-123456" (8 bytes and its NUL) takes 60 + 9 ->
- * an 80-byte chunk; 76 + 9 took 96 (16 MB more at a million entities). */
+/* A glibc malloc chunk is the request plus 8 bytes, rounded up to 16 (at
+ * least 32): a record for an id like "c-123456" (8 bytes and its NUL)
+ * must take at most 72 bytes to get an 80-byte chunk, 60 + 9 at most;
+ * 76 + 9 took 96 (16 MB more at a million entities). */
 _Static_assert(ENTITY_HEAD <= 60,
                "an entity with an 8-byte id must fit an 80-byte malloc chunk");
 
@@ -372,6 +376,13 @@ static inline struct msg *mb_pop(struct entity *e)
         e->mb->next = m->next;
     m->next = NULL;
     return m;
+}
+
+/* The message entity e is handling, or NULL: while e is busy it is the
+ * first of the mailbox (fill puts it there, done takes it). */
+static inline struct msg *ecur(const struct entity *e)
+{
+    return e->busy ? e->mb->next : NULL;
 }
 
 /* Takes the whole mailbox as a NULL-terminated list. */

@@ -2,8 +2,8 @@
  * the mailbox ring, handle links that outlive the entities they name,
  * the 32-bit listed time across the 2^32 ms wrap, the recomputed hash
  * with a custom partitioner, the 16-bit type and shard fields, the
- * timers kept beside the record (by handle) and the ring of ready
- * entities. */
+ * timers kept beside the record (by handle), the ring of ready
+ * entities and the message being handled kept in the mailbox. */
 #include <string.h>
 
 #include "../../runtime/core/dispatch.h"
@@ -661,6 +661,77 @@ static void ready_ring_keeps_the_order(void)
     ms_dispatch_free(d);
 }
 
+/* The message being handled stays first in the entity's mailbox (the
+ * record has no field for it): a reply, a reply_error, a failure and a
+ * done without reply each end the ask being handled, never one waiting
+ * behind it. */
+struct answer {
+    int calls, err;
+    char payload[64];
+};
+
+static void on_answer(void *data, int err, const char *payload, size_t len)
+{
+    struct answer *a = data;
+    a->calls++;
+    a->err = err;
+    snprintf(a->payload, sizeof a->payload, "%.*s", (int)len,
+             payload ? payload : "");
+}
+
+static void the_current_message_is_the_mailbox_head(void)
+{
+    struct ms_dispatch *d = make(1, 0);
+    struct answer an[4];
+    memset(an, 0, sizeof an);
+    struct ms_dest dst;
+    CHECK(ms_dispatch_resolve(d, 0, "a", 1, &dst) == 0);
+    for (int i = 0; i < 4; i++) {
+        struct ms_waiter w = {on_answer, &an[i], 0};
+        char js[16];
+        snprintf(js, sizeof js, "{\"q\":%d}", i);
+        CHECK(ms_dispatch_ask(d, &dst, js, strlen(js), 100000, 0, &w) > 0);
+        if (i == 0)
+            CHECK(tell(d, 0, "a", "{\"t\":1}") == 0);
+    }
+    struct ms_delivery dl;
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_ASK);
+    CHECK(strcmp(dl.payload, "{\"q\":0}") == 0);
+    CHECK(ms_dispatch_next(d, &dl) == 0); /* the rest wait in the mailbox */
+    uint32_t h = dl.h;
+    CHECK(ms_dispatch_reply(d, h, "{\"r\":0}", 7, 0) == 0);
+    CHECK(ms_dispatch_reply(d, h, "{\"r\":9}", 7, 0) == MS_EINVAL);
+    CHECK(an[0].calls == 1 && an[0].err == 0 &&
+          strcmp(an[0].payload, "{\"r\":0}") == 0);
+    CHECK(an[1].calls + an[2].calls + an[3].calls == 0);
+    ms_dispatch_done(d, h, 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_TELL);
+    CHECK(strcmp(dl.payload, "{\"t\":1}") == 0);
+    CHECK(ms_dispatch_reply(d, h, "{}", 2, 0) == 1); /* not an ask */
+    ms_dispatch_done(d, h, 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_ASK);
+    CHECK(strcmp(dl.payload, "{\"q\":1}") == 0);
+    CHECK(ms_dispatch_reply_error(d, h, MS_EHANDLER, "no") == 0);
+    CHECK(an[1].calls == 1 && an[1].err == MS_EHANDLER);
+    CHECK(an[2].calls + an[3].calls == 0);
+    ms_dispatch_done(d, h, 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_ASK);
+    CHECK(strcmp(dl.payload, "{\"q\":2}") == 0);
+    ms_dispatch_fail(d, h, "boom", 0);
+    CHECK(an[2].calls == 1 && an[2].err == MS_EHANDLER);
+    CHECK(an[3].calls == 0);
+    ms_dispatch_done(d, h, 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_ASK);
+    CHECK(strcmp(dl.payload, "{\"q\":3}") == 0);
+    ms_dispatch_done(d, h, 0); /* no reply */
+    CHECK(an[3].calls == 1 && an[3].err == MS_ENOREPLY);
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    for (int i = 0; i < 4; i++)
+        CHECK(an[i].calls == 1);
+    CHECK(ms_dispatch_pending(d) == 0);
+    ms_dispatch_free(d);
+}
+
 int main(void)
 {
     a_stop_goes_before_the_waiting_messages();
@@ -673,5 +744,6 @@ int main(void)
     timers_survive_growth_and_leave_with_their_entity();
     timer_bound_and_free_with_pending();
     ready_ring_keeps_the_order();
+    the_current_message_is_the_mailbox_head();
     CHECK_DONE();
 }
