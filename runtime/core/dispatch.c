@@ -115,6 +115,16 @@ static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
             if (!f)
                 return NULL;
             d->freeh = f;
+            /* the ready ring: as long as the slots, unwrapped */
+            uint32_t *r = malloc(cap * sizeof *r);
+            if (!r)
+                return NULL;
+            for (uint32_t i = 0; i < d->rcount; i++)
+                r[i] = d->ready[(d->rhead + i) & (d->rcap - 1)];
+            free(d->ready);
+            d->ready = r;
+            d->rhead = 0;
+            d->rcap = cap;
             for (uint32_t i = d->capslots; i < cap; i++)
                 d->gens[i] = 0;
             d->capslots = cap;
@@ -624,7 +634,7 @@ static void fill(struct ms_dispatch *d, struct entity *e, struct msg *m,
     uncount(d, m);
     e->busy = 1;
     e->replied = 0;
-    e->cur = m;
+    mb_push_front(e, m); /* ecur() */
     out->h = e->h;
     out->type = e->type;
     out->shard = e->shard;
@@ -698,9 +708,8 @@ prefetch_next(struct ms_dispatch *d)
     struct msg *n1 = s1->head;
     struct entity *e1 = d->ebuckets[mix(ekey(n1->type, n1->hash)) & d->emask];
     if (e1) {
-        __builtin_prefetch(&e1->hnext);
-        __builtin_prefetch((char *)&e1->hnext + 64);
         __builtin_prefetch(e1);
+        __builtin_prefetch((char *)e1 + 64);
     }
     struct shard *s2 = s1->rnext ? s1->rnext : NULL;
     if (s2) {
@@ -713,11 +722,9 @@ prefetch_next(struct ms_dispatch *d)
 int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
 {
     for (;;) {
-        struct entity *e = elink(d, d->re_head);
-        if (e) {
-            d->re_head = e->rnext;
-            if (!d->re_head)
-                d->re_tail = 0;
+        if (d->rcount) {
+            struct entity *e = d->slots[d->ready[d->rhead]];
+            d->rhead = --d->rcount ? (d->rhead + 1) & (d->rcap - 1) : 0;
             e->in_ready = 0;
             if (!e->mb || e->busy)
                 continue;
@@ -756,7 +763,7 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
             continue;
         }
         prefetch_next(d);
-        e = efind(d, m->type, m->hash, m->data, m->idlen);
+        struct entity *e = efind(d, m->type, m->hash, m->data, m->idlen);
         if (m->kind == MS_KIND_STOP && !e) {
             ms__dispatch_msg_free(d, m);
             continue;
@@ -787,12 +794,19 @@ int ms_dispatch_next(struct ms_dispatch *d, struct ms_delivery *out)
 
 static void cancel_timers(struct ms_dispatch *d, struct entity *e)
 {
-    while (e->timers) {
-        struct etimer *t = e->timers;
-        e->timers = t->enext;
+    if (!e->ntimers)
+        return;
+    struct etlist *l = elmap_find(&d->etlists, e->h);
+    while (l && l->first) {
+        struct etimer *t = l->first;
+        l->first = t->enext;
         ms_timerq_remove(&d->tq, &t->tm);
         tmap_del(&d->etimers, t);
         free(t);
+    }
+    if (l) {
+        elmap_del(&d->etlists, l);
+        free(l);
     }
     e->ntimers = 0;
 }
@@ -802,8 +816,7 @@ void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)
     struct entity *e = eget(d, h);
     if (!e || !e->busy)
         return;
-    struct msg *m = e->cur;
-    e->cur = NULL;
+    struct msg *m = mb_pop(e); /* ecur() */
     e->busy = 0;
     if (m && m->kind == MS_KIND_ACTIVATE && !e->replied) {
         struct ask *a = askmap_find(&d->asks, m->corr);
@@ -865,14 +878,14 @@ int ms_dispatch_reply(struct ms_dispatch *d, uint32_t h, const char *json,
                       size_t len, uint64_t now_ms)
 {
     struct entity *e = eget(d, h);
-    if (!e || !e->cur || e->cur->kind != MS_KIND_ASK)
+    if (!e || !ecur(e) || ecur(e)->kind != MS_KIND_ASK)
         return 1;
     if (e->replied)
         return MS_EINVAL;
     if (len > d->max_message)
         return MS_E2BIG;
     e->replied = 1;
-    struct ask *a = askmap_find(&d->asks, e->cur->corr);
+    struct ask *a = askmap_find(&d->asks, ecur(e)->corr);
     if (!a)
         return 0;
     if (now_ms >= a->tm.due_ms) {
@@ -893,13 +906,13 @@ int ms_dispatch_reply_error(struct ms_dispatch *d, uint32_t h, int err,
                             const char *message)
 {
     struct entity *e = eget(d, h);
-    if (!e || !e->cur || (e->cur->kind != MS_KIND_ASK &&
-                          e->cur->kind != MS_KIND_ACTIVATE))
+    if (!e || !ecur(e) || (ecur(e)->kind != MS_KIND_ASK &&
+                          ecur(e)->kind != MS_KIND_ACTIVATE))
         return 1;
     if (e->replied)
         return MS_EINVAL;
     e->replied = 1;
-    ms__dispatch_fail_ask(d, e->cur->corr, err, message);
+    ms__dispatch_fail_ask(d, ecur(e)->corr, err, message);
     return 0;
 }
 
@@ -910,10 +923,10 @@ void ms_dispatch_fail(struct ms_dispatch *d, uint32_t h, const char *message,
     d->st.handler_errors++;
     if (!e)
         return;
-    if (e->cur && (e->cur->kind == MS_KIND_ASK ||
-                   e->cur->kind == MS_KIND_ACTIVATE) && !e->replied) {
+    if (ecur(e) && (ecur(e)->kind == MS_KIND_ASK ||
+                   ecur(e)->kind == MS_KIND_ACTIVATE) && !e->replied) {
         e->replied = 1;
-        ms__dispatch_fail_ask(d, e->cur->corr, MS_EHANDLER, message);
+        ms__dispatch_fail_ask(d, ecur(e)->corr, MS_EHANDLER, message);
     }
     if (init_failed && e->active) {
         list_del(d, e);

@@ -91,14 +91,21 @@ void ms_dispatch_free(struct ms_dispatch *d)
         struct entity *e = d->slots[h];
         if (!e)
             continue;
-        ms__dispatch_free_msgs(d, mb_take(e));
-        ms__dispatch_msg_free(d, e->cur);
-        while (e->timers) {
-            struct etimer *t = e->timers;
-            e->timers = t->enext;
-            free(t);
-        }
+        ms__dispatch_free_msgs(d, mb_take(e)); /* with ecur() */
         free(e);
+    }
+    for (size_t i = 0; d->etlists.b && i <= d->etlists.mask; i++) {
+        struct etlist *l = d->etlists.b[i];
+        while (l) {
+            struct etlist *nl = l->hnext;
+            while (l->first) {
+                struct etimer *t = l->first;
+                l->first = t->enext;
+                free(t);
+            }
+            free(l);
+            l = nl;
+        }
     }
     for (int i = 0; d->types && i < d->ntypes; i++) {
         for (uint32_t s = 0; d->types[i].shards &&
@@ -125,6 +132,8 @@ void ms_dispatch_free(struct ms_dispatch *d)
     free(d->freeh);
     free(d->asks.b);
     free(d->etimers.b);
+    free(d->etlists.b);
+    free(d->ready);
     ms_timerq_free(&d->tq);
     free(d);
 }
@@ -169,9 +178,25 @@ int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
         return MS_E2BIG;
     if (e->ntimers >= MS_MAX_TIMERS)
         return MS_EOVERFLOW;
+    struct etlist *l = e->ntimers ? elmap_find(&d->etlists, h) : NULL;
+    if (!l) {
+        l = calloc(1, sizeof *l);
+        if (!l)
+            return MS_ENOMEM;
+        l->h = h;
+        if (elmap_put(&d->etlists, l) < 0) {
+            free(l);
+            return MS_ENOMEM;
+        }
+    }
     struct etimer *t = malloc(sizeof *t + len + 1);
-    if (!t)
+    if (!t) {
+        if (!l->first) {
+            elmap_del(&d->etlists, l);
+            free(l);
+        }
         return MS_ENOMEM;
+    }
     memset(t, 0, sizeof *t);
     t->id = ++d->next_timer;
     t->h = h;
@@ -183,12 +208,16 @@ int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
         ms_timerq_push(&d->tq, &t->tm, deadline(now_ms, delay_ms)) < 0) {
         tmap_del(&d->etimers, t);
         free(t);
+        if (!l->first) {
+            elmap_del(&d->etlists, l);
+            free(l);
+        }
         return MS_ENOMEM;
     }
-    t->enext = e->timers;
-    if (e->timers)
-        e->timers->eprev = t;
-    e->timers = t;
+    t->enext = l->first;
+    if (l->first)
+        l->first->eprev = t;
+    l->first = t;
     e->ntimers++;
     return (int64_t)t->id;
 }
@@ -198,10 +227,18 @@ static void unlink_timer(struct ms_dispatch *d, struct etimer *t)
     struct entity *e = eget(d, t->h);
     if (e)
         e->ntimers--;
-    if (t->eprev)
+    if (t->eprev) {
         t->eprev->enext = t->enext;
-    else if (e)
-        e->timers = t->enext;
+    } else {
+        struct etlist *l = elmap_find(&d->etlists, t->h);
+        if (l && l->first == t) {
+            l->first = t->enext;
+            if (!l->first) {
+                elmap_del(&d->etlists, l);
+                free(l);
+            }
+        }
+    }
     if (t->enext)
         t->enext->eprev = t->eprev;
     ms_timerq_remove(&d->tq, &t->tm);
@@ -267,7 +304,7 @@ void ms__dispatch_limit(struct ms_dispatch *d)
             continue;
         }
         /* as in the idle sweep: pending ctx:after timers keep it */
-        if (e->busy || e->mb || e->in_ready || e->timers) {
+        if (e->busy || e->mb || e->in_ready || e->ntimers) {
             list_add(d, e, d->now_ms);
             if (--busy_left == 0)
                 break;
@@ -307,7 +344,7 @@ void ms_dispatch_expire(struct ms_dispatch *d, uint64_t now_ms)
             list_del(d, e);
             /* pending ctx:after timers keep an entity: passivating it
              * would cancel them */
-            if (e->busy || e->mb || e->in_ready || e->timers ||
+            if (e->busy || e->mb || e->in_ready || e->ntimers ||
                 now_ms - e->last_ms < idle) {
                 list_add(d, e, now_ms);
                 continue;
@@ -494,7 +531,7 @@ int ms_dispatch_next_stopped(struct ms_dispatch *d, int *type,
 
 int ms_dispatch_has_work(struct ms_dispatch *d)
 {
-    return d->re_head || d->rs_head || d->res_head;
+    return d->rcount || d->rs_head || d->res_head;
 }
 
 uint64_t ms_dispatch_shutdown(struct ms_dispatch *d)

@@ -34,24 +34,29 @@ struct msg {
 };
 
 /* An entity's record, kept small because an idle entity is mostly this:
- * 76 bytes before its id, so that with an id of up to 12 bytes it takes
- * one 96-byte malloc chunk (it took 176 with pointers for links and a
- * stored hash). Links to other entities are handles (0: none; d->slots
- * maps them), the mailbox is a ring reached through its last message, the
- * id's hash is computed again where it is needed (ehash: a grow of the
- * table, a destroy, a stop message), and the lookup compares ids. */
+ * 56 bytes before its id, so that with an id of up to 15 bytes it takes
+ * one 80-byte malloc chunk (it took 176 with pointers for links and a
+ * stored hash, then 96 with 76 bytes before the id). Links to other
+ * entities are handles (0: none; d->slots maps them), the mailbox is a
+ * ring reached through its last message that also holds the message
+ * being handled, the id's hash is computed again where it is needed
+ * (ehash: a grow of the table, a destroy, a stop message), and the lookup
+ * compares ids. What few entities have at a time is kept beside the
+ * record: pending ctx:after timers in d->etlists (keyed by handle;
+ * ntimers says whether there are any), the ready list in the ring
+ * d->ready. The hash chain stays a pointer: a handle there would cost
+ * the lookup a load from d->slots at each step. */
 struct entity {
     struct entity *hnext;           /* hash chain */
     struct msg *mb;                 /* mailbox: its last message, whose
-                                       next is the first; NULL: empty */
-    struct msg *cur;                /* being handled */
-    struct etimer *timers;          /* pending ctx:after timers */
+                                       next is the first; NULL: empty.
+                                       While busy, the first is the one
+                                       being handled (ecur) */
     uint64_t last_ms;               /* end of its last message */
     uint32_t listed;                /* low 32 bits of the time (ms) it
                                        joined the active list */
     uint32_t lprev, lnext;          /* active list of its type */
     uint32_t sprev, snext;          /* entities of its shard */
-    uint32_t rnext;                 /* ready list */
     uint32_t h;
     uint16_t type;                  /* < MS_DISPATCH_MAX_TYPES */
     uint16_t shard;                 /* shard counts are <= 65536 */
@@ -67,6 +72,13 @@ struct entity {
 
 /* An entity's record is at most this many bytes before its id. */
 #define ENTITY_HEAD offsetof(struct entity, id)
+
+/* A glibc malloc chunk is the request plus 8 bytes, rounded up to 16 (at
+ * least 32): a record for an id like "c-123456" (8 bytes and its NUL)
+ * must take at most 72 bytes to get an 80-byte chunk, 60 + 9 at most;
+ * 76 + 9 took 96 (16 MB more at a million entities). */
+_Static_assert(ENTITY_HEAD <= 60,
+               "an entity with an 8-byte id must fit an 80-byte malloc chunk");
 
 struct shard {
     struct msg *head, *tail;
@@ -119,6 +131,14 @@ struct etimer {
     char payload[];
 };
 
+/* The pending timers of one entity (an entry of d->etlists while it has
+ * any): a list through etimer's eprev/enext. */
+struct etlist {
+    struct etlist *hnext;          /* handle map chain */
+    uint64_t h;                    /* the entity's handle */
+    struct etimer *first;
+};
+
 struct resume {
     struct resume *next;
     uint64_t corr;
@@ -153,11 +173,15 @@ struct ms_dispatch {
     uint32_t nfree;
 
     struct shard *rs_head, *rs_tail;   /* shards with queued messages */
-    uint32_t re_head, re_tail;         /* entities with runnable mailbox */
+    /* entities with a runnable mailbox: a ring of handles, rcap (a power
+     * of two, >= capslots: an entity is in it at most once) long */
+    uint32_t *ready;
+    uint32_t rhead, rcount, rcap;
     struct resume *res_head, *res_tail, *res_cur;
 
     struct idmap asks;       /* corr -> ask */
     struct idmap etimers;    /* id -> etimer */
+    struct idmap etlists;    /* handle -> etlist (entities with timers) */
     uint64_t next_corr, next_timer;
     struct ms_timerq tq;
 
@@ -241,6 +265,7 @@ static inline uint64_t mix(uint64_t k)
 
 MAP_FUNCS(askmap, struct ask, corr)
 MAP_FUNCS(tmap, struct etimer, id)
+MAP_FUNCS(elmap, struct etlist, h)
 
 /* ---- small helpers (inline: they are on the message path) ------------ */
 
@@ -314,12 +339,7 @@ static inline void ready_entity(struct ms_dispatch *d, struct entity *e)
     if (e->in_ready)
         return;
     e->in_ready = 1;
-    e->rnext = 0;
-    if (d->re_tail)
-        d->slots[d->re_tail]->rnext = e->h;
-    else
-        d->re_head = e->h;
-    d->re_tail = e->h;
+    d->ready[(d->rhead + d->rcount++) & (d->rcap - 1)] = e->h;
 }
 
 /* The mailbox is a ring: e->mb is its last message, e->mb->next the
@@ -356,6 +376,13 @@ static inline struct msg *mb_pop(struct entity *e)
         e->mb->next = m->next;
     m->next = NULL;
     return m;
+}
+
+/* The message entity e is handling, or NULL: while e is busy it is the
+ * first of the mailbox (fill puts it there, done takes it). */
+static inline struct msg *ecur(const struct entity *e)
+{
+    return e->busy ? e->mb->next : NULL;
 }
 
 /* Takes the whole mailbox as a NULL-terminated list. */

@@ -1,7 +1,9 @@
 /* The dispatcher's compact entity record (runtime/core/dispatch_impl.h):
  * the mailbox ring, handle links that outlive the entities they name,
  * the 32-bit listed time across the 2^32 ms wrap, the recomputed hash
- * with a custom partitioner, and the 16-bit type and shard fields. */
+ * with a custom partitioner, the 16-bit type and shard fields, the
+ * timers kept beside the record (by handle), the ring of ready
+ * entities and the message being handled kept in the mailbox. */
 #include <string.h>
 
 #include "../../runtime/core/dispatch.h"
@@ -449,6 +451,287 @@ static void random_walk_matches_the_model(void)
     }
 }
 
+/* Timers live beside the record, in a map keyed by handle. Thousands of
+ * entities (the slots, the entity table and that map all grow while
+ * timers are pending), each with a few timers: a cancel ends exactly the
+ * one it names, a passivation cancels exactly its entity's timers, the
+ * idle sweep keeps the entities that have some, and the others fire to
+ * the right entity with the right payload. */
+enum { TN = 3000 };
+
+static int timer_entity(const char *payload, int *j)
+{
+    int e = -1;
+    if (sscanf(payload, "{\"e\":%d,\"j\":%d}", &e, j) != 2)
+        return -1;
+    return e;
+}
+
+static void timers_survive_growth_and_leave_with_their_entity(void)
+{
+    struct ms_dispatch *d = make(8, 100);
+    uint64_t now = 1000;
+    ms_dispatch_expire(d, now);
+    static uint32_t hs[TN];
+    static int64_t tid[TN][3];
+    static int left[TN][3];
+    char id[16], js[48];
+    /* activate them one by one, giving each (i % 3) + 1 timers at once
+     * (entities of the first half get theirs before the second half
+     * exists: the table and the slots grow under them) */
+    for (int i = 0; i < TN; i++) {
+        snprintf(id, sizeof id, "t%d", i);
+        CHECK(tell(d, 0, id, "{}") == 0);
+        struct ms_delivery dl;
+        CHECK(ms_dispatch_next(d, &dl) == 1 && dl.init == 1);
+        hs[i] = dl.h;
+        for (int j = 0; j < 3; j++) {
+            tid[i][j] = 0;
+            left[i][j] = 0;
+            if (j > i % 3)
+                continue;
+            snprintf(js, sizeof js, "{\"e\":%d,\"j\":%d}", i, j);
+            tid[i][j] = ms_dispatch_after(d, dl.h, 5000, js, strlen(js), now);
+            CHECK(tid[i][j] > 0);
+            left[i][j] = 1;
+        }
+        ms_dispatch_done(d, dl.h, now);
+    }
+    /* cancel the middle timer of every entity with three */
+    for (int i = 2; i < TN; i += 3) {
+        CHECK(ms_dispatch_cancel(d, hs[i], tid[i][1]) == 1);
+        CHECK(ms_dispatch_cancel(d, hs[i], tid[i][1]) == 0);
+        CHECK(ms_dispatch_cancel(d, hs[(i + 1) % TN], tid[i][0]) == 0);
+        left[i][1] = 0;
+    }
+    /* and the only timer of every tenth entity with one: it has none left */
+    for (int i = 0; i < TN; i += 30) {
+        CHECK(ms_dispatch_cancel(d, hs[i], tid[i][0]) == 1);
+        left[i][0] = 0;
+    }
+    /* an explicit stop of every seventh entity cancels its timers */
+    static int stopped[TN];
+    for (int i = 0; i < TN; i++) {
+        stopped[i] = i % 7 == 0;
+        if (!stopped[i])
+            continue;
+        snprintf(id, sizeof id, "t%d", i);
+        struct ms_dest dst;
+        CHECK(ms_dispatch_resolve(d, 0, id, strlen(id), &dst) == 0);
+        CHECK(ms_dispatch_stop(d, &dst) == 0);
+    }
+    int expect_stops = 0;
+    for (int i = 0; i < TN; i++)
+        expect_stops += stopped[i];
+    CHECK(run_all(d, now) == expect_stops);
+    /* past the idle timeout, before the timers: only the entities with
+     * no pending timer (every thirtieth, not stopped) are passivated */
+    int idle_stops = 0;
+    for (int i = 0; i < TN; i += 30)
+        idle_stops += !stopped[i];
+    int stops = 0;
+    for (int k = 1; k <= 20; k++) {
+        now = 1000 + 100 * (uint64_t)k;
+        ms_dispatch_expire(d, now);
+        stops += run_all(d, now);
+    }
+    CHECK(stops == idle_stops);
+    /* the timers: each remaining one fires once, to its entity */
+    int expect_fired = 0;
+    for (int i = 0; i < TN; i++)
+        for (int j = 0; j < 3; j++)
+            expect_fired += left[i][j] && !stopped[i];
+    now = 1000 + 5000;
+    ms_dispatch_expire(d, now);
+    struct ms_delivery dl;
+    int fired = 0, wrong = 0;
+    while (ms_dispatch_next(d, &dl) == 1) {
+        if (dl.kind == MS_KIND_TELL) {
+            int j = -1, e = timer_entity(dl.payload, &j);
+            char want[16];
+            if (e >= 0 && e < TN && j >= 0 && j < 3) {
+                snprintf(want, sizeof want, "t%d", e);
+                if (left[e][j] && !stopped[e] &&
+                    strcmp(dl.id, want) == 0 && dl.h == hs[e]) {
+                    left[e][j] = 0;
+                    fired++;
+                } else {
+                    wrong++;
+                }
+            } else {
+                wrong++;
+            }
+        }
+        ms_dispatch_done(d, dl.h, now);
+    }
+    CHECK(wrong == 0);
+    CHECK(fired == expect_fired && expect_fired > 0);
+    struct ms_stats st;
+    ms_dispatch_stats(d, &st);
+    CHECK(st.timers_fired == (uint64_t)fired);
+    /* with no timer left, the idle sweep passivates the rest */
+    for (int k = 1; k <= 3; k++) {
+        now += 100;
+        ms_dispatch_expire(d, now);
+        run_all(d, now);
+    }
+    ms_dispatch_stats(d, &st);
+    CHECK(st.active_entities == 0);
+    ms_dispatch_free(d);
+}
+
+/* An entity holds at most MS_MAX_TIMERS; a cancel makes room; the timers
+ * pending at ms_dispatch_free are freed with it (ASan: no leak). */
+static void timer_bound_and_free_with_pending(void)
+{
+    struct ms_dispatch *d = make(2, 0);
+    CHECK(tell(d, 0, "a", "{}") == 0);
+    CHECK(tell(d, 0, "b", "{}") == 0);
+    struct ms_delivery da, db;
+    CHECK(ms_dispatch_next(d, &da) == 1 && ms_dispatch_next(d, &db) == 1);
+    int64_t first = 0;
+    for (int i = 0; i < MS_MAX_TIMERS; i++) {
+        int64_t t = ms_dispatch_after(d, da.h, 1000, "{}", 2, 0);
+        CHECK(t > 0);
+        if (i == 0)
+            first = t;
+    }
+    CHECK(ms_dispatch_after(d, da.h, 1000, "{}", 2, 0) == MS_EOVERFLOW);
+    CHECK(ms_dispatch_after(d, db.h, 1000, "{}", 2, 0) > 0);
+    CHECK(ms_dispatch_cancel(d, db.h, first) == 0); /* not b's */
+    CHECK(ms_dispatch_cancel(d, da.h, first) == 1);
+    CHECK(ms_dispatch_after(d, da.h, 1000, "{}", 2, 0) > 0);
+    ms_dispatch_done(d, da.h, 0);
+    ms_dispatch_done(d, db.h, 0);
+    ms_dispatch_free(d);
+}
+
+/* The ready list is a ring of handles: thousands of entities, each busy
+ * with two messages waiting, finish in a shuffled order; their waiting
+ * messages come in that order, twice round (the ring wraps). */
+static void ready_ring_keeps_the_order(void)
+{
+    enum { RN = 3000 };
+    struct ms_dispatch *d = make(4, 0);
+    static uint32_t hs[RN], order[RN];
+    char id[16];
+    for (int i = 0; i < RN; i++) {
+        snprintf(id, sizeof id, "r%d", i);
+        CHECK(tell(d, 0, id, "{\"n\":0}") == 0);
+        struct ms_delivery dl;
+        CHECK(ms_dispatch_next(d, &dl) == 1);
+        hs[i] = dl.h; /* left busy */
+    }
+    for (int i = 0; i < RN; i++) {
+        snprintf(id, sizeof id, "r%d", i);
+        CHECK(tell(d, 0, id, "{\"n\":1}") == 0);
+        CHECK(tell(d, 0, id, "{\"n\":2}") == 0);
+    }
+    struct ms_delivery dl;
+    CHECK(ms_dispatch_next(d, &dl) == 0); /* all went to mailboxes */
+    for (int i = 0; i < RN; i++)
+        order[i] = (uint32_t)i;
+    rng = 12345;
+    for (int i = RN - 1; i > 0; i--) {
+        int j = (int)rnd((uint32_t)i + 1);
+        uint32_t x = order[i];
+        order[i] = order[j];
+        order[j] = x;
+    }
+    for (int i = 0; i < RN; i++)
+        ms_dispatch_done(d, hs[order[i]], 0);
+    int bad = 0;
+    for (int round = 1; round <= 2; round++) {
+        for (int i = 0; i < RN; i++) {
+            if (ms_dispatch_next(d, &dl) != 1) {
+                bad++;
+                break;
+            }
+            char want[16];
+            snprintf(want, sizeof want, "r%u", order[i]);
+            char wantp[16];
+            snprintf(wantp, sizeof wantp, "{\"n\":%d}", round);
+            bad += strcmp(dl.id, want) != 0 || strcmp(dl.payload, wantp) != 0;
+            ms_dispatch_done(d, dl.h, 0);
+        }
+    }
+    CHECK(bad == 0);
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    CHECK(ms_dispatch_pending(d) == 0);
+    ms_dispatch_free(d);
+}
+
+/* The message being handled stays first in the entity's mailbox (the
+ * record has no field for it): a reply, a reply_error, a failure and a
+ * done without reply each end the ask being handled, never one waiting
+ * behind it. */
+struct answer {
+    int calls, err;
+    char payload[64];
+};
+
+static void on_answer(void *data, int err, const char *payload, size_t len)
+{
+    struct answer *a = data;
+    a->calls++;
+    a->err = err;
+    snprintf(a->payload, sizeof a->payload, "%.*s", (int)len,
+             payload ? payload : "");
+}
+
+static void the_current_message_is_the_mailbox_head(void)
+{
+    struct ms_dispatch *d = make(1, 0);
+    struct answer an[4];
+    memset(an, 0, sizeof an);
+    struct ms_dest dst;
+    CHECK(ms_dispatch_resolve(d, 0, "a", 1, &dst) == 0);
+    for (int i = 0; i < 4; i++) {
+        struct ms_waiter w = {on_answer, &an[i], 0};
+        char js[16];
+        snprintf(js, sizeof js, "{\"q\":%d}", i);
+        CHECK(ms_dispatch_ask(d, &dst, js, strlen(js), 100000, 0, &w) > 0);
+        if (i == 0)
+            CHECK(tell(d, 0, "a", "{\"t\":1}") == 0);
+    }
+    struct ms_delivery dl;
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_ASK);
+    CHECK(strcmp(dl.payload, "{\"q\":0}") == 0);
+    CHECK(ms_dispatch_next(d, &dl) == 0); /* the rest wait in the mailbox */
+    uint32_t h = dl.h;
+    CHECK(ms_dispatch_reply(d, h, "{\"r\":0}", 7, 0) == 0);
+    CHECK(ms_dispatch_reply(d, h, "{\"r\":9}", 7, 0) == MS_EINVAL);
+    CHECK(an[0].calls == 1 && an[0].err == 0 &&
+          strcmp(an[0].payload, "{\"r\":0}") == 0);
+    CHECK(an[1].calls + an[2].calls + an[3].calls == 0);
+    ms_dispatch_done(d, h, 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_TELL);
+    CHECK(strcmp(dl.payload, "{\"t\":1}") == 0);
+    CHECK(ms_dispatch_reply(d, h, "{}", 2, 0) == 1); /* not an ask */
+    ms_dispatch_done(d, h, 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_ASK);
+    CHECK(strcmp(dl.payload, "{\"q\":1}") == 0);
+    CHECK(ms_dispatch_reply_error(d, h, MS_EHANDLER, "no") == 0);
+    CHECK(an[1].calls == 1 && an[1].err == MS_EHANDLER);
+    CHECK(an[2].calls + an[3].calls == 0);
+    ms_dispatch_done(d, h, 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_ASK);
+    CHECK(strcmp(dl.payload, "{\"q\":2}") == 0);
+    ms_dispatch_fail(d, h, "boom", 0);
+    CHECK(an[2].calls == 1 && an[2].err == MS_EHANDLER);
+    CHECK(an[3].calls == 0);
+    ms_dispatch_done(d, h, 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.kind == MS_KIND_ASK);
+    CHECK(strcmp(dl.payload, "{\"q\":3}") == 0);
+    ms_dispatch_done(d, h, 0); /* no reply */
+    CHECK(an[3].calls == 1 && an[3].err == MS_ENOREPLY);
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    for (int i = 0; i < 4; i++)
+        CHECK(an[i].calls == 1);
+    CHECK(ms_dispatch_pending(d) == 0);
+    ms_dispatch_free(d);
+}
+
 int main(void)
 {
     a_stop_goes_before_the_waiting_messages();
@@ -458,5 +741,9 @@ int main(void)
     a_custom_partitioner_keeps_one_activation_per_id();
     sixteen_bit_type_and_shard();
     random_walk_matches_the_model();
+    timers_survive_growth_and_leave_with_their_entity();
+    timer_bound_and_free_with_pending();
+    ready_ring_keeps_the_order();
+    the_current_message_is_the_mailbox_head();
     CHECK_DONE();
 }
