@@ -56,6 +56,7 @@ static void on_answer(void *data, int err, const char *payload, size_t len)
 /* the bridge's view of a handle */
 struct run {
     int state;      /* 0 idle, 1 running, 2 suspended in an ask */
+    uint32_t gen;   /* the activation (ms_delivery.gen) */
     int kind, init, ask, ent;
     int64_t corr;   /* state 2: the ask it waits for */
     int64_t timers[NT];
@@ -63,6 +64,11 @@ struct run {
 };
 static struct run runs[NH];
 static uint32_t running[NH];
+enum { NC = 1 << 16 };
+static struct {
+    uint32_t h, gen;
+    int yes;
+} abandoned[NC]; /* by corr */
 static int nrunning;
 static int last_seq[NEMAX], sent_seq[NEMAX];
 static int bad;
@@ -88,6 +94,7 @@ static void deliver(struct ms_dispatch *d, const struct ms_delivery *dl)
     r->kind = dl->kind;
     r->init = dl->init;
     r->ent = ent;
+    r->gen = dl->gen;
     r->ask = -1;
     (void)d;
     if (dl->kind != MS_KIND_STOP) {
@@ -187,7 +194,15 @@ static void act(struct ms_dispatch *d, uint32_t h, uint64_t now)
                                          5 + rnd(200), now, &w)
                        : ms_dispatch_ask_open(d, 5 + rnd(200), now, &w);
         asks[n].calls = 1; /* an entity's ask: answered by a resume */
-        if (c > 0) {
+        if (c > 0 && c < NC && rnd(8) == 0) {
+            /* the bridge abandons it (keep_waiting failed): the handler
+             * ends; a resume for it may come only to this activation,
+             * busy with something else (the bridge ignores it by corr) */
+            abandoned[c].h = h;
+            abandoned[c].gen = r->gen;
+            abandoned[c].yes = 1;
+            finish(d, h, now);
+        } else if (c > 0) {
             r->state = 2;
             r->corr = c;
         }
@@ -200,6 +215,14 @@ static void resumes(struct ms_dispatch *d, uint64_t now)
 {
     struct ms_resume rs;
     while (ms_dispatch_next_resume(d, &rs)) {
+        if (rs.corr < NC && abandoned[rs.corr].yes) {
+            if (abandoned[rs.corr].h != rs.h || rs.h >= NH ||
+                runs[rs.h].state == 0 ||
+                runs[rs.h].gen != abandoned[rs.corr].gen)
+                bad++; /* to a handler that is gone, or another one */
+            abandoned[rs.corr].yes = 0;
+            continue;
+        }
         if (rs.h >= NH || runs[rs.h].state != 2 ||
             runs[rs.h].corr != (int64_t)rs.corr) {
             bad++;
@@ -257,6 +280,7 @@ static void walk(uint32_t seed)
     memset(sent_seq, 0, sizeof sent_seq);
     nrunning = 0;
     nasks = 0;
+    memset(abandoned, 0, sizeof abandoned);
     bad = 0;
     bad_answers = 0;
     struct ms_dispatch_type t = {"W", 4, 1 + seed % 60, (int)(seed % 2),
