@@ -79,6 +79,25 @@ static int payload_int(const char *p, const char *key)
     return s ? atoi(s + strlen(key)) : -1;
 }
 
+/* the observer: each activation reported started once, after its init,
+ * then passivated once, with a reason */
+static int observed[NEMAX], bad_observed;
+static uint64_t nobserved;
+
+static void on_observe(void *data, int type, uint32_t shard, const char *id,
+                       size_t idlen, int started, int reason)
+{
+    (void)data;
+    (void)shard;
+    nobserved++;
+    int k = atoi(id + 1);
+    if (type != 0 || idlen < 2 || k < 0 || k >= NE ||
+        observed[k] != !started ||
+        (!started && (reason < MS_STOP_EXPLICIT || reason > MS_STOP_LIMIT)))
+        bad_observed++;
+    observed[k] = started;
+}
+
 static void deliver(struct ms_dispatch *d, const struct ms_delivery *dl)
 {
     if (dl->h >= NH) {
@@ -281,6 +300,8 @@ static void walk(uint32_t seed)
     nrunning = 0;
     nasks = 0;
     memset(abandoned, 0, sizeof abandoned);
+    memset(observed, 0, sizeof observed);
+    bad_observed = 0;
     bad = 0;
     bad_answers = 0;
     struct ms_dispatch_type t = {"W", 4, 1 + seed % 60, (int)(seed % 2),
@@ -288,6 +309,7 @@ static void walk(uint32_t seed)
     struct ms_dispatch *d = ms_dispatch_new(&t, 1, 1024);
     uint64_t now = 1000;
     ms_dispatch_expire(d, now);
+    ms_dispatch_set_observer(d, 0, on_observe, NULL);
     int stopping[4] = {0};
     for (int step = 0; step < 6000; step++) {
         uint32_t op = rnd(100);
@@ -333,7 +355,7 @@ static void walk(uint32_t seed)
         /* freed as it is: handlers running and suspended, mail in the
          * mailboxes and the ready ring, timers, asks and resumes pending
          * (ASan: nothing leaks, nothing is freed twice) */
-        CHECK(bad == 0 && bad_answers == 0);
+        CHECK(bad == 0 && bad_answers == 0 && bad_observed == 0);
         ms_dispatch_free(d);
         return;
     }
@@ -369,6 +391,11 @@ static void walk(uint32_t seed)
                 seed, bad, bad_answers, unanswered, twice);
     CHECK(bad == 0);
     CHECK(bad_answers == 0);
+    CHECK(bad_observed == 0);
+    int still = 0;
+    for (int k = 0; k < NE; k++)
+        still += observed[k];
+    CHECK(still == 0); /* every start was followed by a passivation */
     CHECK(unanswered == 0 && twice == 0);
     CHECK(ms_dispatch_pending(d) == 0);
     struct ms_stats st;
@@ -408,5 +435,6 @@ int main(void)
     CHECK(total.handler_errors > 0 && total.limit_passivations > 0);
     CHECK(total.shards_stopped > 0 && total.handoff_drops > 0);
     CHECK(total.shutdown_drops > 0);
+    CHECK(nobserved > 0);
     CHECK_DONE();
 }
