@@ -732,6 +732,64 @@ static void the_current_message_is_the_mailbox_head(void)
     ms_dispatch_free(d);
 }
 
+/* Timers set by an init that then fails are cancelled with it: the
+ * record is destroyed (no mail waits), its handle goes to the next new
+ * entity, and none of the old timers fires to that one or can be
+ * cancelled by it; with mail waiting, the next activation of the same
+ * record gets none of them either. */
+static void init_failure_takes_its_timers(void)
+{
+    for (int waiting = 0; waiting <= 1; waiting++) {
+        struct ms_dispatch *d = make(1, 0);
+        struct ms_delivery dl;
+        CHECK(tell(d, 0, "a", "{\"n\":0}") == 0);
+        CHECK(ms_dispatch_next(d, &dl) == 1 && dl.init == 1);
+        uint32_t ha = dl.h;
+        int64_t t1 = ms_dispatch_after(d, ha, 100, "{\"old\":1}", 9, 0);
+        int64_t t2 = ms_dispatch_after(d, ha, 150, "{\"old\":2}", 9, 0);
+        CHECK(t1 > 0 && t2 > 0);
+        if (waiting)
+            CHECK(tell(d, 0, "a", "{\"n\":1}") == 0);
+        CHECK(ms_dispatch_next(d, &dl) == 0);
+        ms_dispatch_fail(d, ha, "init raised", 1);
+        ms_dispatch_done(d, ha, 0);
+        uint32_t hb;
+        if (waiting) {
+            /* the same record, a new activation */
+            CHECK(ms_dispatch_next(d, &dl) == 1 && dl.init == 1);
+            CHECK(dl.h == ha && strcmp(dl.payload, "{\"n\":1}") == 0);
+            hb = dl.h;
+        } else {
+            int type;
+            const char *id;
+            size_t idlen;
+            uint32_t shard;
+            CHECK(ms_dispatch_entity(d, ha, &type, &id, &idlen, &shard) == 0);
+            CHECK(tell(d, 0, "b", "{}") == 0);
+            CHECK(ms_dispatch_next(d, &dl) == 1 && dl.init == 1);
+            CHECK(dl.h == ha && strcmp(dl.id, "b") == 0); /* reused */
+            hb = dl.h;
+        }
+        CHECK(ms_dispatch_cancel(d, hb, t1) == 0);
+        int64_t t3 = ms_dispatch_after(d, hb, 300, "{\"new\":3}", 9, 0);
+        CHECK(t3 > 0);
+        ms_dispatch_done(d, hb, 0);
+        for (uint64_t now = 50; now <= 250; now += 50) {
+            ms_dispatch_expire(d, now);
+            CHECK(ms_dispatch_next(d, &dl) == 0); /* none of the old */
+        }
+        ms_dispatch_expire(d, 300);
+        CHECK(ms_dispatch_next(d, &dl) == 1 && dl.h == hb &&
+              strcmp(dl.payload, "{\"new\":3}") == 0);
+        ms_dispatch_done(d, dl.h, 300);
+        CHECK(ms_dispatch_next(d, &dl) == 0);
+        struct ms_stats st;
+        ms_dispatch_stats(d, &st);
+        CHECK(st.timers_fired == 1);
+        ms_dispatch_free(d);
+    }
+}
+
 int main(void)
 {
     a_stop_goes_before_the_waiting_messages();
@@ -745,5 +803,6 @@ int main(void)
     timer_bound_and_free_with_pending();
     ready_ring_keeps_the_order();
     the_current_message_is_the_mailbox_head();
+    init_failure_takes_its_timers();
     CHECK_DONE();
 }
