@@ -767,21 +767,28 @@ function M.driver()
             current = me
             local t = dl.type
             local b = behaviors[t]
-            local ctx = new_ctx(h, dl.gen, dl.shard, t)
+            -- the delivery's ctx, made where it is first needed: on the
+            -- plain path after the decode (a C call the trace does not
+            -- enter), so that the compiler can sink it when the handler
+            -- does not keep it
+            local ctx
             if dl.init ~= 0 then
+                ctx = new_ctx(h, dl.gen, dl.shard, t)
                 activate(h, b, t, ctx)
                 b = behaviors[t] -- init may have waited across a reload
             end
             local kind = dl.kind
             if migrate_from[h] ~= nil and kind ~= KIND_ACTIVATE then
+                ctx = ctx or new_ctx(h, dl.gen, dl.shard, t)
                 migrate(h, b, ctx)
             end
             local P = persist[t]
             if kind == KIND_STOP then
-                passivate(h, b, ctx)
+                passivate(h, b, ctx or new_ctx(h, dl.gen, dl.shard, t))
             elseif P then
                 run_persistent(h, b, P, kind, kind ~= KIND_ACTIVATE
-                               and ffi_string(dl.payload, dl.len), me, ctx)
+                               and ffi_string(dl.payload, dl.len), me,
+                               ctx or new_ctx(h, dl.gen, dl.shard, t))
             elseif kind == KIND_ACTIVATE then -- luacheck: ignore 542
                 -- activation only: init ran above if it was needed
             else
@@ -792,7 +799,8 @@ function M.driver()
                 -- an in-memory type keeps nothing to check an operation
                 -- id against: the id is dropped (README "Operation ids")
                 if msg[OP_FIELD] ~= nil then msg[OP_FIELD] = nil end
-                local res = b.receive(states[h], msg, ctx)
+                local res = b.receive(states[h], msg,
+                                      ctx or new_ctx(h, dl.gen, dl.shard, t))
                 if res ~= nil and type(res) == "table" then
                     states[h] = res
                 end

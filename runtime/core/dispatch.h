@@ -245,7 +245,8 @@ void ms_dispatch_stop_self(struct ms_dispatch *d, uint32_t h);
 
 /* ctx:after(): a tell to self after delay_ms. Returns a timer id > 0 or a
  * negative code (MS_EOVERFLOW past MS_MAX_TIMERS). An entity with pending
- * timers is not passivated for idleness; an explicit stop cancels them. */
+ * timers is not passivated for idleness; an explicit stop cancels them.
+ * MS_EINVAL unless h names an active entity. */
 int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
                           uint64_t delay_ms, const char *json, size_t len,
                           uint64_t now_ms);

@@ -172,7 +172,9 @@ int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
                           uint64_t now_ms)
 {
     struct entity *e = eget(d, h);
-    if (!e)
+    /* only an active entity: passivation cancels its timers, and a timer
+     * on an inactive record would outlive it (review3) */
+    if (!e || !e->active)
         return MS_EINVAL;
     if (len > d->max_message)
         return MS_E2BIG;

@@ -49,6 +49,9 @@ static void a_stop_goes_before_the_waiting_messages(void)
         CHECK(ms_dispatch_live(d, ha, g1) == 1); /* stopped() runs */
         ms_dispatch_done(d, ha, 0);
         CHECK(ms_dispatch_live(d, ha, g1) == 0); /* passivated */
+        /* no timer on a passivated record (mail may keep the record):
+         * it would outlive the activation */
+        CHECK(ms_dispatch_after(d, ha, 100, "{}", 2, 0) == MS_EINVAL);
         for (int i = 1; i <= waiting; i++) {
             CHECK(ms_dispatch_next(d, &dl) == 1);
             snprintf(js, sizeof js, "{\"n\":%d}", i);
