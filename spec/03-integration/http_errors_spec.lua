@@ -40,6 +40,8 @@ describe("errors answered to HTTP clients", function()
             },
             files = { ["failing.lua"] = FAILING },
         })
+        -- 8 shards: without n2's registration they could all go to n1
+        c:node("n1"):wait_placed_on("Failing", "n2")
     end)
 
     teardown(function()
@@ -136,8 +138,9 @@ describe("errors answered to HTTP clients", function()
        .. "another", function()
         -- ids on both nodes: whichever owns the entity, one answer is
         -- forwarded from the other node
-        for i = 1, 8 do
+        for i = 1, 64 do
             local id = "fwd-" .. i
+            c:node("n1"):activate("Failing", id) -- places its shard
             local owner = c:node("n1"):owner("Failing", id).owner
             if owner == "n2" then
                 local n = c:node("n1")
@@ -148,7 +151,7 @@ describe("errors answered to HTTP clients", function()
                 return
             end
         end
-        error("no id of eight on n2")
+        error("no id of 64 on n2")
     end)
 
     it("gives every error answer an id, the gateway's own too", function()

@@ -21,6 +21,8 @@ describe("a remote ask's reply", function()
             settings = { stuck_handler_ms = 60000 },
         })
         n1, n2 = c:node("n1"), c:node("n2")
+        -- 8 shards: without n2's registration they could all go to n1
+        n1:wait_placed_on("Spin", "n2")
     end)
 
     teardown(function()
