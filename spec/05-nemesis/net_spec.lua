@@ -29,6 +29,15 @@ local function left_of(id)
     return list
 end
 
+-- The namespaces alone of left_of(id).
+local function namespaces_of(id)
+    local list = {}
+    for _, e in ipairs(net.existing().ns) do
+        if e.id == id then list[#list + 1] = e.name end
+    end
+    return list
+end
+
 local function reachable(viewer, name)
     local m = helpers.member(viewer:members(), name)
     return m and m.reachable ~= false
@@ -218,7 +227,15 @@ describe("nemesis network", function()
         assert.truthy(proc:wait(30), "the harness did not exit")
         local out = helpers.read_file(dir .. "/out")
         assert.equal(2, proc.code, out)
-        -- removed by the harness before it exited, not by its guard
+        -- removed by the harness before it exited, not by its guard: its
+        -- namespaces at once; their veth ends the kernel removes from a
+        -- work queue after `ip netns del` returned (a fresh run saw one
+        -- listed just after the exit), within seconds
+        assert.same({}, namespaces_of(proc.pid))
+        helpers.wait_until(function()
+            return #left_of(proc.pid) == 0,
+                table.concat(left_of(proc.pid), " ")
+        end, 10, "the namespaces' links to go", 0.1)
         assert.same({}, left_of(proc.pid))
     end)
 
