@@ -58,7 +58,7 @@ uint32_t ms_lua_next(void *bridge, uint32_t prev, struct ms_lua_delivery *out);
 int32_t ms_lua_ctx_live(void *bridge, uint32_t h, uint32_t gen);
 const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t gen,
                              uint32_t *len);
-int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *out);
+int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *shard);
 struct ms_lua_ctx { const uint32_t _h; const uint32_t _g; const uint16_t shard;
                    const uint16_t _t; };
 ]]
@@ -321,7 +321,7 @@ end
 -- dropped) refuses to act even when the handle names another entity.
 local Ctx = {}
 local protos = {}      -- [type index] = type, node and methods of its ctxs
-local u32_out = ffi.new("uint32_t[2]")
+local u32_out = ffi.new("uint32_t[1]")
 
 local function ctx_index(c, k)
     local v = protos[c._t][k]
@@ -754,6 +754,11 @@ local function run_persistent(h, b, P, kind, payload, co, ctx)
     if ok then flush_reply(h) end
 end
 
+-- The ctx of the delivery `dl` reads (of type t).
+local function ctx_of(dl, t)
+    return new_ctx(dl.h, dl.gen, dl.shard, t)
+end
+
 function M.driver()
     local me = running()
     local dl = ffi.new("struct ms_lua_delivery")
@@ -773,22 +778,22 @@ function M.driver()
             -- does not keep it
             local ctx
             if dl.init ~= 0 then
-                ctx = new_ctx(h, dl.gen, dl.shard, t)
+                ctx = ctx_of(dl, t)
                 activate(h, b, t, ctx)
                 b = behaviors[t] -- init may have waited across a reload
             end
             local kind = dl.kind
             if migrate_from[h] ~= nil and kind ~= KIND_ACTIVATE then
-                ctx = ctx or new_ctx(h, dl.gen, dl.shard, t)
+                ctx = ctx or ctx_of(dl, t)
                 migrate(h, b, ctx)
             end
             local P = persist[t]
             if kind == KIND_STOP then
-                passivate(h, b, ctx or new_ctx(h, dl.gen, dl.shard, t))
+                passivate(h, b, ctx or ctx_of(dl, t))
             elseif P then
                 run_persistent(h, b, P, kind, kind ~= KIND_ACTIVATE
                                and ffi_string(dl.payload, dl.len), me,
-                               ctx or new_ctx(h, dl.gen, dl.shard, t))
+                               ctx or ctx_of(dl, t))
             elseif kind == KIND_ACTIVATE then -- luacheck: ignore 542
                 -- activation only: init ran above if it was needed
             else
@@ -800,7 +805,7 @@ function M.driver()
                 -- id against: the id is dropped (README "Operation ids")
                 if msg[OP_FIELD] ~= nil then msg[OP_FIELD] = nil end
                 local res = b.receive(states[h], msg,
-                                      ctx or new_ctx(h, dl.gen, dl.shard, t))
+                                      ctx or ctx_of(dl, t))
                 if res ~= nil and type(res) == "table" then
                     states[h] = res
                 end

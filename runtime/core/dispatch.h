@@ -349,9 +349,6 @@ int ms_dispatch_shard_of(struct ms_dispatch *d, int type, const char *id,
  * entity's passivation names an activation that is gone. */
 int ms_dispatch_live(struct ms_dispatch *d, uint32_t h, uint32_t gen);
 
-/* The generation of handle h's activation now (0 if h names nothing). */
-uint32_t ms_dispatch_gen(struct ms_dispatch *d, uint32_t h);
-
 /* Identity of handle h, for logs; returns 0 when h is not live. */
 int ms_dispatch_entity(struct ms_dispatch *d, uint32_t h, int *type,
                        const char **id, size_t *idlen, uint32_t *shard);

@@ -167,6 +167,15 @@ void ms_dispatch_set_unavailable(struct ms_dispatch *d, int type, int yes)
 
 /* ---- timers -------------------------------------------------------- */
 
+/* An entity's timer list goes when its last timer does. */
+static void etlist_drop_empty(struct ms_dispatch *d, struct etlist *l)
+{
+    if (!l->first) {
+        elmap_del(&d->etlists, l);
+        free(l);
+    }
+}
+
 int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
                           uint64_t delay_ms, const char *json, size_t len,
                           uint64_t now_ms)
@@ -193,10 +202,7 @@ int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
     }
     struct etimer *t = malloc(sizeof *t + len + 1);
     if (!t) {
-        if (!l->first) {
-            elmap_del(&d->etlists, l);
-            free(l);
-        }
+        etlist_drop_empty(d, l);
         return MS_ENOMEM;
     }
     memset(t, 0, sizeof *t);
@@ -210,10 +216,7 @@ int64_t ms_dispatch_after(struct ms_dispatch *d, uint32_t h,
         ms_timerq_push(&d->tq, &t->tm, deadline(now_ms, delay_ms)) < 0) {
         tmap_del(&d->etimers, t);
         free(t);
-        if (!l->first) {
-            elmap_del(&d->etlists, l);
-            free(l);
-        }
+        etlist_drop_empty(d, l);
         return MS_ENOMEM;
     }
     t->enext = l->first;
@@ -235,10 +238,7 @@ static void unlink_timer(struct ms_dispatch *d, struct etimer *t)
         struct etlist *l = elmap_find(&d->etlists, t->h);
         if (l && l->first == t) {
             l->first = t->enext;
-            if (!l->first) {
-                elmap_del(&d->etlists, l);
-                free(l);
-            }
+            etlist_drop_empty(d, l);
         }
     }
     if (t->enext)
@@ -575,11 +575,6 @@ int ms_dispatch_live(struct ms_dispatch *d, uint32_t h, uint32_t gen)
 {
     struct entity *e = eget(d, h);
     return e && e->active && d->gens[h] == gen;
-}
-
-uint32_t ms_dispatch_gen(struct ms_dispatch *d, uint32_t h)
-{
-    return eget(d, h) ? d->gens[h] : 0;
 }
 
 int ms_dispatch_entity(struct ms_dispatch *d, uint32_t h, int *type,

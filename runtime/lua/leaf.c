@@ -185,20 +185,19 @@ const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t gen,
     return id;
 }
 
-/* Exported for the FFI: the type index of active entity h, its shard in
- * out[0] and its activation's generation in out[1] (a ctx is made from
- * them), or -1 when h names no active entity. */
-int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *out);
+/* Exported for the FFI: the type index of entity h and its shard in
+ * *shard (a hot reload picks the entities of a type with it), or -1 when
+ * h names no entity. */
+int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *shard);
 
-int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *out)
+int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *shard)
 {
     struct ms_bridge *b = bridge;
     int type;
     const char *id;
     size_t idlen;
-    if (!ms_dispatch_entity(b->d, h, &type, &id, &idlen, &out[0]))
+    if (!ms_dispatch_entity(b->d, h, &type, &id, &idlen, shard))
         return -1;
-    out[1] = ms_dispatch_gen(b->d, h);
     return type;
 }
 
