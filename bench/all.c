@@ -171,11 +171,16 @@ static void row_local(double seconds)
         note("  tells: %ld tells a round over %ld ids; figure and floor "
              "are medians of %d rounds,\n         the ratio the median of "
              "the paired rounds\n", messages, ids, LOCAL_ROUNDS);
+        note("         the floor from bytes (ids and payload taken from C "
+             "memory each message):\n         %.0f msg/s, tells / it %.2f\n",
+             f.bytes_rate, f.tell_bytes_ratio);
     }
     if (g_rows[R_ASKS].selected) {
         done(R_ASKS, f.ask_rate, f.floor_rate, f.ask_ratio);
-        note("  asks: %ld asks, 1,000 in flight, %ld failed\n", asks,
-             f.asks_failed);
+        note("  asks: %ld asks, 1,000 in flight, %ld failed; the floor "
+             "from bytes with an ask's\n         payload, its reply encoded: "
+             "%.0f msg/s, asks / it %.2f\n", asks, f.asks_failed,
+             f.ask_bytes_rate, f.ask_bytes_ratio);
     }
 }
 

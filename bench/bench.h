@@ -40,6 +40,12 @@ struct ms_bench_local_figures {
     double tell_rate;           /* tells through the runtime (median) */
     double tell_ratio;          /* median of the paired tells / floor */
     double ask_rate, ask_ratio; /* asks/s, and over floor_rate */
+    /* the floor from bytes (bench/floor.lua's bytes): ids and payload
+     * taken from C memory each message; with a tell's payload (median of
+     * the rounds, and the median of the paired tells / it) and with an
+     * ask's, whose reply it encodes (asks over it) */
+    double bytes_rate, tell_bytes_ratio;
+    double ask_bytes_rate, ask_bytes_ratio;
     double act_rate;            /* first messages (activations) per s */
     double bytes_per_entity;    /* RSS delta over the activation / ids */
     unsigned long long activated; /* entities active after activation */

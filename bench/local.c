@@ -127,6 +127,21 @@ static int warm_up(struct bench *b, uint32_t shards)
 
 static void ask_one(struct bench *b);
 
+/* The rate bench/floor.lua's function `fn` prints for `arg`, in a Lua VM
+ * of its own, or -1 (said). */
+static double floor_rate_of(struct bench *b, const char *fn, const char *arg)
+{
+    char err[1024], *out = NULL;
+    if (ms_lua_run_isolated(ms_node_home(b->node), FLOOR_MODULE, fn, arg,
+                            &out, err, sizeof err) < 0) {
+        fprintf(stderr, "moonshard bench: floor %s failed: %s\n", fn, err);
+        return -1;
+    }
+    double rate = atof(out);
+    free(out);
+    return rate > 0 ? rate : -1;
+}
+
 static void on_reply(void *data, int err, const char *payload, size_t len)
 {
     struct bench *b = data;
@@ -349,6 +364,8 @@ int ms_bench_local_main(int argc, char **argv)
             nids = atol(argv[++i]);
         else if (strcmp(argv[i], "--messages") == 0 && i + 1 < argc)
             messages = atol(argv[++i]);
+        else if (strcmp(argv[i], "--asks") == 0 && i + 1 < argc)
+            nasks = atol(argv[++i]);
         else if (strcmp(argv[i], "--max-active") == 0 && i + 1 < argc)
             max_active = atol(argv[++i]);
         else {
@@ -357,9 +374,9 @@ int ms_bench_local_main(int argc, char **argv)
             return 2;
         }
     }
-    if (nids < 1000 || messages < nids) {
-        fprintf(stderr, "moonshard bench: need --ids >= 1000 and "
-                "--messages >= --ids\n");
+    if (nids < 1000 || messages < nids || nasks < 0) {
+        fprintf(stderr, "moonshard bench: need --ids >= 1000, "
+                "--messages >= --ids and --asks >= 0\n");
         return 2;
     }
     if (max_active && (max_active < 2 || max_active >= nids)) {
@@ -383,7 +400,6 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     memset(&b, 0, sizeof b);
     b.loop = uv_default_loop();
     char err[1024];
-    int rc;
     if (start_node(&b, nids, 0) < 0)
         return 1;
     b.nids = nids;
@@ -418,26 +434,33 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
      * the same machine; the medians and the median of the paired ratios
      * are reported */
     double floors[ROUNDS], tells[ROUNDS], ratios[ROUNDS];
+    double bfloors[ROUNDS], bratios[ROUNDS];
     for (int r = 0; r < rounds; r++) {
-        rc = ms_lua_run_isolated(ms_node_home(b.node), FLOOR_MODULE,
-                                 "floor", arg, &out, err, sizeof err);
-        if (rc < 0) {
-            fprintf(stderr, "moonshard bench: floor failed: %s\n", err);
+        if ((floors[r] = floor_rate_of(&b, "floor", arg)) <= 0 ||
+            (bfloors[r] = floor_rate_of(&b, "bytes", arg)) <= 0)
             return 1;
-        }
-        floors[r] = atof(out);
-        free(out);
         ms_node_lua_gc(b.node);
         t0 = now_s();
         if (tell_all(&b, messages) < 0)
             return 1;
         tells[r] = (double)messages / (now_s() - t0);
         ratios[r] = tells[r] / floors[r];
+        bratios[r] = tells[r] / bfloors[r];
         ms_node_lua_gc(b.node);
     }
     double floor_rate = rounds ? median(floors, rounds) : 0;
     double tell_rate = rounds ? median(tells, rounds) : 0;
     double tell_ratio = rounds ? median(ratios, rounds) : 0;
+    fig->bytes_rate = rounds ? median(bfloors, rounds) : 0;
+    fig->tell_bytes_ratio = rounds ? median(bratios, rounds) : 0;
+    /* the floor from bytes with an ask's payload: it encodes the reply */
+    if (rounds && nasks) {
+        char aarg[256];
+        snprintf(aarg, sizeof aarg, "counter %ld %ld %s", nids,
+                 nasks > nids ? nasks : nids, GET);
+        if ((fig->ask_bytes_rate = floor_rate_of(&b, "bytes", aarg)) <= 0)
+            return 1;
+    }
 
     const long window = 1000;
     b.asks_left = nasks;
@@ -454,6 +477,8 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     fig->tell_ratio = tell_ratio;
     fig->ask_rate = nasks ? (double)nasks / ask_s : 0;
     fig->ask_ratio = floor_rate > 0 ? fig->ask_rate / floor_rate : 0;
+    fig->ask_bytes_ratio = fig->ask_bytes_rate > 0
+                               ? fig->ask_rate / fig->ask_bytes_rate : 0;
     fig->asks_failed = b.asks_failed;
     fig->act_rate = (double)nids / act_s;
     fig->bytes_per_entity = (double)(rss1 - rss0) / (double)nids;
@@ -486,6 +511,16 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
            "  ratio to floor %.2f  failed %ld\n",
            nasks, window, (double)nasks / ask_s,
            (double)nasks / ask_s / floor_rate, b.asks_failed);
+    /* the same loop, its id and payload taken as bytes from C memory
+     * each message, as messages come to a runtime (bench/floor.lua) */
+    printf("  the floor from bytes (id and payload from C memory):\n"
+           "    with a tell's payload:                         %12.0f msg/s"
+           "  tells / it %.2f (median of the paired rounds)\n",
+           fig->bytes_rate, fig->tell_bytes_ratio);
+    if (nasks)
+        printf("    with an ask's, its reply encoded:              %12.0f msg/s"
+               "  asks / it %.2f\n", fig->ask_bytes_rate,
+               fig->ask_bytes_ratio);
     printf("  activations (first message to %ld ids):      %12.0f /s\n",
            nids, (double)nids / act_s);
     printf("  memory per idle activated entity (RSS delta):  %8.0f bytes"

@@ -105,6 +105,13 @@ int ms_lua_run_isolated(const char *home, const char *module, const char *fn,
     if (!L)
         return MS_ENOMEM;
     luaL_openlibs(L);
+    /* the runtime's encoder, for a baseline that encodes as the runtime
+     * does (bench/floor.lua) */
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "preload");
+    lua_pushcfunction(L, ms_json_encode_open);
+    lua_setfield(L, -2, "moonshard.encoder");
+    lua_pop(L, 2);
     set_paths(L, home);
     int rc = MS_EINVAL;
     *out = NULL;
