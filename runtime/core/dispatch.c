@@ -694,8 +694,9 @@ static int drop_closing(struct ms_dispatch *d, struct entity *e,
 }
 
 /* Entity lookups miss the cache. Hide that behind the handlers with a
- * two-stage software pipeline over the dispatch order: while this message
- * is handled, the entity of the next one and the bucket of the one after
+ * three-stage software pipeline over the dispatch order: while this
+ * message is handled, the entity of the next one, the bucket of the one
+ * after, and the message after that (whose type and hash name the bucket)
  * are loaded. Inlined by force: as a function of its own GCC finds it
  * free of side effects (prefetches do not count) and drops the call, which
  * it did until issue 16 found no prefetch in the binary. */
@@ -711,11 +712,14 @@ prefetch_next(struct ms_dispatch *d)
         __builtin_prefetch(e1);
         __builtin_prefetch((char *)e1 + 64);
     }
-    struct shard *s2 = s1->rnext ? s1->rnext : NULL;
+    struct shard *s2 = s1->rnext;
     if (s2) {
         struct msg *n2 = s2->head;
         __builtin_prefetch(&d->ebuckets[mix(ekey(n2->type, n2->hash)) &
                                         d->emask]);
+        struct shard *s3 = s2->rnext;
+        if (s3)
+            __builtin_prefetch(s3->head);
     }
 }
 
