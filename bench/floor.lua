@@ -56,7 +56,10 @@ function M.bytes(arg)
         idlen[i - 1] = #name
         states[name] = behavior.init(ctx)
     end
-    local pbuf, plen = ffi.new("char[?]", #payload, payload), #payload
+    -- a string initializer copies the string and its terminating zero,
+    -- whatever the size of a char[?]: room for both
+    local plen = #payload
+    local pbuf = ffi.new("char[?]", plen + 1, payload)
     local receive = behavior.receive
     local t0 = now()
     for i = 1, messages do
