@@ -402,13 +402,27 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     char err[1024];
     if (start_node(&b, nids, 0) < 0)
         return 1;
+    /* from here on a failure goes to done, which closes the node: left
+     * open, it would keep bench all's loop (the default loop, the next
+     * rows' too) running for good */
+    int failed = 1, limit_failed = 0;
+    struct ms_stats st;
+    memset(&st, 0, sizeof st);
     b.nids = nids;
     b.ids = calloc((size_t)nids, sizeof *b.ids);
     b.idlen = calloc((size_t)nids, sizeof *b.idlen);
+    if (!b.ids || !b.idlen) {
+        fprintf(stderr, "moonshard bench: not enough memory for the ids\n");
+        goto done;
+    }
     for (long i = 0; i < nids; i++) {
         char buf[32];
         int n = snprintf(buf, sizeof buf, "c-%ld", i + 1);
-        b.ids[i] = strdup(buf);
+        if (!(b.ids[i] = strdup(buf))) {
+            fprintf(stderr, "moonshard bench: not enough memory for the "
+                    "ids\n");
+            goto done;
+        }
         b.idlen[i] = (size_t)n;
     }
 
@@ -417,16 +431,15 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     snprintf(arg, sizeof arg, "counter %ld %ld %s", nids, messages, PAYLOAD);
 
     if (warm_up(&b, 64) < 0)
-        return 1;
+        goto done;
     ms_node_lua_gc(b.node);
     long rss0 = rss_bytes();
     double t0 = now_s();
     if (tell_all(&b, nids) < 0)
-        return 1;
+        goto done;
     double act_s = now_s() - t0;
     ms_node_lua_gc(b.node);
     long rss1 = rss_bytes();
-    struct ms_stats st;
     ms_node_stats(b.node, &st);
     fig->activated = st.active_entities;
 
@@ -438,11 +451,11 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     for (int r = 0; r < rounds; r++) {
         if ((floors[r] = floor_rate_of(&b, "floor", arg)) <= 0 ||
             (bfloors[r] = floor_rate_of(&b, "bytes", arg)) <= 0)
-            return 1;
+            goto done;
         ms_node_lua_gc(b.node);
         t0 = now_s();
         if (tell_all(&b, messages) < 0)
-            return 1;
+            goto done;
         tells[r] = (double)messages / (now_s() - t0);
         ratios[r] = tells[r] / floors[r];
         bratios[r] = tells[r] / bfloors[r];
@@ -459,7 +472,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
         snprintf(aarg, sizeof aarg, "counter %ld %ld %s", nids,
                  nasks > nids ? nasks : nids, GET);
         if ((fig->ask_bytes_rate = floor_rate_of(&b, "bytes", aarg)) <= 0)
-            return 1;
+            goto done;
     }
 
     const long window = 1000;
@@ -483,7 +496,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     fig->act_rate = (double)nids / act_s;
     fig->bytes_per_entity = (double)(rss1 - rss0) / (double)nids;
     fig->handler_errors = st.handler_errors;
-    int limit_failed = 0;
+    failed = 0;
     if (!print)
         goto done;
     printf("moonshard bench local: one node, Counter entities, %ld ids, "
@@ -507,10 +520,10 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     for (int r = 0; r < ROUNDS; r++)
         printf(" %.2f", ratios[r]);
     printf(")\n");
-    printf("  asks (%ld, %ld in flight):                  %12.0f asks/s"
-           "  ratio to floor %.2f  failed %ld\n",
-           nasks, window, (double)nasks / ask_s,
-           (double)nasks / ask_s / floor_rate, b.asks_failed);
+    if (nasks) /* --asks 0: no asks, no row */
+        printf("  asks (%ld, %ld in flight):                  %12.0f asks/s"
+               "  ratio to floor %.2f  failed %ld\n",
+               nasks, window, fig->ask_rate, fig->ask_ratio, b.asks_failed);
     /* the same loop, its id and payload taken as bytes from C memory
      * each message, as messages come to a runtime (bench/floor.lua) */
     printf("  the floor from bytes (id and payload from C memory):\n"
@@ -538,9 +551,10 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
 done:
     ms_node_close(b.node);
     uv_run(b.loop, UV_RUN_DEFAULT);
-    for (long i = 0; i < nids; i++)
+    for (long i = 0; b.ids && i < nids; i++)
         free(b.ids[i]);
     free(b.ids);
     free(b.idlen);
-    return st.handler_errors || b.asks_failed || limit_failed ? 1 : 0;
+    return failed || st.handler_errors || b.asks_failed || limit_failed ? 1
+                                                                         : 0;
 }
