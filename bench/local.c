@@ -138,6 +138,9 @@ static double floor_rate_of(struct bench *b, const char *fn, const char *arg)
         return -1;
     }
     double rate = atof(out);
+    if (!(rate > 0))
+        fprintf(stderr, "moonshard bench: floor %s gave '%s', not a rate\n",
+                fn, out);
     free(out);
     return rate > 0 ? rate : -1;
 }
