@@ -32,9 +32,11 @@ end
 
 -- Same argument: the floor from bytes. A message reaches a runtime as
 -- bytes, its entity's id as bytes too: this loop takes both from C memory
--- (ffi.string, which interns them as Lua strings) before it finds the
--- state and decodes, as anything that receives messages must; the bare
--- floor above uses ids and a payload interned before its clock starts.
+-- each message (ffi.string, which interns them as Lua strings) before it
+-- finds the state and decodes; the bare floor above uses ids and a
+-- payload interned before its clock starts. (The runtime finds the state
+-- another way, by a hash of the id's bytes in C: this is a decomposition
+-- of the floor's advantage, not a bound on the runtime.)
 -- With the payload of an ask, ctx:reply encodes its reply with the
 -- runtime's own encoder (moonshard.encoder), as an ask must.
 function M.bytes(arg)

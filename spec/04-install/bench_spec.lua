@@ -57,12 +57,39 @@ describe("moonshard-bench", function()
         assert.are.equal(0, figure(out, "handler errors: (%d+)"))
         assert.are.equal(0, figure(out, "asks/s  ratio to floor [%d.]+"
                                         .. "  failed (%d+)"))
+        -- the floor from bytes, with a tell's payload and an ask's
+        local rate, ratio = out:match("\n    with a tell's payload:%s+(%d+)"
+                                      .. " msg/s  tells / it ([%d.]+)")
+        assert.is_truthy(rate, out)
+        assert.is_true(tonumber(rate) > 0 and tonumber(ratio) > 0, out)
+        rate, ratio = out:match("\n    with an ask's, its reply encoded:"
+                                .. "%s+(%d+) msg/s  asks / it ([%d.]+)")
+        assert.is_truthy(rate, out)
+        assert.is_true(tonumber(rate) > 0 and tonumber(ratio) > 0, out)
+    end)
+
+    it("local --asks sets the asks, and --asks 0 runs none", function()
+        local code, out, err = helpers.run({ bench, "local", "--ids", "1000",
+                                             "--messages", "1000",
+                                             "--asks", "3000" }, 120)
+        assert.are.equal(0, code, err)
+        assert.is_true(figure(out, "\n  asks %(3000, %d+ in flight%):%s+(%d+)"
+                                   .. " asks/s") > 0)
+        code, out, err = helpers.run({ bench, "local", "--ids", "1000",
+                                       "--messages", "1000", "--asks",
+                                       "0" }, 120)
+        assert.are.equal(0, code, err)
+        assert.is_nil(out:find("\n  asks ", 1, true), out)
+        assert.is_nil(out:find("with an ask's", 1, true), out)
+        assert.is_truthy(out:find("with a tell's payload", 1, true), out)
     end)
 
     it("local refuses bad options", function()
         local code = helpers.run({ bench, "local", "--ids", "10" })
         assert.are.equal(2, code)
         code = helpers.run({ bench, "local", "--nope" })
+        assert.are.equal(2, code)
+        code = helpers.run({ bench, "local", "--asks", "-1" })
         assert.are.equal(2, code)
         code = helpers.run({ bench, "nope" })
         assert.are.equal(2, code)
