@@ -437,12 +437,14 @@ end
 -- member only once it has that member's registration of its types,
 -- which a loaded machine may delay past the view; until then every
 -- shard goes elsewhere. `headers`: extra request headers (an API token).
+-- Returns the ids it activated (a spec that counts entities counts them).
 function Node:wait_placed_on(t, name, timeout, prefix, headers)
-    local k = 0
+    local ids = {}
     prefix = prefix or "placed-"
     M.wait_until(function()
-        k = k + 1
-        local status, _, raw = self:http("POST", entity_path(t, prefix .. k,
+        local id = prefix .. (#ids + 1)
+        ids[#ids + 1] = id
+        local status, _, raw = self:http("POST", entity_path(t, id,
                                                              "activate"),
                                          nil, headers and
                                          { headers = headers } or nil)
@@ -452,6 +454,7 @@ function Node:wait_placed_on(t, name, timeout, prefix, headers)
         end
         return nil, "no " .. t .. " shard on " .. name .. " yet"
     end, timeout or 20, t .. " shards placed on " .. name, 0.1)
+    return ids
 end
 
 -- POST /v1/leave or /v1/down (`action`) with a member's address as the
