@@ -27,9 +27,17 @@ describe("a paused owner", function()
 
     it("cannot commit after its shards were taken over", function()
         local ci = pg.database(srv, "fence")
+        -- no voluntary moves: only the takeover changes owners
         local c = helpers.cluster_up({ size = 2,
-            entities = { Ledger = LEDGER }, settings = { database = ci } }, 15)
+            entities = { Ledger = LEDGER }, settings = { database = ci,
+                                                        rebalance_interval =
+                                                            600 } }, 15)
         local n1, n2 = c:node("n1"), c:node("n2")
+        -- shards go to n2 only once the coordinator has its registration,
+        -- which may come after the converged view: until then every
+        -- shard goes to n1 (and a rebalance would move some to n2 in the
+        -- middle of the test, while n1 is paused, say)
+        n1:wait_placed_on("Ledger", "n2", 30)
         -- each id's first write (through n2) places its shard
         local on_n1 = {}
         for i = 1, 16 do
