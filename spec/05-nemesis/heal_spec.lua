@@ -66,6 +66,12 @@ describe("after a partition heals", function()
         c:start(nil, 20)
         c:wait_converged(nil, 20)
         pg.wait_migrated(c.nodes[1], 30)
+        -- the victim must hold shards: they go to n2 and n3 only once the
+        -- coordinator has their registrations, which may come after the
+        -- converged view (until then every shard goes to n1)
+        for _, name in ipairs({ "n2", "n3" }) do
+            c.nodes[1]:wait_placed_on("Ledger", name, 30)
+        end
     end)
 
     teardown(function()
