@@ -112,7 +112,7 @@ describe("a cluster", function()
             -- until then the ids below could all go to n1 (and none live
             -- on n3 when it leaves)
             for _, name in ipairs({ "n2", "n3" }) do
-                local list = n1:wait_placed_on("Counter", name, 20,
+                local list = n1:wait_placed_on("Counter", name, nil,
                                                "placed-" .. name .. "-")
                 for _, id in ipairs(list) do
                     placed[#placed + 1] = id
@@ -246,7 +246,7 @@ describe("a cluster", function()
             -- come after the converged view (until then new shards go to
             -- the others): it places one shard there, and n4 still owns
             -- the fewest
-            n1:wait_placed_on("Counter", "n4", 20, "placed-n4-")
+            n1:wait_placed_on("Counter", "n4", nil, "placed-n4-")
             -- ids whose shards no node owns yet
             local fresh, seen = {}, {}
             for i = 1, 400 do

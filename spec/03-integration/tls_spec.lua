@@ -189,7 +189,7 @@ describe("TLS between nodes", function()
             local hdr = { ["X-Moonshard-Api-Token"] = API }
             for _, t in ipairs({ "Counter", "Seq" }) do
                 for _, name in ipairs({ "n2", "n3" }) do
-                    c:node("n1"):wait_placed_on(t, name, 20, nil, hdr)
+                    c:node("n1"):wait_placed_on(t, name, nil, nil, hdr)
                 end
             end
         end)
