@@ -30,7 +30,7 @@ describe("a shard on an owner that is not eligible", function()
             entities = { Order = { module = "counter", shard_count = 8,
                 allocation = { __lua = 'require("elig").new()' } },
                 -- only to learn that n2 registered (below)
-                Witness = { module = "counter", shard_count = 8 } },
+                Witness = { module = "counter", shard_count = 64 } },
         })
         n1, n2 = c:node("n1"), c:node("n2")
         n1:launch(); n1:wait_healthy()
@@ -38,10 +38,11 @@ describe("a shard on an owner that is not eligible", function()
         c:wait_converged({ "n1", "n2" }, 10)
         -- The pin places Order shards on n2 only once the coordinator has
         -- n2's registration, which may come after the converged view (a
-        -- lost view request is asked again 3 s later); until then each
-        -- allocation is refused and retried, and a call could reach its
-        -- 5 s deadline. A node registers its types in name order in one
-        -- answer, so a Witness shard on n2 says Order's arrived too.
+        -- lost view request goes again after view_timeout: 6 to 7 s
+        -- after the view in runs here); until then each allocation is
+        -- refused and retried, and a call reaches its 5 s deadline. A
+        -- node registers its types in name order in one answer, so a
+        -- Witness shard on n2 says Order's arrived too.
         n1:wait_placed_on("Witness", "n2")
         for i = 1, 20 do n1:call("Order", "o" .. i, { type = "get" }) end
         local on_n2 = 0

@@ -103,7 +103,7 @@ describe("routing under load", function()
                 Seq = { module = "seqcheck", shard_count = SHARDS,
                         idle_timeout = 600, max_pending = 200 },
                 -- only to learn that n2 and n3 registered (below)
-                Witness = { module = "counter", shard_count = 16 },
+                Witness = { module = "counter", shard_count = 64 },
             },
             settings = { rebalance_interval = 3600 },
         })
