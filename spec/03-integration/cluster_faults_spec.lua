@@ -116,6 +116,10 @@ describe("cluster faults", function()
         local victim, on_victim
 
         setup(function()
+            -- the coordinator places shards on n4 only once it has n4's
+            -- registration, which may come after the converged view:
+            -- until then every id of the fill could go elsewhere
+            c:node("n1"):wait_placed_on("Counter", "n4")
             ids = fill(c:node("n1"), "f")
             victim = c:node("n4")
             on_victim = owned_by(c:node("n1"), ids, victim.name)

@@ -128,6 +128,9 @@ describe("a node joining while strangers hold the handshake slots", function()
         n1, n2, n3 = c:node("n1"), c:node("n2"), c:node("n3")
         c:start({ "n1", "n2" })
         c:wait_converged({ "n1", "n2" })
+        -- the test wants ids on n2: shards go to n2 only once the
+        -- coordinator has its registration (it may follow the view)
+        n1:wait_placed_on("Counter", "n2")
     end)
 
     teardown(function()

@@ -28,12 +28,22 @@ describe("a shard on an owner that is not eligible", function()
             files = { ["elig.lua"] = pin.source("n2") },
             settings = { rebalance_interval = 0.3, handoff_timeout = 2 },
             entities = { Order = { module = "counter", shard_count = 8,
-                allocation = { __lua = 'require("elig").new()' } } },
+                allocation = { __lua = 'require("elig").new()' } },
+                -- only to learn that n2 registered (below)
+                Witness = { module = "counter", shard_count = 64 } },
         })
         n1, n2 = c:node("n1"), c:node("n2")
         n1:launch(); n1:wait_healthy()
         n2:launch(); n2:wait_healthy()
         c:wait_converged({ "n1", "n2" }, 10)
+        -- The pin places Order shards on n2 only once the coordinator has
+        -- n2's registration, which may come after the converged view (a
+        -- lost view request goes again after view_timeout: 6 to 7 s
+        -- after the view in runs here); until then each allocation is
+        -- refused and retried, and a call reaches its 5 s deadline. A
+        -- node registers its types in name order in one answer, so a
+        -- Witness shard on n2 says Order's arrived too.
+        n1:wait_placed_on("Witness", "n2")
         for i = 1, 20 do n1:call("Order", "o" .. i, { type = "get" }) end
         local on_n2 = 0
         for _, sh in ipairs(n1:allocations("Order").shards) do

@@ -92,12 +92,23 @@ describe("remember-entities in a cluster (file store)", function()
                                   remember = { store = "file",
                                                dir = dir .. "/rlog",
                                                keep_on_idle = true } }),
+                -- only to learn that n2 registered (below); not
+                -- remembered, never idle
+                Witness = { module = "counter", shard_count = 64,
+                            idle_timeout = false },
             },
             files = { ["keeper_out.lua"] = format("return %q", out) },
             settings = { handoff_timeout = 2, rebalance_interval = 0.5 },
         })
         c:start({ "n1", "n2" })
         c:wait_converged({ "n1", "n2" })
+        -- The coordinator places shards on n2 only once it has n2's
+        -- registration, which may come after the converged view; the
+        -- first test's ids could then all go to n1. A node registers its
+        -- types in name order in one answer, so a Witness shard on n2
+        -- says its Keeper registration arrived (Keeper ids placed to
+        -- find out would be remembered and counted).
+        c:node("n1"):wait_placed_on("Witness", "n2")
         sh = rh.shards(c:node("n1"), "Keeper", ids)
     end)
 
@@ -517,11 +528,18 @@ describe("remember-entities, fail_closed, a move on one machine", function()
                            idle_timeout = false,
                            remember = { store = "file", dir = dir .. "/rlog",
                                         on_failure = "fail_closed" } },
+                -- only to learn that n2 registered (below)
+                Witness = { module = "counter", shard_count = 64 },
             },
             files = { ["keeper_out.lua"] = format("return %q", out) },
             settings = { handoff_timeout = 2, rebalance_interval = 60 },
         })
         local n1 = c:node("n1")
+        -- the move below needs n2 to take the shard: the coordinator
+        -- places shards there only once it has n2's registration, which
+        -- may come after the converged view (a Witness shard on n2 says
+        -- it came: a node registers its types in name order in one answer)
+        n1:wait_placed_on("Witness", "n2")
         local list = {}
         for i = 1, 12 do list[i] = "c" .. i end
         local sh = rh.shards(n1, "Keeper", list)

@@ -183,6 +183,15 @@ describe("TLS between nodes", function()
 
         setup(function()
             c = start_cluster(cluster_opts(3, true, { api_token = API }))
+            -- the tests want ids on every node: shards go to n2 and n3
+            -- only once the coordinator has their registrations, which
+            -- may come after the converged view
+            local hdr = { ["X-Moonshard-Api-Token"] = API }
+            for _, t in ipairs({ "Counter", "Seq" }) do
+                for _, name in ipairs({ "n2", "n3" }) do
+                    c:node("n1"):wait_placed_on(t, name, nil, nil, hdr)
+                end
+            end
         end)
 
         teardown(function()

@@ -57,6 +57,10 @@ describe("the status page in headless chromium", function()
             settings = { rebalance_interval = 600, handoff_timeout = 30 },
         })
         n1 = c:node("n1")
+        -- the move test needs a Counter shard on n3: shards go to n3
+        -- only once the coordinator has its registration, which may
+        -- come after the converged view (and no rebalance fixes it here)
+        n1:wait_placed_on("Counter", "n3")
         -- every shard of Counter and Tally gets an owner
         for i = 1, 120 do
             assert.are.equal(202, n1:tell("Counter", "c" .. i,

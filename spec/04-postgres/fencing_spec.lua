@@ -27,9 +27,21 @@ describe("a paused owner", function()
 
     it("cannot commit after its shards were taken over", function()
         local ci = pg.database(srv, "fence")
+        -- no voluntary moves: only the takeover changes owners
         local c = helpers.cluster_up({ size = 2,
-            entities = { Ledger = LEDGER }, settings = { database = ci } }, 15)
+            entities = { Ledger = LEDGER,
+                         -- only to learn that n2 registered (below)
+                         Witness = { module = "counter", shard_count = 64 } },
+            settings = { database = ci, rebalance_interval = 600 } }, 15)
         local n1, n2 = c:node("n1"), c:node("n2")
+        -- Shards go to n2 only once the coordinator has its registration,
+        -- which may come after the converged view: until then every
+        -- shard goes to n1 (and a rebalance would move some to n2 in the
+        -- middle of the test, while n1 is paused, say). A node registers
+        -- its types in name order in one answer, so a Witness shard on n2
+        -- says Ledger's arrived (Ledger's 4 shards could all be used up
+        -- on n1 finding that out, with nothing to move one later).
+        n1:wait_placed_on("Witness", "n2")
         -- each id's first write (through n2) places its shard
         local on_n1 = {}
         for i = 1, 16 do

@@ -32,7 +32,10 @@ describe("the status page of a persistent type", function()
             entities = { Seq = { module = "seq", shard_count = SHARDS,
                                  persistence = "state", lease_duration = 5,
                                  lease_renew_interval = 1 },
-                         Plain = { module = "counter", shard_count = 2 } },
+                         Plain = { module = "counter", shard_count = 2 },
+                         -- only to learn that n2 registered (below)
+                         Witness = { module = "counter",
+                                     shard_count = 64 } },
             settings = { database = pg.database(srv, db),
                          rebalance_interval = 600 },
         })
@@ -41,6 +44,13 @@ describe("the status page of a persistent type", function()
         local n1 = c:node("n1")
         pg.wait_migrated(n1, 30)
         pg.wait_migrated(c:node("n2"), 30)
+        -- Shards go to n2 only once the coordinator has its registration,
+        -- which may come after the converged view: until then every Seq
+        -- shard goes to n1, and the move below puts shard 0 back on n1
+        -- (no other member can host it; no rebalance here). A node
+        -- registers its types in name order in one answer, so a Witness
+        -- shard on n2 says its Seq registration arrived.
+        n1:wait_placed_on("Witness", "n2")
         -- one ask per shard: each gets an owner, and its owner a lease
         local touched, i = {}, 0
         while #touched < SHARDS and i < 1000 do

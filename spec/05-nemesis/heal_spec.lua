@@ -60,12 +60,23 @@ describe("after a partition heals", function()
                 module = "tally", shard_count = SHARDS,
                 persistence = "events", lease_duration = LEASE,
                 lease_renew_interval = 0.5, lease_window = 40,
-            } },
+            },
+            -- only to learn that n2 and n3 registered (below)
+            Witness = { module = "counter", shard_count = 64 } },
             settings = { database = conninfo },
         })
         c:start(nil, 20)
         c:wait_converged(nil, 20)
         pg.wait_migrated(c.nodes[1], 30)
+        -- The victim must hold shards: they go to n2 and n3 only once the
+        -- coordinator has their registrations, which may come after the
+        -- converged view (until then every shard goes to n1). A node
+        -- registers its types in name order in one answer, so a Witness
+        -- shard on a node says its Ledger registration arrived (Ledger's
+        -- 6 shards could all be used up on n1 finding that out).
+        for _, name in ipairs({ "n2", "n3" }) do
+            c.nodes[1]:wait_placed_on("Witness", name)
+        end
     end)
 
     teardown(function()

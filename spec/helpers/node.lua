@@ -430,28 +430,56 @@ function Node:activate(t, id)
     return self:http("POST", entity_path(t, id, "activate"))
 end
 
--- Waits (up to `timeout` s, 20) until node n, the coordinator, places a
+-- Waits (up to `timeout` s, 30) until node n, the coordinator, places a
 -- shard of type t on the member named `name`: activates fresh ids of t
--- ("<prefix>1", "<prefix>2", ...) through n until one lands there. A
--- converged view is not enough: the coordinator places shards on a
--- member only once it has that member's registration of its types,
--- which a loaded machine may delay past the view; until then every
--- shard goes elsewhere. `headers`: extra request headers (an API token).
+-- ("<prefix>1", "<prefix>2", ...) through n, each on a shard that has no
+-- owner yet, until one lands there. A converged view is not enough: the
+-- coordinator places shards on a member only once it has that member's
+-- registration of its types, which can come after the view (when the
+-- view request was lost, at its resend after view_timeout, 3 s); until
+-- then every shard goes elsewhere. The probes slow down (0.05 s, then
+-- doubling up to 0.5 s) so that a late registration does not use up
+-- the type's shards; once no shard is left unowned, only a rebalance
+-- move can put one there. `headers`: extra request headers (an API
+-- token). Returns the ids it activated (a spec that counts entities
+-- counts them).
 function Node:wait_placed_on(t, name, timeout, prefix, headers)
-    local k = 0
+    local ids, k = {}, 0
     prefix = prefix or "placed-"
-    M.wait_until(function()
-        k = k + 1
-        local status, _, raw = self:http("POST", entity_path(t, prefix .. k,
-                                                             "activate"),
-                                         nil, headers and
-                                         { headers = headers } or nil)
-        assert(status >= 200 and status < 300, raw)
+    local opts = headers and { headers = headers } or nil
+    local pause = 0.05
+    local deadline = M.now() + (timeout or 30)
+    while true do
+        local free = false
         for _, s in ipairs(self:allocations(t).shards) do
-            if s.owner == name then return true end
+            if s.owner == name then return ids end
+            if s.owner == cjson.null then free = true end
         end
-        return nil, "no " .. t .. " shard on " .. name .. " yet"
-    end, timeout or 20, t .. " shards placed on " .. name, 0.1)
+        if M.now() >= deadline then
+            error(format("timed out after %gs waiting for a %s shard on %s "
+                         .. "(%d ids activated)", timeout or 30, t, name,
+                         #ids), 2)
+        end
+        -- the next id whose shard has no owner (one on an owned shard
+        -- would tell nothing); its activation places that shard
+        for _ = 1, free and 1000 or 0 do
+            k = k + 1
+            local id = prefix .. k
+            local st, o, raw = self:http("GET", entity_path(t, id, "owner"),
+                                         nil, opts)
+            assert(st == 200, raw)
+            if o.owner == cjson.null then
+                ids[#ids + 1] = id
+                st, _, raw = self:http("POST", entity_path(t, id,
+                                                           "activate"),
+                                       nil, opts)
+                assert(st >= 200 and st < 300, raw)
+                break
+            end
+        end
+        M.sleep(pause)
+        pause = math.min(pause * 2, 0.5)
+    end
 end
 
 -- POST /v1/leave or /v1/down (`action`) with a member's address as the
