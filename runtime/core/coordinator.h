@@ -240,6 +240,18 @@ void ms_coord_member_reachable(struct ms_coord *c, uint64_t uid,
                                int reachable);
 
 /*
+ * The transport authenticated a connection to member `uid` (its first, or
+ * a dial after one ended): a VIEW_REQUEST or an answer that went out on a
+ * connection that ended may be lost. An active coordinator that has no
+ * view_done from `uid` in this term sends it a VIEW_REQUEST now, not one
+ * view_timeout_ms later (a member's registration arrived 6-7 s after the
+ * view in a test run when its connection was reset as the coordinator
+ * began). Unknown uids, this node and inert coordinators: nothing.
+ * Returns 0 or MS_ENOMEM.
+ */
+int ms_coord_member_connected(struct ms_coord *c, uint64_t uid);
+
+/*
  * Member `uid` is Down or Removed: it is forgotten, and an active
  * coordinator unassigns its shards at a new generation and broadcasts
  * that. Never call it for a member that is merely unreachable. Unknown

@@ -102,6 +102,14 @@ int ms_coord_member_leaving(struct ms_coord *c, uint64_t uid,
     return add_member(c, uid, 1, now_ms);
 }
 
+int ms_coord_member_connected(struct ms_coord *c, uint64_t uid)
+{
+    struct member *mb = ms__coord_find_member(c, uid);
+    if (c->state == INERT || !mb || mb->view_done || uid == c->self_uid)
+        return 0;
+    return ms__coord_emit_term(c, uid, MS_PLAN_MSG_VIEW_REQUEST);
+}
+
 void ms_coord_member_reachable(struct ms_coord *c, uint64_t uid,
                                int reachable)
 {

@@ -210,6 +210,12 @@ void ms_region_on_frame(struct ms_region *r, uint64_t uid,
 void ms_region_on_coordinator(struct ms_region *r, uint64_t uid,
                               uint64_t now_ms);
 
+/* The transport authenticated a connection to `uid` (a dial after one
+ * ended included): fed to the coordinator object, which asks a member
+ * that has not answered its VIEW_REQUEST again (ms_coord_member_connected). */
+void ms_region_peer_connected(struct ms_region *r, uint64_t uid,
+                              uint64_t now_ms);
+
 /* Member `uid` reached `status` (enum ms_mb_status): fed to the
  * coordinator object; what waits for a shard it owns is sent. */
 void ms_region_member(struct ms_region *r, uint64_t uid, int status,

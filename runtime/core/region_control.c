@@ -297,6 +297,14 @@ void ms_region_on_coordinator(struct ms_region *r, uint64_t uid,
                 r->types[t].shards[s].alloc_sent_ms = 0;
 }
 
+void ms_region_peer_connected(struct ms_region *r, uint64_t uid,
+                              uint64_t now_ms)
+{
+    r->now = now_ms;
+    ms_coord_member_connected(r->coord, uid);
+    ms__region_coord_drain(r);
+}
+
 void ms_region_member(struct ms_region *r, uint64_t uid, int status,
                       uint64_t now_ms)
 {

@@ -245,6 +245,8 @@ static void on_peer(void *data, uint64_t uid, const char *name,
         struct ms_frame hb = control_frame(MS_FRAME_HEARTBEAT, uid, NULL, 0);
         ms_transport_send(c->t, uid, &hb);
     }
+    if (c->hooks.on_connected)
+        c->hooks.on_connected(c->hooks.data, uid);
     for (int i = 0; i < c->nseed_wait; i++) {
         if (strcmp(c->seed_wait[i], address) == 0) {
             send_gossip(c, uid);

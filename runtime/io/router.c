@@ -309,6 +309,12 @@ void ms_router_on_coordinator(struct ms_router *r, uint64_t uid)
     drain(r);
 }
 
+void ms_router_on_connected(struct ms_router *r, uint64_t uid)
+{
+    ms_region_peer_connected(r->rg, uid, now(r));
+    drain(r);
+}
+
 void ms_router_on_member(struct ms_router *r, uint64_t uid, int status)
 {
     ms_region_member(r->rg, uid, status, now(r));

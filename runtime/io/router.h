@@ -65,6 +65,8 @@ void ms_router_on_coordinator(struct ms_router *r, uint64_t uid);
 
 /* A member reached `status` (enum ms_mb_status). */
 void ms_router_on_member(struct ms_router *r, uint64_t uid, int status);
+/* A connection to `uid` was authenticated (ms_region_peer_connected). */
+void ms_router_on_connected(struct ms_router *r, uint64_t uid);
 
 /* Chooses the owner of an unowned shard: the type's allocation strategy
  * over `view_json`; 0 with the member's name, or a negative code with a

@@ -155,6 +155,15 @@ static void on_coordinator(void *data, uint64_t uid)
     arm(n);
 }
 
+static void on_connected(void *data, uint64_t uid)
+{
+    struct ms_node *n = data;
+    if (!n->router)
+        return;
+    ms_router_on_connected(n->router, uid);
+    arm(n);
+}
+
 static void on_member(void *data, uint64_t uid, int status, int is_self)
 {
     struct ms_node *n = data;
@@ -511,6 +520,7 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     hooks.on_frame = on_cluster_frame;
     hooks.on_coordinator = on_coordinator;
     hooks.on_member = on_member;
+    hooks.on_connected = on_connected;
     hooks.on_event = on_member_event;
     rc = ms_bridge_has_member_hook(n->b)
              ? ms_node_events_new(&n->events, loop, n->b)

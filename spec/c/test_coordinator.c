@@ -145,6 +145,49 @@ static void test_not_ready(void)
     ms_coord_free(c);
 }
 
+/* A member whose connection was authenticated again (its VIEW_REQUEST,
+ * or its answer, may have gone out on the connection that ended) is asked
+ * again at once, not one view_timeout later; a member that answered, an
+ * unknown one and an inert coordinator send nothing. */
+static void test_connected_asks_again(void)
+{
+    sim_reset();
+    add_region(N1);
+    add_region(N2);
+    add_type(N1, "Counter", 16, COUNTER.fingerprint);
+    add_type(N2, "Counter", 16, COUNTER.fingerprint);
+    struct ms_coord *c = new_coord(N1, &COUNTER, 1);
+    ms_coord_member_up(c, N1, 0);
+    ms_coord_member_up(c, N2, 0);
+    /* inert: nothing to ask */
+    CHECK(ms_coord_member_connected(c, N2) == 0);
+    CHECK(pump(c, N1, NULL, NULL) == 0);
+
+    region(N2)->silent = 1; /* its VIEW_REQUEST is lost */
+    CHECK(ms_coord_become(c, 1, 1000) == 0);
+    int ready = 0;
+    pump(c, N1, &ready, NULL);
+    CHECK(ready == 0 && !ms_coord_ready(c));
+    CHECK(ms_coord_next_deadline(c, 1000) == 3000);
+
+    /* the connection to N2 comes back 200 ms later: N2 is asked now and,
+     * answering, registers; the plan is published without the wait */
+    region(N2)->silent = 0;
+    CHECK(ms_coord_member_connected(c, N2) == 0);
+    CHECK(pump(c, N1, &ready, NULL) > 0);
+    CHECK(ready == 1 && ms_coord_ready(c));
+    CHECK(ms_coord_hosts(c, 0, N2));
+    CHECK(regions_agree(c, "Counter"));
+
+    /* answered: a new connection asks nothing; nor does an unknown uid or
+     * this node */
+    CHECK(ms_coord_member_connected(c, N2) == 0);
+    CHECK(ms_coord_member_connected(c, 0xdead) == 0);
+    CHECK(ms_coord_member_connected(c, N1) == 0);
+    CHECK(pump(c, N1, NULL, NULL) == 0);
+    ms_coord_free(c);
+}
+
 /* Allocation through the callback; generations strictly increase. */
 static void test_allocation(void)
 {
@@ -635,6 +678,7 @@ int main(void)
 {
     test_registration();
     test_not_ready();
+    test_connected_asks_again();
     test_allocation();
     test_removed_member();
     test_takeover();
