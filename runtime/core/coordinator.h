@@ -240,8 +240,8 @@ void ms_coord_member_reachable(struct ms_coord *c, uint64_t uid,
                                int reachable);
 
 /*
- * The transport authenticated a connection to member `uid` (its first, or
- * a dial after one ended): a VIEW_REQUEST or an answer that went out on a
+ * The transport authenticated a connection to member `uid` (its first, a
+ * dial after one ended, or one that replaced a duplicate): a VIEW_REQUEST or an answer that went out on a
  * connection that ended may be lost. An active coordinator that has no
  * view_done from `uid` in this term sends it a VIEW_REQUEST now, not one
  * view_timeout_ms later (a member's registration arrived 6-7 s after the

@@ -259,6 +259,15 @@ static void on_peer(void *data, uint64_t uid, const char *name,
     }
 }
 
+/* Both nodes dialed at once and the second connection replaced the
+ * first: what the first held unsent (a view request, say) is gone. */
+static void on_replaced(void *data, uint64_t uid)
+{
+    struct ms_cluster *c = data;
+    if (c->hooks.on_connected)
+        c->hooks.on_connected(c->hooks.data, uid);
+}
+
 static void on_frame(void *data, uint64_t uid, const struct ms_frame *f)
 {
     struct ms_cluster *c = data;
@@ -435,7 +444,7 @@ int ms_cluster_start(struct ms_cluster **out, uv_loop_t *loop,
             return rc;
         }
     }
-    struct ms_transport_callbacks tcb = {c, on_peer, on_frame};
+    struct ms_transport_callbacks tcb = {c, on_peer, on_frame, on_replaced};
     rc = ms_transport_start(&c->t, loop, &tcfg, &tcb, err, errlen);
     /* the transport keeps its own copy */
     memset(secret, 0, sizeof secret);

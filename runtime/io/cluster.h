@@ -23,9 +23,10 @@ struct ms_cluster_hooks {
     void (*on_coordinator)(void *data, uint64_t uid);
     /* Member `uid` reached status `status` (enum ms_mb_status). */
     void (*on_member)(void *data, uint64_t uid, int status, int is_self);
-    /* The transport authenticated a connection to peer `uid`, its first or
-     * a dial after one ended: what went out on an earlier one may be
-     * lost. NULL: not told. */
+    /* The transport authenticated a connection to peer `uid`: its first, a
+     * dial after one ended, or a second one that replaced the first (both
+     * nodes dialed at once): what went out on an earlier one may be lost.
+     * NULL: not told. */
     void (*on_connected)(void *data, uint64_t uid);
     /* This node was removed or downed: the node should stop. */
     void (*on_self_removed)(void *data);

@@ -337,10 +337,12 @@ static void authenticated(struct conn *c)
             ms__tr_close(c, NULL);
             return;
         }
-        old->registered = 0; /* silently replaced: the peer stays up */
+        old->registered = 0; /* replaced: the peer stays up */
         ms__tr_close(old, NULL);
         c->registered = 1;
         t->st.connections++;
+        if (t->cb.on_replaced)
+            t->cb.on_replaced(t->cb.data, c->peer_uid);
         return;
     }
     c->registered = 1;

@@ -147,6 +147,10 @@ struct ms_transport_callbacks {
     /* A frame from an authenticated peer; `f` and its bytes are borrowed
      * until the callback returns. */
     void (*on_frame)(void *data, uint64_t uid, const struct ms_frame *f);
+    /* A second authenticated connection to peer `uid` replaced the first
+     * (both nodes dialed at once): the peer stays up, but what the first
+     * still held unsent is gone. NULL: not told. */
+    void (*on_replaced)(void *data, uint64_t uid);
 };
 
 struct ms_transport_stats {

@@ -120,7 +120,7 @@ int main(int argc, char **argv)
         argv[1], "rogue", self, 0x0bad0bad0bad0badULL,
         (const uint8_t *)argv[2], strlen(argv[2]), "127.0.0.1", port,
         1 << 20, 4 << 20, MS_TRANSPORT_HANDSHAKE_MS, NULL};
-    struct ms_transport_callbacks cb = {&g, on_peer, on_frame};
+    struct ms_transport_callbacks cb = {&g, on_peer, on_frame, NULL};
     char err[200];
     if (ms_transport_start(&g.t, g.loop, &cfg, &cb, err, sizeof err) < 0) {
         fprintf(stderr, "rogue_peer: %s\n", err);

@@ -103,7 +103,7 @@ static int start_with(struct side *s, uv_loop_t *loop, const char *name,
             "test", name, addr, uid, (const uint8_t *)secret,
             strlen(secret), "127.0.0.1", *port, 1 << 16, 4 << 20,
             handshake_ms, tls_ctx(tls_cert)};
-        struct ms_transport_callbacks cb = {s, on_peer, on_frame};
+        struct ms_transport_callbacks cb = {s, on_peer, on_frame, NULL};
         memset(s, 0, sizeof *s);
         rc = ms_transport_start(&s->t, loop, &cfg, &cb, err, sizeof err);
     }
