@@ -90,9 +90,8 @@ static void test_registration(void)
     ms_coord_free(c);
 }
 
-/* Before the views are in, allocation answers "not ready"; an inert
- * coordinator answers "not_coordinator". */
-static void test_not_ready(void)
+/* N1 and N2 with Counter, both Up, on an inert coordinator of N1. */
+static struct ms_coord *two_nodes(void)
 {
     sim_reset();
     add_region(N1);
@@ -102,6 +101,14 @@ static void test_not_ready(void)
     struct ms_coord *c = new_coord(N1, &COUNTER, 1);
     ms_coord_member_up(c, N1, 0);
     ms_coord_member_up(c, N2, 0);
+    return c;
+}
+
+/* Before the views are in, allocation answers "not ready"; an inert
+ * coordinator answers "not_coordinator". */
+static void test_not_ready(void)
+{
+    struct ms_coord *c = two_nodes();
 
     alloc(c, N1, N2, "Counter", 3);
     CHECK(strcmp(region(N2)->alloc_code, "not_coordinator") == 0);
@@ -151,14 +158,7 @@ static void test_not_ready(void)
  * unknown one and an inert coordinator send nothing. */
 static void test_connected_asks_again(void)
 {
-    sim_reset();
-    add_region(N1);
-    add_region(N2);
-    add_type(N1, "Counter", 16, COUNTER.fingerprint);
-    add_type(N2, "Counter", 16, COUNTER.fingerprint);
-    struct ms_coord *c = new_coord(N1, &COUNTER, 1);
-    ms_coord_member_up(c, N1, 0);
-    ms_coord_member_up(c, N2, 0);
+    struct ms_coord *c = two_nodes();
     /* inert: nothing to ask */
     CHECK(ms_coord_member_connected(c, N2) == 0);
     CHECK(pump(c, N1, NULL, NULL) == 0);
