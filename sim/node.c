@@ -443,6 +443,10 @@ void on_peer_up(int a, int b)
         struct ms_frame hb = mb_frame(MS_FRAME_HEARTBEAT, uid, NULL, 0);
         net_send(a, uid, &hb);
     }
+    /* node.c on_connected, router.c ms_router_on_connected: a member that
+     * has not answered the coordinator's view request is asked again */
+    ms_region_peer_connected(n->rg, uid, node_now(n));
+    rg_drain(n);
     for (int i = 0; i < n->nowed; i++) {
         if (strcmp(n->owed[i], W.n[b].addr) == 0) {
             send_gossip(n, uid);

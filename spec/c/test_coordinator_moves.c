@@ -109,6 +109,97 @@ static void test_move(void)
     ms_coord_free(c);
 }
 
+/* The region's answer to this term's VIEW_REQUEST, asked again (a
+ * connection authenticated again while the first answer was on its way,
+ * ms_coord_member_connected): `to` answers a second VIEW_REQUEST. */
+static void ask_view_again(struct ms_coord *c, uint64_t to, uint64_t term)
+{
+    struct ms_plan_msg *m = calloc(1, sizeof *m);
+    m->kind = MS_PLAN_MSG_VIEW_REQUEST;
+    m->term = term;
+    char *text;
+    size_t len;
+    CHECK(ms_plan_msg_encode(m, &text, &len) == 0);
+    region_receive(c, region(to), N1, text, len);
+    free(text);
+    free(m);
+}
+
+/* A member asked twice (N4 joins; its connection is authenticated again
+ * before its first answer came) answers twice: the second view and
+ * view_done, arriving while a move is under way, change nothing (no
+ * action, the move goes on and ends, no owner count changes); nor does
+ * the old owner's duplicate answer in the middle of the move. */
+static void test_duplicate_view_during_move(void)
+{
+    struct ms_coord *c = moving_cluster(NULL);
+    add_region(N4);
+    add_type(N4, "Counter", 16, COUNTER.fingerprint);
+    region(N4)->hold = 1;
+    ms_coord_member_up(c, N4, 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(ms_coord_member_connected(c, N4) == 0); /* asked again */
+    pump(c, N1, NULL, NULL);
+    struct region *r4 = region(N4);
+    CHECK(r4->nheld == 2);
+    /* the first request is answered; the second waits */
+    char *second = r4->held[1];
+    size_t second_len = r4->heldlen[1];
+    r4->hold = 0;
+    r4->nheld = 0;
+    region_receive(c, r4, N1, r4->held[0], r4->heldlen[0]);
+    free(r4->held[0]);
+    pump(c, N1, NULL, NULL);
+    CHECK(regions_agree(c, "Counter"));
+    CHECK(ms_coord_member_connected(c, N4) == 0); /* answered: nothing */
+    CHECK(pump(c, N1, NULL, NULL) == 0);
+
+    /* a move: every region fences; the old owner does not stop yet */
+    uint64_t g0;
+    uint64_t from = ms_coord_owner(c, 0, 3, &g0);
+    region(from)->nostop = 1;
+    CHECK(ms_coord_move(c, 0, 3, 10) == 0);
+    pump(c, N1, NULL, NULL);
+    CHECK(region(from)->stops == 1);
+    struct ms_coord_move_info mi;
+    CHECK(ms_coord_move_at(c, 0, 10, &mi) == 1);
+    uint32_t owned[4];
+    const uint64_t uids[4] = {N1, N2, N3, N4};
+    for (int i = 0; i < 4; i++)
+        owned[i] = ms_coord_owned_count(c, uids[i]);
+    uint64_t gen_before;
+    CHECK(ms_coord_owner(c, 0, 7, &gen_before) != 0);
+
+    /* the duplicate answers arrive now: N4's, then the old owner's */
+    region_receive(c, r4, N1, second, second_len);
+    free(second);
+    CHECK(pump(c, N1, NULL, NULL) == 0);
+    ask_view_again(c, from, 1);
+    CHECK(pump(c, N1, NULL, NULL) == 0);
+    CHECK(ms_coord_active(c) && ms_coord_ready(c));
+    CHECK(ms_coord_move_at(c, 0, 10, &mi) == 1);
+    CHECK(ms_coord_owner(c, 0, 3, NULL) == from);
+    for (int i = 0; i < 4; i++)
+        CHECK(ms_coord_owned_count(c, uids[i]) == owned[i]);
+    uint64_t gen_after;
+    ms_coord_owner(c, 0, 7, &gen_after);
+    CHECK(gen_after == gen_before);
+    CHECK(ms_coord_hosts(c, 0, N4));
+
+    /* the old owner stops: the move ends on a member with no shard */
+    struct ms_plan_entry st = region(from)->last_stop;
+    answer_stop(c, from, "Counter", 16, &st, 1);
+    pump(c, N1, NULL, NULL);
+    uint64_t to = ms_coord_owner(c, 0, 3, NULL);
+    CHECK(to == N3 || to == N4);
+    struct ms_coord_move_stats ms;
+    ms_coord_move_stats(c, &ms);
+    CHECK(ms.finished == 1 && ms.aborted == 0 && ms.in_progress == 0);
+    CHECK(regions_agree(c, "Counter"));
+    CHECK(S.conflicts == 0);
+    ms_coord_free(c);
+}
+
 /* A move goes away from its owner: moved again, a shard on N3 (which,
  * without it, is the least loaded) lands on another member. Before, the
  * strategy saw N3 as the best place and the move by hand moved nothing. */
@@ -400,6 +491,7 @@ int main(void)
 {
     test_move();
     test_move_away();
+    test_duplicate_view_during_move();
     test_move_deadline();
     test_leaving_moves();
     test_rebalance_rounds();

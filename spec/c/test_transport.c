@@ -25,7 +25,7 @@
 
 struct side {
     struct ms_transport *t;
-    int ups, downs, frames;
+    int ups, downs, frames, replaced;
     uint64_t peer;
     char last[64];
 };
@@ -51,6 +51,25 @@ static void on_frame(void *data, uint64_t uid, const struct ms_frame *f)
     s->frames++;
     snprintf(s->last, sizeof s->last, "%.*s", (int)f->payload_len,
              f->payload);
+}
+
+/* A second connection to `uid` replaced the first: this side sends on
+ * it from inside the callback (the cluster asks a member again there). */
+static void on_replaced(void *data, uint64_t uid)
+{
+    struct side *s = data;
+    s->replaced++;
+    CHECK(uid == s->peer);
+    struct ms_frame f;
+    memset(&f, 0, sizeof f);
+    f.kind = MS_FRAME_TELL;
+    f.type = "Counter";
+    f.type_len = 7;
+    f.id = "c1";
+    f.id_len = 2;
+    f.payload = "{\"replaced\":1}";
+    f.payload_len = strlen(f.payload);
+    CHECK(ms_transport_send(s->t, uid, &f) == 0);
 }
 
 /* With TLS: the directory of the certificates (ca, n1, n2 signed by ca;
@@ -103,7 +122,7 @@ static int start_with(struct side *s, uv_loop_t *loop, const char *name,
             "test", name, addr, uid, (const uint8_t *)secret,
             strlen(secret), "127.0.0.1", *port, 1 << 16, 4 << 20,
             handshake_ms, tls_ctx(tls_cert)};
-        struct ms_transport_callbacks cb = {s, on_peer, on_frame, NULL};
+        struct ms_transport_callbacks cb = {s, on_peer, on_frame, on_replaced};
         memset(s, 0, sizeof *s);
         rc = ms_transport_start(&s->t, loop, &cfg, &cb, err, sizeof err);
     }
@@ -165,9 +184,18 @@ static void handshake_and_frames(uv_loop_t *loop)
     f = tell("{\"back\":1}");
     CHECK(ms_transport_send(b.t, 1, &f) == 0);
     spin(loop, 100);
-    CHECK(b.frames == 2 && strcmp(b.last, "{\"n\":2}") == 0);
-    CHECK(a.frames == 1 && strcmp(a.last, "{\"back\":1}") == 0);
+    /* a side whose first connection was replaced was told once, and what
+     * it sent from inside that callback arrived before the rest */
+    CHECK(a.replaced <= 1 && b.replaced <= 1);
+    /* the connection each side authenticated first was the one a dialed
+     * on one side only (a's dial is kept): there, it was replaced */
+    CHECK(a.replaced + b.replaced == 1);
+    CHECK(b.frames == 2 + a.replaced && strcmp(b.last, "{\"n\":2}") == 0);
+    CHECK(a.frames == 1 + b.replaced &&
+          strcmp(a.last, "{\"back\":1}") == 0);
     CHECK(a.downs == 0 && b.downs == 0); /* the duplicate went silently */
+    if (getenv("MS_TEST_SAY_REPLACED"))
+        fprintf(stderr, "replaced: a %d b %d\n", a.replaced, b.replaced);
     CHECK(ms_transport_send(a.t, 99, &f) == UV_ENOTCONN);
     ms_transport_close(a.t);
     spin(loop, 100);
