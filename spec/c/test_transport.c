@@ -53,13 +53,8 @@ static void on_frame(void *data, uint64_t uid, const struct ms_frame *f)
              f->payload);
 }
 
-/* A second connection to `uid` replaced the first: this side sends on
- * it from inside the callback (the cluster asks a member again there). */
-static void on_replaced(void *data, uint64_t uid)
+static struct ms_frame tell(const char *payload)
 {
-    struct side *s = data;
-    s->replaced++;
-    CHECK(uid == s->peer);
     struct ms_frame f;
     memset(&f, 0, sizeof f);
     f.kind = MS_FRAME_TELL;
@@ -67,8 +62,19 @@ static void on_replaced(void *data, uint64_t uid)
     f.type_len = 7;
     f.id = "c1";
     f.id_len = 2;
-    f.payload = "{\"replaced\":1}";
-    f.payload_len = strlen(f.payload);
+    f.payload = payload;
+    f.payload_len = strlen(payload);
+    return f;
+}
+
+/* A second connection to `uid` replaced the first: this side sends on
+ * it from inside the callback (the cluster asks a member again there). */
+static void on_replaced(void *data, uint64_t uid)
+{
+    struct side *s = data;
+    s->replaced++;
+    CHECK(uid == s->peer);
+    struct ms_frame f = tell("{\"replaced\":1}");
     CHECK(ms_transport_send(s->t, uid, &f) == 0);
 }
 
@@ -147,20 +153,6 @@ static void spin(uv_loop_t *loop, int ms)
         uv_run(loop, UV_RUN_NOWAIT);
         usleep(1000);
     }
-}
-
-static struct ms_frame tell(const char *payload)
-{
-    struct ms_frame f;
-    memset(&f, 0, sizeof f);
-    f.kind = MS_FRAME_TELL;
-    f.type = "Counter";
-    f.type_len = 7;
-    f.id = "c1";
-    f.id_len = 2;
-    f.payload = payload;
-    f.payload_len = strlen(payload);
-    return f;
 }
 
 static void handshake_and_frames(uv_loop_t *loop)
