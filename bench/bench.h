@@ -7,6 +7,8 @@
 #ifndef MS_BENCH_H
 #define MS_BENCH_H
 
+#include <stdint.h>
+
 /* Runs `moonshard-bench local [--ids N] [--messages N]`; argv[0] is
  * "local". Prints the figures; returns the exit code. */
 int ms_bench_local_main(int argc, char **argv);
@@ -46,6 +48,15 @@ struct ms_bench_local_figures {
      * ask's, whose reply it encodes (asks over it) */
     double bytes_rate, tell_bytes_ratio;
     double ask_bytes_rate, ask_bytes_ratio;
+    /* the queue floor (bench/floor.lua's queue, bench/queue.c): the bare
+     * floor behind a C lookup and a FIFO; with tells (median of the
+     * rounds, the median of the paired tells / it) and with asks (asks
+     * over it) */
+    double queue_rate, tell_queue_ratio;
+    double ask_queue_rate, ask_queue_ratio;
+    /* the queue floor and the tells with the ids in a fixed random order
+     * (medians of the paired rounds, and of tells / the queue floor) */
+    double shuffled_queue_rate, shuffled_tell_rate, tell_shuffled_ratio;
     double act_rate;            /* first messages (activations) per s */
     double bytes_per_entity;    /* RSS delta over the activation / ids */
     unsigned long long activated; /* entities active after activation */
@@ -62,6 +73,19 @@ struct ms_bench_local_figures {
  */
 int ms__bench_local_run(long ids, long messages, long asks, int rounds,
                         int print, struct ms_bench_local_figures *f);
+
+/* bench/queue.c, the C half of the queue floor, called by
+ * bench/floor.lua through the FFI */
+struct ms_qf;
+struct ms_qf_msg;
+struct ms_qf *ms__qf_new(long nids, int shuffled);
+void ms__qf_free(struct ms_qf *q);
+long ms__qf_send(struct ms_qf *q, long k, const char *payload, uint32_t len,
+                 int ask);
+uint32_t ms__qf_next(struct ms_qf *q, struct ms_qf_msg *out);
+int ms__qf_reply(struct ms_qf *q, uint32_t corr, const char *json,
+                 uint32_t len);
+uint64_t ms__qf_replies(const struct ms_qf *q);
 
 /* What `bench handoff` measured under load (handoff.c). */
 struct ms_bench_handoff_figures {

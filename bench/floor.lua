@@ -73,6 +73,77 @@ function M.bytes(arg)
     return tostring(messages / t)
 end
 
+-- Same argument, then " ask" for asks and " shuffled" for the entities
+-- visited in a fixed random order (see bench/queue.c): the queue floor, the least that a
+-- runtime of moonshard's shape adds to the bare floor (bench/queue.c). A
+-- sender hands each message over as bytes: C hashes the id, finds its
+-- entity in a C table and copies the payload into a FIFO; this loop pops
+-- it, takes the payload as a Lua string, decodes it and calls receive on
+-- the entity's state. An ask's reply is encoded (moonshard.encoder) and
+-- copied back to the asker. No shards, activation, timers, limit,
+-- statistics or timeouts: a bound for this machine, not a runtime.
+local queue_cdef = false
+function M.queue(arg)
+    local module, ids, messages, payload, flags =
+        arg:match("^(%S+) (%d+) (%d+) (%b{})(.*)$")
+    ids, messages = tonumber(ids), tonumber(messages)
+    local ask, shuffled = false, false
+    for flag in flags:gmatch("%S+") do
+        if flag == "ask" then ask = true
+        elseif flag == "shuffled" then shuffled = true
+        else error("queue floor: unknown flag " .. flag) end
+    end
+    local ffi = require "ffi"
+    if not queue_cdef then
+        ffi.cdef [[
+struct ms_qf_msg { uint32_t h; uint32_t len; uint32_t corr;
+                   const char *payload; };
+void *ms__qf_new(long nids, int shuffled);
+void ms__qf_free(void *q);
+long ms__qf_send(void *q, long k, const char *payload, uint32_t len,
+                 int ask);
+uint32_t ms__qf_next(void *q, struct ms_qf_msg *out);
+int ms__qf_reply(void *q, uint32_t corr, const char *json, uint32_t len);
+uint64_t ms__qf_replies(const void *q);
+]]
+        queue_cdef = true
+    end
+    local C, ffi_string = ffi.C, ffi.string
+    local q = C.ms__qf_new(ids, shuffled and 1 or 0)
+    if q == nil then error("queue floor: not enough memory") end
+    local encode = require("moonshard.encoder").encode
+    local behavior = require(module)
+    local decode = cjson.new().decode
+    local m = ffi.new("struct ms_qf_msg")
+    local ctx = { reply = function(_, msg)
+        local s = encode(msg)
+        C.ms__qf_reply(q, m.corr, s, #s)
+    end }
+    local states = {}
+    for h = 1, ids do states[h] = behavior.init(ctx) end
+    local receive = behavior.receive
+    local plen, flag = #payload, ask and 1 or 0
+    local CHUNK = 1000
+    local t0 = now()
+    local left = messages
+    while left > 0 do
+        local k = C.ms__qf_send(q, left < CHUNK and left or CHUNK, payload,
+                                plen, flag)
+        if k <= 0 then error("queue floor: the payload does not fit") end
+        left = left - k
+        while C.ms__qf_next(q, m) ~= 0 do
+            receive(states[m.h], decode(ffi_string(m.payload, m.len)), ctx)
+        end
+    end
+    local t = now() - t0
+    local replies = tonumber(C.ms__qf_replies(q))
+    C.ms__qf_free(q)
+    if ask and replies ~= messages then
+        error(("queue floor: %d replies to %d asks"):format(replies, messages))
+    end
+    return tostring(messages / t)
+end
+
 -- Same argument: the rate of the floor's cjson.decode of the payload alone
 -- (what the floor's loop is made of, printed beside it).
 function M.decode(arg)

@@ -100,6 +100,38 @@ static int tell_all(struct bench *b, long messages)
     return tell_ids(b, b->ids, b->idlen, b->nids, messages);
 }
 
+/* Puts b->ids in the fixed random order of bench/queue.c's shuffled
+ * queue floor (xorshift64 Fisher-Yates, same seed), each id copied anew
+ * in that order, so that the senders read their ids from memory in
+ * sequence, as the queue floor's do. 0, or -1 (said). */
+static int shuffle_ids(struct bench *b)
+{
+    uint64_t x = 88172645463325252ULL;
+    for (long i = b->nids - 1; i > 0; i--) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        long j = (long)(x % (uint64_t)(i + 1));
+        char *t = b->ids[i];
+        b->ids[i] = b->ids[j];
+        b->ids[j] = t;
+        size_t l = b->idlen[i];
+        b->idlen[i] = b->idlen[j];
+        b->idlen[j] = l;
+    }
+    for (long i = 0; i < b->nids; i++) {
+        char *c = strdup(b->ids[i]);
+        if (!c) {
+            fprintf(stderr, "moonshard bench: not enough memory for the "
+                    "ids\n");
+            return -1;
+        }
+        free(b->ids[i]);
+        b->ids[i] = c;
+    }
+    return 0;
+}
+
 /* A node allocates a shard when the shard's first message arrives (the
  * coordinator's strategy places it): one tell to one entity of each
  * shard, stopped again, so that the figures below measure messages, not
@@ -451,9 +483,11 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
      * are reported */
     double floors[ROUNDS], tells[ROUNDS], ratios[ROUNDS];
     double bfloors[ROUNDS], bratios[ROUNDS];
+    double qfloors[ROUNDS], qratios[ROUNDS];
     for (int r = 0; r < rounds; r++) {
         if ((floors[r] = floor_rate_of(&b, "floor", arg)) <= 0 ||
-            (bfloors[r] = floor_rate_of(&b, "bytes", arg)) <= 0)
+            (bfloors[r] = floor_rate_of(&b, "bytes", arg)) <= 0 ||
+            (qfloors[r] = floor_rate_of(&b, "queue", arg)) <= 0)
             goto done;
         ms_node_lua_gc(b.node);
         t0 = now_s();
@@ -462,6 +496,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
         tells[r] = (double)messages / (now_s() - t0);
         ratios[r] = tells[r] / floors[r];
         bratios[r] = tells[r] / bfloors[r];
+        qratios[r] = tells[r] / qfloors[r];
         ms_node_lua_gc(b.node);
     }
     double floor_rate = rounds ? median(floors, rounds) : 0;
@@ -469,12 +504,18 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     double tell_ratio = rounds ? median(ratios, rounds) : 0;
     fig->bytes_rate = rounds ? median(bfloors, rounds) : 0;
     fig->tell_bytes_ratio = rounds ? median(bratios, rounds) : 0;
+    fig->queue_rate = rounds ? median(qfloors, rounds) : 0;
+    fig->tell_queue_ratio = rounds ? median(qratios, rounds) : 0;
     /* the floor from bytes with an ask's payload: it encodes the reply */
     if (rounds && nasks) {
         char aarg[256];
         snprintf(aarg, sizeof aarg, "counter %ld %ld %s", nids,
                  nasks > nids ? nasks : nids, GET);
         if ((fig->ask_bytes_rate = floor_rate_of(&b, "bytes", aarg)) <= 0)
+            goto done;
+        snprintf(aarg, sizeof aarg, "counter %ld %ld %s ask", nids,
+                 nasks > nids ? nasks : nids, GET);
+        if ((fig->ask_queue_rate = floor_rate_of(&b, "queue", aarg)) <= 0)
             goto done;
     }
 
@@ -487,6 +528,32 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
         uv_run(b.loop, UV_RUN_NOWAIT);
     double ask_s = now_s() - t0;
 
+    /* the tells again with the ids in a fixed random order, paired with
+     * the queue floor in the same order: the entities' states are no
+     * longer visited in the order they were made in */
+    double sqfloors[ROUNDS], stells[ROUNDS], sratios[ROUNDS];
+    if (rounds) {
+        if (shuffle_ids(&b) < 0)
+            goto done;
+        char sarg[256];
+        snprintf(sarg, sizeof sarg, "counter %ld %ld %s shuffled", nids,
+                 messages, PAYLOAD);
+        for (int r = 0; r < rounds; r++) {
+            if ((sqfloors[r] = floor_rate_of(&b, "queue", sarg)) <= 0)
+                goto done;
+            ms_node_lua_gc(b.node);
+            t0 = now_s();
+            if (tell_all(&b, messages) < 0)
+                goto done;
+            stells[r] = (double)messages / (now_s() - t0);
+            sratios[r] = stells[r] / sqfloors[r];
+            ms_node_lua_gc(b.node);
+        }
+        fig->shuffled_queue_rate = median(sqfloors, rounds);
+        fig->shuffled_tell_rate = median(stells, rounds);
+        fig->tell_shuffled_ratio = median(sratios, rounds);
+    }
+
     ms_node_stats(b.node, &st);
     fig->floor_rate = floor_rate;
     fig->tell_rate = tell_rate;
@@ -495,6 +562,8 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     fig->ask_ratio = floor_rate > 0 ? fig->ask_rate / floor_rate : 0;
     fig->ask_bytes_ratio = fig->ask_bytes_rate > 0
                                ? fig->ask_rate / fig->ask_bytes_rate : 0;
+    fig->ask_queue_ratio = fig->ask_queue_rate > 0
+                               ? fig->ask_rate / fig->ask_queue_rate : 0;
     fig->asks_failed = b.asks_failed;
     fig->act_rate = (double)nids / act_s;
     fig->bytes_per_entity = (double)(rss1 - rss0) / (double)nids;
@@ -537,6 +606,35 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
         printf("    with an ask's, its reply encoded:              %12.0f msg/s"
                "  asks / it %.2f\n", fig->ask_bytes_rate,
                fig->ask_bytes_ratio);
+    /* the floor behind the least a runtime of this shape does: a C
+     * lookup of the id and a FIFO between sender and handler
+     * (bench/floor.lua's queue, bench/queue.c) */
+    printf("  the queue floor (the floor behind a C lookup and a FIFO):\n"
+           "    with tells:                                    %12.0f msg/s"
+           "  %.2f of the floor, tells / it %.2f\n",
+           fig->queue_rate,
+           floor_rate > 0 ? fig->queue_rate / floor_rate : 0,
+           fig->tell_queue_ratio);
+    if (nasks)
+        printf("    with asks, each reply encoded and copied back: "
+               "%12.0f msg/s  %.2f of the floor, asks / it %.2f\n",
+               fig->ask_queue_rate,
+               floor_rate > 0 ? fig->ask_queue_rate / floor_rate : 0,
+               fig->ask_queue_ratio);
+    /* the floors and the tells above visit the entities in the order
+     * they were made in; a runtime's messages come in any order */
+    if (rounds)
+        printf("  the ids in a fixed random order (median of %d paired "
+               "rounds):\n"
+               "    the queue floor:                               %12.0f"
+               " msg/s  %.2f of the floor\n"
+               "    tells through the runtime:                     %12.0f"
+               " msg/s  %.2f of the floor, / the queue floor %.2f\n",
+               rounds, fig->shuffled_queue_rate,
+               floor_rate > 0 ? fig->shuffled_queue_rate / floor_rate : 0,
+               fig->shuffled_tell_rate,
+               floor_rate > 0 ? fig->shuffled_tell_rate / floor_rate : 0,
+               fig->tell_shuffled_ratio);
     printf("  activations (first message to %ld ids):      %12.0f /s\n",
            nids, (double)nids / act_s);
     printf("  memory per idle activated entity (RSS delta):  %8.0f bytes"
