@@ -174,6 +174,22 @@ static void row_local(double seconds)
         note("         the floor from bytes (ids and payload taken from C "
              "memory each message):\n         %.0f msg/s, tells / it %.2f\n",
              f.bytes_rate, f.tell_bytes_ratio);
+        note("         the queue floor (the floor behind a C lookup and a "
+             "FIFO), its states made\n         back to back: %.0f msg/s "
+             "(%.2f of the floor), tells / it %.2f; made by\n         first "
+             "messages, as a runtime's: %.0f msg/s (%.2f), tells / it %.2f"
+             "\n", f.queue_rate,
+             f.floor_rate > 0 ? f.queue_rate / f.floor_rate : 0,
+             f.tell_queue_ratio, f.act_queue_rate,
+             f.floor_rate > 0 ? f.act_queue_rate / f.floor_rate : 0,
+             f.tell_act_queue_ratio);
+        note("         the ids in a fixed random order: the queue floor %.0f "
+             "msg/s (%.2f),\n         tells %.0f msg/s (%.2f), tells / it "
+             "%.2f\n", f.shuffled_queue_rate,
+             f.floor_rate > 0 ? f.shuffled_queue_rate / f.floor_rate : 0,
+             f.shuffled_tell_rate,
+             f.floor_rate > 0 ? f.shuffled_tell_rate / f.floor_rate : 0,
+             f.tell_shuffled_ratio);
     }
     if (g_rows[R_ASKS].selected) {
         done(R_ASKS, f.ask_rate, f.floor_rate, f.ask_ratio);
@@ -181,6 +197,11 @@ static void row_local(double seconds)
              "from bytes with an ask's\n         payload, its reply encoded: "
              "%.0f msg/s, asks / it %.2f\n", asks, f.asks_failed,
              f.ask_bytes_rate, f.ask_bytes_ratio);
+        note("         the queue floor with asks, its states made by first "
+             "messages: %.0f msg/s\n         (%.2f of the floor), asks / it "
+             "%.2f\n", f.ask_queue_rate,
+             f.floor_rate > 0 ? f.ask_queue_rate / f.floor_rate : 0,
+             f.ask_queue_ratio);
     }
 }
 

@@ -53,6 +53,9 @@ struct ms_bench_local_figures {
      * rounds, the median of the paired tells / it) and with asks (asks
      * over it) */
     double queue_rate, tell_queue_ratio;
+    /* the same with its states made by first messages (floor.lua's
+     * "activated"), as a runtime makes them; the asks row uses them */
+    double act_queue_rate, tell_act_queue_ratio;
     double ask_queue_rate, ask_queue_ratio;
     /* the queue floor and the tells with the ids in a fixed random order
      * (medians of the paired rounds, and of tells / the queue floor) */

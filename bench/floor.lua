@@ -73,8 +73,10 @@ function M.bytes(arg)
     return tostring(messages / t)
 end
 
--- Same argument, then " ask" for asks and " shuffled" for the entities
--- visited in a fixed random order (see bench/queue.c): the queue floor, the least that a
+-- Same argument, then the flags " ask" for asks, " shuffled" for the
+-- entities visited in a fixed random order (see bench/queue.c), and
+-- " activated" for states made as a runtime makes them (below): the queue
+-- floor, the least that a
 -- runtime of moonshard's shape adds to the bare floor (bench/queue.c). A
 -- sender hands each message over as bytes: C hashes the id, finds its
 -- entity in a C table and copies the payload into a FIFO; this loop pops
@@ -82,15 +84,24 @@ end
 -- the entity's state. An ask's reply is encoded (moonshard.encoder) and
 -- copied back to the asker. No shards, activation, timers, limit,
 -- statistics or timeouts: a bound for this machine, not a runtime.
+--
+-- Its states are made before its clock starts, as the bare floor's are:
+-- back to back, or, with " activated", each by its entity's first
+-- message, as an activation on a first message makes them: that message
+-- decoded, a ctx made (kept until 64 later), init, and receive of the
+-- message; the garbage of those lies between the states in memory, as it
+-- does in a runtime (the same 5 allocations an entity as a node's
+-- activation, counted with a uprobe on lj_alloc_malloc).
 local queue_cdef = false
 function M.queue(arg)
     local module, ids, messages, payload, flags =
         arg:match("^(%S+) (%d+) (%d+) (%b{})(.*)$")
     ids, messages = tonumber(ids), tonumber(messages)
-    local ask, shuffled = false, false
+    local ask, shuffled, activated = false, false, false
     for flag in flags:gmatch("%S+") do
         if flag == "ask" then ask = true
         elseif flag == "shuffled" then shuffled = true
+        elseif flag == "activated" then activated = true
         else error("queue floor: unknown flag " .. flag) end
     end
     local ffi = require "ffi"
@@ -105,6 +116,7 @@ long ms__qf_send(void *q, long k, const char *payload, uint32_t len,
 uint32_t ms__qf_next(void *q, struct ms_qf_msg *out);
 int ms__qf_reply(void *q, uint32_t corr, const char *json, uint32_t len);
 uint64_t ms__qf_replies(const void *q);
+struct ms_qf_ctx { uint32_t h; uint32_t g; uint16_t shard; uint16_t t; };
 ]]
         queue_cdef = true
     end
@@ -120,8 +132,20 @@ uint64_t ms__qf_replies(const void *q);
         C.ms__qf_reply(q, m.corr, s, #s)
     end }
     local states = {}
-    for h = 1, ids do states[h] = behavior.init(ctx) end
     local receive = behavior.receive
+    if activated then
+        local kept, ctx_t = {}, ffi.typeof("struct ms_qf_ctx")
+        local first = '{"type":"incr"}'
+        for h = 1, ids do
+            local msg = decode(first)
+            local c = ctx_t(h, 1, 0, 0)
+            kept[h % 64] = c
+            states[h] = behavior.init(c)
+            receive(states[h], msg, c)
+        end
+    else
+        for h = 1, ids do states[h] = behavior.init(ctx) end
+    end
     local plen, flag = #payload, ask and 1 or 0
     local CHUNK = 1000
     local t0 = now()

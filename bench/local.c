@@ -483,11 +483,14 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
      * are reported */
     double floors[ROUNDS], tells[ROUNDS], ratios[ROUNDS];
     double bfloors[ROUNDS], bratios[ROUNDS];
-    double qfloors[ROUNDS], qratios[ROUNDS];
+    double qfloors[ROUNDS], qratios[ROUNDS], afloors[ROUNDS], aratios[ROUNDS];
+    char actarg[sizeof arg + 16];
+    snprintf(actarg, sizeof actarg, "%s activated", arg);
     for (int r = 0; r < rounds; r++) {
         if ((floors[r] = floor_rate_of(&b, "floor", arg)) <= 0 ||
             (bfloors[r] = floor_rate_of(&b, "bytes", arg)) <= 0 ||
-            (qfloors[r] = floor_rate_of(&b, "queue", arg)) <= 0)
+            (qfloors[r] = floor_rate_of(&b, "queue", arg)) <= 0 ||
+            (afloors[r] = floor_rate_of(&b, "queue", actarg)) <= 0)
             goto done;
         ms_node_lua_gc(b.node);
         t0 = now_s();
@@ -497,6 +500,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
         ratios[r] = tells[r] / floors[r];
         bratios[r] = tells[r] / bfloors[r];
         qratios[r] = tells[r] / qfloors[r];
+        aratios[r] = tells[r] / afloors[r];
         ms_node_lua_gc(b.node);
     }
     double floor_rate = rounds ? median(floors, rounds) : 0;
@@ -506,6 +510,8 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     fig->tell_bytes_ratio = rounds ? median(bratios, rounds) : 0;
     fig->queue_rate = rounds ? median(qfloors, rounds) : 0;
     fig->tell_queue_ratio = rounds ? median(qratios, rounds) : 0;
+    fig->act_queue_rate = rounds ? median(afloors, rounds) : 0;
+    fig->tell_act_queue_ratio = rounds ? median(aratios, rounds) : 0;
     /* the floor from bytes with an ask's payload: it encodes the reply */
     if (rounds && nasks) {
         char aarg[256];
@@ -513,7 +519,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
                  nasks > nids ? nasks : nids, GET);
         if ((fig->ask_bytes_rate = floor_rate_of(&b, "bytes", aarg)) <= 0)
             goto done;
-        snprintf(aarg, sizeof aarg, "counter %ld %ld %s ask", nids,
+        snprintf(aarg, sizeof aarg, "counter %ld %ld %s ask activated", nids,
                  nasks > nids ? nasks : nids, GET);
         if ((fig->ask_queue_rate = floor_rate_of(&b, "queue", aarg)) <= 0)
             goto done;
@@ -536,7 +542,8 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
         if (shuffle_ids(&b) < 0)
             goto done;
         char sarg[256];
-        snprintf(sarg, sizeof sarg, "counter %ld %ld %s shuffled", nids,
+        snprintf(sarg, sizeof sarg, "counter %ld %ld %s shuffled activated",
+                 nids,
                  messages, PAYLOAD);
         for (int r = 0; r < rounds; r++) {
             if ((sqfloors[r] = floor_rate_of(&b, "queue", sarg)) <= 0)
@@ -610,13 +617,17 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
      * lookup of the id and a FIFO between sender and handler
      * (bench/floor.lua's queue, bench/queue.c) */
     printf("  the queue floor (the floor behind a C lookup and a FIFO):\n"
-           "    with tells:                                    %12.0f msg/s"
+           "    its states made back to back, tells:           %12.0f msg/s"
+           "  %.2f of the floor, tells / it %.2f\n"
+           "    made by first messages, as a runtime's, tells: %12.0f msg/s"
            "  %.2f of the floor, tells / it %.2f\n",
            fig->queue_rate,
            floor_rate > 0 ? fig->queue_rate / floor_rate : 0,
-           fig->tell_queue_ratio);
+           fig->tell_queue_ratio, fig->act_queue_rate,
+           floor_rate > 0 ? fig->act_queue_rate / floor_rate : 0,
+           fig->tell_act_queue_ratio);
     if (nasks)
-        printf("    with asks, each reply encoded and copied back: "
+        printf("    made so, asks, each reply encoded and sent back:"
                "%12.0f msg/s  %.2f of the floor, asks / it %.2f\n",
                fig->ask_queue_rate,
                floor_rate > 0 ? fig->ask_queue_rate / floor_rate : 0,
@@ -626,7 +637,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     if (rounds)
         printf("  the ids in a fixed random order (median of %d paired "
                "rounds):\n"
-               "    the queue floor:                               %12.0f"
+               "    the queue floor, states made by first messages:%12.0f"
                " msg/s  %.2f of the floor\n"
                "    tells through the runtime:                     %12.0f"
                " msg/s  %.2f of the floor, / the queue floor %.2f\n",

@@ -66,6 +66,36 @@ describe("moonshard-bench", function()
                                 .. "%s+(%d+) msg/s  asks / it ([%d.]+)")
         assert.is_truthy(rate, out)
         assert.is_true(tonumber(rate) > 0 and tonumber(ratio) > 0, out)
+        -- the queue floor: states made back to back and by first messages,
+        -- with tells, then with asks; each a rate, its share of the floor
+        -- and the runtime's ratio to it
+        for _, line in ipairs({
+            "\n    its states made back to back, tells:%s+(%d+) msg/s  "
+                .. "([%d.]+) of the floor, tells / it ([%d.]+)",
+            "\n    made by first messages, as a runtime's, tells:%s+(%d+) "
+                .. "msg/s  ([%d.]+) of the floor, tells / it ([%d.]+)",
+            "\n    made so, asks, each reply encoded and sent back:%s*(%d+) "
+                .. "msg/s  ([%d.]+) of the floor, asks / it ([%d.]+)",
+        }) do
+            local r, share, rt = out:match(line)
+            assert.is_truthy(r, line .. " in:\n" .. out)
+            assert.is_true(tonumber(r) > 0 and tonumber(share) > 0
+                           and tonumber(rt) > 0, out)
+        end
+        -- the ids in a fixed random order: the queue floor and the tells,
+        -- paired
+        local qr, qshare = out:match("\n    the queue floor, states made by "
+                                     .. "first messages:%s*(%d+) msg/s  "
+                                     .. "([%d.]+) of the floor")
+        assert.is_truthy(qr, out)
+        assert.is_true(tonumber(qr) > 0 and tonumber(qshare) > 0, out)
+        local tr, tshare, tq = out:match("\n    tells through the runtime:"
+                                         .. "%s+(%d+) msg/s  ([%d.]+) of the "
+                                         .. "floor, / the queue floor "
+                                         .. "([%d.]+)")
+        assert.is_truthy(tr, out)
+        assert.is_true(tonumber(tr) > 0 and tonumber(tshare) > 0
+                       and tonumber(tq) > 0, out)
     end)
 
     it("local --asks sets the asks, and --asks 0 runs none", function()
@@ -81,6 +111,9 @@ describe("moonshard-bench", function()
         assert.are.equal(0, code, err)
         assert.is_nil(out:find("\n  asks ", 1, true), out)
         assert.is_nil(out:find("with an ask's", 1, true), out)
+        assert.is_nil(out:find("made so, asks", 1, true), out)
+        assert.is_truthy(out:find("made by first messages, as a runtime's",
+                                  1, true), out)
         assert.is_truthy(out:find("with a tell's payload", 1, true), out)
     end)
 
