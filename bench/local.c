@@ -100,35 +100,52 @@ static int tell_all(struct bench *b, long messages)
     return tell_ids(b, b->ids, b->idlen, b->nids, messages);
 }
 
-/* Puts b->ids in the fixed random order of bench/queue.c's shuffled
- * queue floor (xorshift64 Fisher-Yates, same seed), each id copied anew
- * in that order, so that the senders read their ids from memory in
- * sequence, as the queue floor's do. 0, or -1 (said). */
-static int shuffle_ids(struct bench *b)
+/* Frees n ids (strdup'ed; NULL ones skipped) and their arrays. */
+static void free_ids(char **ids, size_t *len, long n)
 {
+    for (long i = 0; ids && i < n; i++)
+        free(ids[i]);
+    free(ids);
+    free(len);
+}
+
+/* b->ids in the fixed random order of bench/queue.c's shuffled queue
+ * floor (xorshift64 Fisher-Yates, same seed), each id copied anew in that
+ * order, so that the senders read their ids from memory in sequence, as
+ * the queue floor's do; b->ids is left as it is. 0 and *ids, *len (for
+ * free_ids), or -1 (said). */
+static int shuffled_ids(const struct bench *b, char ***ids, size_t **len)
+{
+    long n = b->nids;
+    char **v = calloc((size_t)n, sizeof *v);
+    size_t *l = calloc((size_t)n, sizeof *l);
+    long *at = calloc((size_t)n, sizeof *at);
+    int rc = v && l && at ? 0 : -1;
+    for (long i = 0; rc == 0 && i < n; i++)
+        at[i] = i;
     uint64_t x = 88172645463325252ULL;
-    for (long i = b->nids - 1; i > 0; i--) {
+    for (long i = n - 1; rc == 0 && i > 0; i--) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         long j = (long)(x % (uint64_t)(i + 1));
-        char *t = b->ids[i];
-        b->ids[i] = b->ids[j];
-        b->ids[j] = t;
-        size_t l = b->idlen[i];
-        b->idlen[i] = b->idlen[j];
-        b->idlen[j] = l;
+        long t = at[i];
+        at[i] = at[j];
+        at[j] = t;
     }
-    for (long i = 0; i < b->nids; i++) {
-        char *c = strdup(b->ids[i]);
-        if (!c) {
-            fprintf(stderr, "moonshard bench: not enough memory for the "
-                    "ids\n");
-            return -1;
-        }
-        free(b->ids[i]);
-        b->ids[i] = c;
+    for (long i = 0; rc == 0 && i < n; i++) {
+        l[i] = b->idlen[at[i]];
+        if (!(v[i] = strdup(b->ids[at[i]])))
+            rc = -1;
     }
+    free(at);
+    if (rc < 0) {
+        fprintf(stderr, "moonshard bench: not enough memory for the ids\n");
+        free_ids(v, l, n);
+        return -1;
+    }
+    *ids = v;
+    *len = l;
     return 0;
 }
 
@@ -441,6 +458,8 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
      * open, it would keep bench all's loop (the default loop, the next
      * rows' too) running for good */
     int failed = 1, limit_failed = 0;
+    char **sids = NULL; /* the ids in a fixed random order */
+    size_t *slen = NULL;
     struct ms_stats st;
     memset(&st, 0, sizeof st);
     b.nids = nids;
@@ -539,7 +558,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
      * longer visited in the order they were made in */
     double sqfloors[ROUNDS], stells[ROUNDS], sratios[ROUNDS];
     if (rounds) {
-        if (shuffle_ids(&b) < 0)
+        if (shuffled_ids(&b, &sids, &slen) < 0)
             goto done;
         char sarg[256];
         snprintf(sarg, sizeof sarg, "counter %ld %ld %s shuffled activated",
@@ -550,7 +569,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
                 goto done;
             ms_node_lua_gc(b.node);
             t0 = now_s();
-            if (tell_all(&b, messages) < 0)
+            if (tell_ids(&b, sids, slen, nids, messages) < 0)
                 goto done;
             stells[r] = (double)messages / (now_s() - t0);
             sratios[r] = stells[r] / sqfloors[r];
@@ -661,12 +680,10 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     if (limited)
         ms_node_close(limited);
 done:
+    free_ids(sids, slen, nids);
     ms_node_close(b.node);
     uv_run(b.loop, UV_RUN_DEFAULT);
-    for (long i = 0; b.ids && i < nids; i++)
-        free(b.ids[i]);
-    free(b.ids);
-    free(b.idlen);
+    free_ids(b.ids, b.idlen, nids);
     return failed || st.handler_errors || b.asks_failed || limit_failed ? 1
                                                                          : 0;
 }
