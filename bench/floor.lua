@@ -134,7 +134,7 @@ struct ms_qf_ctx { uint32_t h; uint32_t g; uint16_t shard; uint16_t t; };
     local states = {}
     local receive = behavior.receive
     if activated then
-        local kept, ctx_t = {}, ffi.typeof("struct ms_qf_ctx")
+        local kept, ctx_t = {}, ffi.typeof("struct ms_qf_ctx") -- luacheck: ignore 241
         local first = '{"type":"incr"}'
         for h = 1, ids do
             local msg = decode(first)
