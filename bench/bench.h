@@ -83,8 +83,8 @@ struct ms_qf;
 struct ms_qf_msg;
 struct ms_qf *ms__qf_new(long nids, int shuffled);
 void ms__qf_free(struct ms_qf *q);
-long ms__qf_send(struct ms_qf *q, long k, const char *payload, uint32_t len,
-                 int ask);
+int ms__qf_send(struct ms_qf *q, int k, const char *payload, uint32_t len,
+                int ask);
 uint32_t ms__qf_next(struct ms_qf *q, struct ms_qf_msg *out);
 int ms__qf_reply(struct ms_qf *q, uint32_t corr, const char *json,
                  uint32_t len);

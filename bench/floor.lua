@@ -76,14 +76,16 @@ end
 -- Same argument, then the flags " ask" for asks, " shuffled" for the
 -- entities visited in a fixed random order (see bench/queue.c), and
 -- " activated" for states made as a runtime makes them (below): the queue
--- floor, the least that a
--- runtime of moonshard's shape adds to the bare floor (bench/queue.c). A
--- sender hands each message over as bytes: C hashes the id, finds its
--- entity in a C table and copies the payload into a FIFO; this loop pops
--- it, takes the payload as a Lua string, decodes it and calls receive on
--- the entity's state. An ask's reply is encoded (moonshard.encoder) and
--- copied back to the asker. No shards, activation, timers, limit,
--- statistics or timeouts: a bound for this machine, not a runtime.
+-- floor, the least that a runtime of moonshard's shape adds to the bare
+-- floor (bench/queue.c). A sender hands each message over as bytes: C
+-- hashes the id, finds its entity in a C table and copies the payload
+-- into a FIFO; this loop pops it, takes the payload as a Lua string,
+-- decodes it and calls receive on the entity's state. An ask's reply is
+-- encoded (moonshard.encoder) and copied back to the asker, found by its
+-- correlation id; it makes a Lua string of the reply on the way, which
+-- the runtime's ctx:reply does not (more than the least, there). No shards,
+-- activation, timers, limit, statistics or timeouts: a bound for this
+-- machine, not a runtime.
 --
 -- Its states are made before its clock starts, as the bare floor's are:
 -- back to back, or, with " activated", each by its entity's first
@@ -111,8 +113,8 @@ struct ms_qf_msg { uint32_t h; uint32_t len; uint32_t corr;
                    const char *payload; };
 void *ms__qf_new(long nids, int shuffled);
 void ms__qf_free(void *q);
-long ms__qf_send(void *q, long k, const char *payload, uint32_t len,
-                 int ask);
+int ms__qf_send(void *q, int k, const char *payload, uint32_t len,
+                int ask);
 uint32_t ms__qf_next(void *q, struct ms_qf_msg *out);
 int ms__qf_reply(void *q, uint32_t corr, const char *json, uint32_t len);
 uint64_t ms__qf_replies(const void *q);
@@ -122,14 +124,20 @@ struct ms_qf_ctx { uint32_t h; uint32_t g; uint16_t shard; uint16_t t; };
     end
     local C, ffi_string = ffi.C, ffi.string
     local q = C.ms__qf_new(ids, shuffled and 1 or 0)
-    if q == nil then error("queue floor: not enough memory") end
+    if q == nil then
+        error("queue floor: not enough memory, or too many ids")
+    end
+    -- freed by the GC if an error ends this function (lua_close runs it)
+    q = ffi.gc(q, C.ms__qf_free)
     local encode = require("moonshard.encoder").encode
     local behavior = require(module)
     local decode = cjson.new().decode
     local m = ffi.new("struct ms_qf_msg")
     local ctx = { reply = function(_, msg)
         local s = encode(msg)
-        C.ms__qf_reply(q, m.corr, s, #s)
+        if C.ms__qf_reply(q, m.corr, s, #s) ~= 0 then
+            error("queue floor: a reply to no waiting ask, or too long")
+        end
     end }
     local states = {}
     local receive = behavior.receive
@@ -153,7 +161,8 @@ struct ms_qf_ctx { uint32_t h; uint32_t g; uint16_t shard; uint16_t t; };
     while left > 0 do
         local k = C.ms__qf_send(q, left < CHUNK and left or CHUNK, payload,
                                 plen, flag)
-        if k <= 0 then error("queue floor: the payload does not fit") end
+        if k < 0 then error("queue floor: the payload does not fit") end
+        if k == 0 then error("queue floor: the FIFO is full") end
         left = left - k
         while C.ms__qf_next(q, m) ~= 0 do
             receive(states[m.h], decode(ffi_string(m.payload, m.len)), ctx)
@@ -161,7 +170,7 @@ struct ms_qf_ctx { uint32_t h; uint32_t g; uint16_t shard; uint16_t t; };
     end
     local t = now() - t0
     local replies = tonumber(C.ms__qf_replies(q))
-    C.ms__qf_free(q)
+    C.ms__qf_free(ffi.gc(q, nil))
     if ask and replies ~= messages then
         error(("queue floor: %d replies to %d asks"):format(replies, messages))
     end

@@ -25,6 +25,9 @@
 #define QF_SLOTS 1024      /* a FIFO of this many messages */
 #define QF_PAYLOAD 64      /* bytes of a slot's payload */
 #define QF_REPLY 256       /* bytes of the asker's reply buffer */
+/* the most ids: a handle is a uint32_t, and the table has twice as many
+ * buckets as ids */
+#define QF_MAX_IDS INT32_MAX
 
 /* mirrored by bench/floor.lua's cdef */
 struct ms_qf_msg {
@@ -57,11 +60,15 @@ struct ms_qf {
     struct qf_slot slots[QF_SLOTS];
     uint32_t head, tail;
     uint32_t next_corr;
+    /* the asks waiting for their reply, by corr & (QF_SLOTS - 1): at most
+     * QF_SLOTS - 1 are queued, so their (consecutive) corrs differ there */
+    uint32_t pending[QF_SLOTS];
     uint64_t replies, reply_bytes;
     char reply[QF_REPLY];
 };
 
-/* A queue floor of nids entities "c-1".."c-<nids>", or NULL. The
+/* A queue floor of nids entities "c-1".."c-<nids>" (1 <= nids <=
+ * QF_MAX_IDS), or NULL (out of memory, or nids out of range). The
  * senders go round robin over them: in that order, or, when `shuffled`,
  * in a fixed random order (the entities' states are visited in another
  * order than they were made in, as in a runtime, where messages come in
@@ -69,7 +76,7 @@ struct ms_qf {
 struct ms_qf *ms__qf_new(long nids, int shuffled)
 {
     struct ms_qf *q = calloc(1, sizeof *q);
-    if (!q || nids < 1)
+    if (!q || nids < 1 || nids > QF_MAX_IDS)
         goto fail;
     uint64_t cap = 1;
     while (cap < (uint64_t)nids * 2)
@@ -131,14 +138,15 @@ void ms__qf_free(struct ms_qf *q)
 
 /* The next k messages round robin over the ids, each as a sender hands
  * it over: hash the id's bytes, find its entity, copy the payload into
- * the FIFO. `ask`: each carries a correlation id. Returns the number
- * queued (the FIFO holds QF_SLOTS - 1; a payload holds QF_PAYLOAD). */
-long ms__qf_send(struct ms_qf *q, long k, const char *payload,
-                           uint32_t len, int ask)
+ * the FIFO. `ask`: each carries a correlation id, its ask waits for the
+ * reply. Returns the number queued (0 when the FIFO, of QF_SLOTS - 1, is
+ * full), or -1 when the payload is above QF_PAYLOAD bytes. */
+int ms__qf_send(struct ms_qf *q, int k, const char *payload, uint32_t len,
+                int ask)
 {
     if (len > QF_PAYLOAD)
-        return 0;
-    long sent = 0;
+        return -1;
+    int sent = 0;
     for (; sent < k; sent++) {
         uint32_t t = (q->tail + 1) & (QF_SLOTS - 1);
         if (t == q->head)
@@ -159,6 +167,8 @@ long ms__qf_send(struct ms_qf *q, long k, const char *payload,
         if (ask && ++q->next_corr == 0) /* 0 means a tell */
             q->next_corr = 1;
         s->corr = ask ? q->next_corr : 0;
+        if (ask)
+            q->pending[q->next_corr & (QF_SLOTS - 1)] = q->next_corr;
         memcpy(s->payload, payload, len);
         q->tail = t;
     }
@@ -180,12 +190,16 @@ uint32_t ms__qf_next(struct ms_qf *q, struct ms_qf_msg *out)
     return s->h;
 }
 
-/* The reply to ask `corr`, copied to its asker (a buffer that counts). */
+/* The reply to ask `corr`, copied to its asker (a buffer that counts),
+ * found by corr among the waiting asks; 0, or -1 when no ask waits for
+ * it (a tell, or a second reply) or it is above QF_REPLY bytes. */
 int ms__qf_reply(struct ms_qf *q, uint32_t corr, const char *json,
-                           uint32_t len)
+                 uint32_t len)
 {
-    if (corr == 0 || len > QF_REPLY)
+    uint32_t *waiting = &q->pending[corr & (QF_SLOTS - 1)];
+    if (corr == 0 || *waiting != corr || len > QF_REPLY)
         return -1;
+    *waiting = 0;
     memcpy(q->reply, json, len);
     q->replies++;
     q->reply_bytes += len;
