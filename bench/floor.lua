@@ -83,9 +83,10 @@ end
 -- decodes it and calls receive on the entity's state. An ask's reply is
 -- encoded (moonshard.encoder) and copied back to the asker, found by its
 -- correlation id; it makes a Lua string of the reply on the way, which
--- the runtime's ctx:reply does not (more than the least, there). No shards,
--- activation, timers, limit, statistics or timeouts: a bound for this
--- machine, not a runtime.
+-- the runtime's ctx:reply does not (more than the least, there). The
+-- clock starts after a full collection, as the runtime's rounds do. No
+-- shards, activation, timers, limit, statistics or timeouts: a bound for
+-- this machine, not a runtime.
 --
 -- Its states are made before its clock starts, as the bare floor's are:
 -- back to back, or, with " activated", each by its entity's first
@@ -156,6 +157,9 @@ struct ms_qf_ctx { uint32_t h; uint32_t g; uint16_t shard; uint16_t t; };
     end
     local plen, flag = #payload, ask and 1 or 0
     local CHUNK = 1000
+    -- as the runtime's rounds start after a full collection (local.c):
+    -- the garbage of the states' making is not collected on the clock
+    collectgarbage()
     local t0 = now()
     local left = messages
     while left > 0 do
