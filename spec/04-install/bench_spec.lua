@@ -68,19 +68,27 @@ describe("moonshard-bench", function()
         assert.is_true(tonumber(rate) > 0 and tonumber(ratio) > 0, out)
         -- the queue floor: states made back to back and by first messages,
         -- with tells, then with asks; each a rate, its share of the floor
-        -- and the runtime's ratio to it
+        -- (of the floor printed above: the rate over it, to the rounding of
+        -- the printed figures) and the runtime's ratio to it
+        local floor = figure(out, "\n  floor %(.-%):%s+(%d+) msg/s")
+        local function share_of(r, share)
+            assert.is_true(math.abs(tonumber(share) - tonumber(r) / floor)
+                           <= 0.0051, format("%s / %d is not %s in:\n%s",
+                                             r, floor, share, out))
+        end
         for _, line in ipairs({
             "\n    its states made back to back, tells:%s+(%d+) msg/s  "
                 .. "([%d.]+) of the floor, tells / it ([%d.]+)",
             "\n    made by first messages, as a runtime's, tells:%s+(%d+) "
                 .. "msg/s  ([%d.]+) of the floor, tells / it ([%d.]+)",
-            "\n    made so, asks, each reply encoded and sent back:%s*(%d+) "
+            "\n    made so, asks, each reply encoded, sent back:%s+(%d+) "
                 .. "msg/s  ([%d.]+) of the floor, asks / it ([%d.]+)",
         }) do
             local r, share, rt = out:match(line)
             assert.is_truthy(r, line .. " in:\n" .. out)
             assert.is_true(tonumber(r) > 0 and tonumber(share) > 0
                            and tonumber(rt) > 0, out)
+            share_of(r, share)
         end
         -- the ids in a fixed random order: the queue floor and the tells,
         -- paired
@@ -89,6 +97,7 @@ describe("moonshard-bench", function()
                                      .. "([%d.]+) of the floor")
         assert.is_truthy(qr, out)
         assert.is_true(tonumber(qr) > 0 and tonumber(qshare) > 0, out)
+        share_of(qr, qshare)
         local tr, tshare, tq = out:match("\n    tells through the runtime:"
                                          .. "%s+(%d+) msg/s  ([%d.]+) of the "
                                          .. "floor, / the queue floor "
@@ -96,6 +105,7 @@ describe("moonshard-bench", function()
         assert.is_truthy(tr, out)
         assert.is_true(tonumber(tr) > 0 and tonumber(tshare) > 0
                        and tonumber(tq) > 0, out)
+        share_of(tr, tshare)
     end)
 
     it("local --asks sets the asks, and --asks 0 runs none", function()
