@@ -183,9 +183,10 @@ static void row_local(double seconds)
              f.tell_queue_ratio, f.act_queue_rate,
              f.floor_rate > 0 ? f.act_queue_rate / f.floor_rate : 0,
              f.tell_act_queue_ratio);
-        note("         the ids in a fixed random order: the queue floor %.0f "
-             "msg/s (%.2f),\n         tells %.0f msg/s (%.2f), tells / it "
-             "%.2f\n", f.shuffled_queue_rate,
+        note("         the ids in a fixed random order: the queue floor, its "
+             "states made by\n         first messages, %.0f msg/s (%.2f), "
+             "tells %.0f msg/s (%.2f), tells / it %.2f\n",
+             f.shuffled_queue_rate,
              f.floor_rate > 0 ? f.shuffled_queue_rate / f.floor_rate : 0,
              f.shuffled_tell_rate,
              f.floor_rate > 0 ? f.shuffled_tell_rate / f.floor_rate : 0,

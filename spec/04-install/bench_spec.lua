@@ -157,6 +157,27 @@ describe("moonshard-bench", function()
         assert.is_true(tonumber(ratio) > 0, out)
         assert.are.equal(tonumber(ratio) >= 0.75 and "met" or "not met",
                          result)
+        -- its notes: the queue floor's rates, each with its share of the
+        -- row's baseline (the same floor: the rate over it, to the
+        -- rounding of the printed figures)
+        local function share_of(r, share)
+            assert.is_true(math.abs(tonumber(share) - tonumber(r) / base)
+                           <= 0.0051, format("%s / %s is not %s in:\n%s",
+                                             r, base, share, out))
+        end
+        local q, qs, qa, qas = out:match(
+            "\n         back to back: (%d+) msg/s %(([%d.]+) of the floor%), "
+            .. "tells / it [%d.]+; made by\n         first messages, as a "
+            .. "runtime's: (%d+) msg/s %(([%d.]+)%), tells / it [%d.]+\n")
+        assert.is_truthy(q, out)
+        share_of(q, qs)
+        share_of(qa, qas)
+        local sq, sqs, st, sts = out:match(
+            "\n         first messages, (%d+) msg/s %(([%d.]+)%), tells (%d+) "
+            .. "msg/s %(([%d.]+)%), tells / it [%d.]+\n")
+        assert.is_truthy(sq, out)
+        share_of(sq, sqs)
+        share_of(st, sts)
         -- only the selected row
         assert.is_nil(out:find("\n  asks ", 1, true), out)
         assert.is_nil(out:find("\n  remote ", 1, true), out)
