@@ -81,6 +81,7 @@ int ms__bench_local_run(long ids, long messages, long asks, int rounds,
  * bench/floor.lua through the FFI */
 struct ms_qf;
 struct ms_qf_msg;
+void ms__qf_order(long *at, long n);
 struct ms_qf *ms__qf_new(long nids, int shuffled);
 void ms__qf_free(struct ms_qf *q);
 int ms__qf_send(struct ms_qf *q, int k, const char *payload, uint32_t len,

@@ -110,10 +110,10 @@ static void free_ids(char **ids, size_t *len, long n)
 }
 
 /* b->ids in the fixed random order of bench/queue.c's shuffled queue
- * floor (xorshift64 Fisher-Yates, same seed), each id copied anew in that
- * order, so that the senders read their ids from memory in sequence, as
- * the queue floor's do; b->ids is left as it is. 0 and *ids, *len (for
- * free_ids), or -1 (said). */
+ * floor (ms__qf_order), each id copied anew in that order, so that the
+ * senders read their ids from memory in sequence, as the queue floor's
+ * do; b->ids is left as it is. 0 and *ids, *len (for free_ids), or -1
+ * (said). */
 static int shuffled_ids(const struct bench *b, char ***ids, size_t **len)
 {
     long n = b->nids;
@@ -121,18 +121,8 @@ static int shuffled_ids(const struct bench *b, char ***ids, size_t **len)
     size_t *l = calloc((size_t)n, sizeof *l);
     long *at = calloc((size_t)n, sizeof *at);
     int rc = v && l && at ? 0 : -1;
-    for (long i = 0; rc == 0 && i < n; i++)
-        at[i] = i;
-    uint64_t x = 88172645463325252ULL;
-    for (long i = n - 1; rc == 0 && i > 0; i--) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        long j = (long)(x % (uint64_t)(i + 1));
-        long t = at[i];
-        at[i] = at[j];
-        at[j] = t;
-    }
+    if (rc == 0)
+        ms__qf_order(at, n);
     for (long i = 0; rc == 0 && i < n; i++) {
         l[i] = b->idlen[at[i]];
         if (!(v[i] = strdup(b->ids[at[i]])))

@@ -15,6 +15,8 @@
  * functions are found by the Lua side through the FFI (the bench is
  * built with its symbols exported).
  */
+#include "bench.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,14 +69,34 @@ struct ms_qf {
     char reply[QF_REPLY];
 };
 
+/* The fixed random order of the shuffled queue floor (Fisher-Yates with
+ * xorshift64, a fixed seed: the same order each run): at[0..n) gets a
+ * permutation of 0..n-1. bench/local.c sends its shuffled tells in it. */
+void ms__qf_order(long *at, long n)
+{
+    for (long i = 0; i < n; i++)
+        at[i] = i;
+    uint64_t x = 88172645463325252ULL;
+    for (long i = n - 1; i > 0; i--) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        long j = (long)(x % (uint64_t)(i + 1));
+        long t = at[i];
+        at[i] = at[j];
+        at[j] = t;
+    }
+}
+
 /* A queue floor of nids entities "c-1".."c-<nids>" (1 <= nids <=
  * QF_MAX_IDS), or NULL (out of memory, or nids out of range). The
  * senders go round robin over them: in that order, or, when `shuffled`,
- * in a fixed random order (the entities' states are visited in another
- * order than they were made in, as in a runtime, where messages come in
- * any order). */
+ * in ms__qf_order's (the entities' states are visited in another order
+ * than they were made in, as in a runtime, where messages come in any
+ * order). */
 struct ms_qf *ms__qf_new(long nids, int shuffled)
 {
+    long *at = NULL;
     struct ms_qf *q = calloc(1, sizeof *q);
     if (!q || nids < 1 || nids > QF_MAX_IDS)
         goto fail;
@@ -86,43 +108,29 @@ struct ms_qf *ms__qf_new(long nids, int shuffled)
     q->buckets = calloc(cap, sizeof *q->buckets);
     q->ids = calloc((size_t)nids, sizeof *q->ids);
     q->idlen = calloc((size_t)nids, 1);
-    if (!q->buckets || !q->ids || !q->idlen)
+    if (shuffled && (at = malloc((size_t)nids * sizeof *at)) != NULL)
+        ms__qf_order(at, nids);
+    if (!q->buckets || !q->ids || !q->idlen || (shuffled && !at))
         goto fail;
+    /* the senders' i-th id is entity e's */
     for (long i = 0; i < nids; i++) {
-        int n = snprintf(q->ids[i], sizeof q->ids[i], "c-%ld", i + 1);
+        long e = at ? at[i] : i;
+        int n = snprintf(q->ids[i], sizeof q->ids[i], "c-%ld", e + 1);
         q->idlen[i] = (uint8_t)n;
         uint64_t hash = ms_fnv1a64(q->ids[i], (size_t)n);
         uint64_t b = hash & q->mask;
         while (q->buckets[b].h)
             b = (b + 1) & q->mask;
         q->buckets[b].hash = hash;
-        q->buckets[b].h = (uint32_t)(i + 1);
+        q->buckets[b].h = (uint32_t)(e + 1);
         q->buckets[b].idlen = (uint32_t)n;
         memcpy(q->buckets[b].id, q->ids[i], (size_t)n);
     }
-    /* Fisher-Yates with xorshift64, fixed seed: the same order each run */
-    uint64_t x = 88172645463325252ULL;
-    for (long i = nids - 1; shuffled && i > 0; i--) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        long j = (long)(x % (uint64_t)(i + 1));
-        char t[sizeof q->ids[0]];
-        memcpy(t, q->ids[i], sizeof t);
-        memcpy(q->ids[i], q->ids[j], sizeof t);
-        memcpy(q->ids[j], t, sizeof t);
-        uint8_t l = q->idlen[i];
-        q->idlen[i] = q->idlen[j];
-        q->idlen[j] = l;
-    }
+    free(at);
     return q;
 fail:
-    if (q) {
-        free(q->buckets);
-        free(q->ids);
-        free(q->idlen);
-    }
-    free(q);
+    free(at);
+    ms__qf_free(q);
     return NULL;
 }
 

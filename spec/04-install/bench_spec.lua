@@ -24,6 +24,14 @@ local function figure(out, pattern)
     return tonumber(v)
 end
 
+-- Asserts that `share`, printed as a rate's share of a floor, is the rate
+-- `r` over the printed floor `base` (to the rounding of the printed
+-- figures: rates whole, shares to 0.01).
+local function assert_share(out, base, r, share)
+    assert(math.abs(tonumber(share) - tonumber(r) / tonumber(base)) <= 0.0051,
+           format("%s / %s is not %s in:\n%s", r, base, share, out))
+end
+
 describe("moonshard-bench", function()
     teardown(function()
         helpers.stop_all_checked()
@@ -71,11 +79,6 @@ describe("moonshard-bench", function()
         -- (of the floor printed above: the rate over it, to the rounding of
         -- the printed figures) and the runtime's ratio to it
         local floor = figure(out, "\n  floor %(.-%):%s+(%d+) msg/s")
-        local function share_of(r, share)
-            assert.is_true(math.abs(tonumber(share) - tonumber(r) / floor)
-                           <= 0.0051, format("%s / %d is not %s in:\n%s",
-                                             r, floor, share, out))
-        end
         for _, line in ipairs({
             "\n    its states made back to back, tells:%s+(%d+) msg/s  "
                 .. "([%d.]+) of the floor, tells / it ([%d.]+)",
@@ -88,7 +91,7 @@ describe("moonshard-bench", function()
             assert.is_truthy(r, line .. " in:\n" .. out)
             assert.is_true(tonumber(r) > 0 and tonumber(share) > 0
                            and tonumber(rt) > 0, out)
-            share_of(r, share)
+            assert_share(out, floor, r, share)
         end
         -- the ids in a fixed random order: the queue floor and the tells,
         -- paired
@@ -97,7 +100,7 @@ describe("moonshard-bench", function()
                                      .. "([%d.]+) of the floor")
         assert.is_truthy(qr, out)
         assert.is_true(tonumber(qr) > 0 and tonumber(qshare) > 0, out)
-        share_of(qr, qshare)
+        assert_share(out, floor, qr, qshare)
         local tr, tshare, tq = out:match("\n    tells through the runtime:"
                                          .. "%s+(%d+) msg/s  ([%d.]+) of the "
                                          .. "floor, / the queue floor "
@@ -105,7 +108,7 @@ describe("moonshard-bench", function()
         assert.is_truthy(tr, out)
         assert.is_true(tonumber(tr) > 0 and tonumber(tshare) > 0
                        and tonumber(tq) > 0, out)
-        share_of(tr, tshare)
+        assert_share(out, floor, tr, tshare)
     end)
 
     it("local --asks sets the asks, and --asks 0 runs none", function()
@@ -160,24 +163,19 @@ describe("moonshard-bench", function()
         -- its notes: the queue floor's rates, each with its share of the
         -- row's baseline (the same floor: the rate over it, to the
         -- rounding of the printed figures)
-        local function share_of(r, share)
-            assert.is_true(math.abs(tonumber(share) - tonumber(r) / base)
-                           <= 0.0051, format("%s / %s is not %s in:\n%s",
-                                             r, base, share, out))
-        end
         local q, qs, qa, qas = out:match(
             "\n         back to back: (%d+) msg/s %(([%d.]+) of the floor%), "
             .. "tells / it [%d.]+; made by\n         first messages, as a "
             .. "runtime's: (%d+) msg/s %(([%d.]+)%), tells / it [%d.]+\n")
         assert.is_truthy(q, out)
-        share_of(q, qs)
-        share_of(qa, qas)
+        assert_share(out, base, q, qs)
+        assert_share(out, base, qa, qas)
         local sq, sqs, st, sts = out:match(
             "\n         first messages, (%d+) msg/s %(([%d.]+)%), tells (%d+) "
             .. "msg/s %(([%d.]+)%), tells / it [%d.]+\n")
         assert.is_truthy(sq, out)
-        share_of(sq, sqs)
-        share_of(st, sts)
+        assert_share(out, base, sq, sqs)
+        assert_share(out, base, st, sts)
         -- only the selected row
         assert.is_nil(out:find("\n  asks ", 1, true), out)
         assert.is_nil(out:find("\n  remote ", 1, true), out)
