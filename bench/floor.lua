@@ -82,8 +82,10 @@ end
 -- into a FIFO; this loop pops it, takes the payload as a Lua string,
 -- decodes it and calls receive on the entity's state. An ask's reply is
 -- encoded (moonshard.encoder) and copied back to the asker, found by its
--- correlation id; it makes a Lua string of the reply on the way, which
--- the runtime's ctx:reply does not (more than the least, there). The
+-- correlation id; on the way it interns the reply as a Lua string
+-- (hashed, then found or made), which the runtime's ctx:reply does not:
+-- a little more than the least, there (its asks make 4 Lua allocations
+-- an ask, the same reply each time, so found, not made). The
 -- clock starts after a full collection, as the runtime's rounds do. No
 -- shards, activation, timers, limit, statistics or timeouts: a bound for
 -- this machine, not a runtime.
