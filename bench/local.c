@@ -636,7 +636,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
            floor_rate > 0 ? fig->act_queue_rate / floor_rate : 0,
            fig->tell_act_queue_ratio);
     if (nasks)
-        printf("    made so, asks, each reply encoded and sent back:"
+        printf("    made so, asks, each reply encoded, sent back:  "
                "%12.0f msg/s  %.2f of the floor, asks / it %.2f\n",
                fig->ask_queue_rate,
                floor_rate > 0 ? fig->ask_queue_rate / floor_rate : 0,

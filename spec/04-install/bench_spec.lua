@@ -84,7 +84,7 @@ describe("moonshard-bench", function()
                 .. "([%d.]+) of the floor, tells / it ([%d.]+)",
             "\n    made by first messages, as a runtime's, tells:%s+(%d+) "
                 .. "msg/s  ([%d.]+) of the floor, tells / it ([%d.]+)",
-            "\n    made so, asks, each reply encoded and sent back:%s*(%d+) "
+            "\n    made so, asks, each reply encoded, sent back:%s*(%d+) "
                 .. "msg/s  ([%d.]+) of the floor, asks / it ([%d.]+)",
         }) do
             local r, share, rt = out:match(line)
