@@ -130,6 +130,36 @@ describe("moonshard-bench", function()
         assert.is_truthy(out:find("with a tell's payload", 1, true), out)
     end)
 
+    -- the active-entity limit's rows: a second node full at its limit,
+    -- the hot set within it (nothing passivated then), the fresh ids each
+    -- evicting one; 2 is the smallest limit, below the 64 entities of the
+    -- warm-up, and 100 leaves the hot set 50 ids, under the 1,000 that
+    -- the bench sends before the node delivers (in its own order)
+    it("local --max-active holds the limit and checks its counts",
+       function()
+        for _, limit in ipairs({ 100, 2 }) do
+            local code, out, err = helpers.run({ bench, "local", "--ids",
+                "1000", "--messages", "1000", "--asks", "0",
+                "--max-active", tostring(limit) }, 120)
+            assert.are.equal(0, code, out .. err)
+            local active, evicted, hot, errors = out:match(
+                "\n    limited node: active (%d+), passivated for the limit "
+                .. "(%d+) %((%d+) during the hot tells%), handler errors "
+                .. "(%d+)\n")
+            assert.is_truthy(active, out)
+            assert.are.equal(limit, tonumber(active))
+            -- the fill (1000 - limit), then 5 rounds of 200 new ids
+            assert.are.equal(1000 - limit + 5 * 200, tonumber(evicted))
+            assert.are.equal(0, tonumber(hot))
+            assert.are.equal(0, tonumber(errors))
+            assert.is_true(figure(out, "\n    tells to %d+ hot ids, within "
+                                       .. "the limit:%s+(%d+) msg/s") > 0)
+            assert.is_true(figure(out, "\n    first messages to 200 new "
+                                       .. "ids, each evicting:%s*(%d+) /s")
+                           > 0)
+        end
+    end)
+
     it("local refuses bad options", function()
         local code = helpers.run({ bench, "local", "--ids", "10" })
         assert.are.equal(2, code)
