@@ -186,8 +186,6 @@ static void handshake_and_frames(uv_loop_t *loop)
     CHECK(a.frames == 1 + b.replaced &&
           strcmp(a.last, "{\"back\":1}") == 0);
     CHECK(a.downs == 0 && b.downs == 0); /* the duplicate went silently */
-    if (getenv("MS_TEST_SAY_REPLACED"))
-        fprintf(stderr, "replaced: a %d b %d\n", a.replaced, b.replaced);
     CHECK(ms_transport_send(a.t, 99, &f) == UV_ENOTCONN);
     ms_transport_close(a.t);
     spin(loop, 100);
