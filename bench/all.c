@@ -179,17 +179,17 @@ static void row_local(double seconds)
              "(%.2f of the floor), tells / it %.2f; made by\n         first "
              "messages, as a runtime's: %.0f msg/s (%.2f), tells / it %.2f"
              "\n", f.queue_rate,
-             f.floor_rate > 0 ? f.queue_rate / f.floor_rate : 0,
+             ms__bench_ratio(f.queue_rate, f.floor_rate),
              f.tell_queue_ratio, f.act_queue_rate,
-             f.floor_rate > 0 ? f.act_queue_rate / f.floor_rate : 0,
+             ms__bench_ratio(f.act_queue_rate, f.floor_rate),
              f.tell_act_queue_ratio);
         note("         the ids in a fixed random order: the queue floor, its "
              "states made by\n         first messages, %.0f msg/s (%.2f), "
              "tells %.0f msg/s (%.2f), tells / it %.2f\n",
              f.shuffled_queue_rate,
-             f.floor_rate > 0 ? f.shuffled_queue_rate / f.floor_rate : 0,
+             ms__bench_ratio(f.shuffled_queue_rate, f.floor_rate),
              f.shuffled_tell_rate,
-             f.floor_rate > 0 ? f.shuffled_tell_rate / f.floor_rate : 0,
+             ms__bench_ratio(f.shuffled_tell_rate, f.floor_rate),
              f.tell_shuffled_ratio);
     }
     if (g_rows[R_ASKS].selected) {
@@ -201,7 +201,7 @@ static void row_local(double seconds)
         note("         the queue floor with asks, its states made by first "
              "messages: %.0f msg/s\n         (%.2f of the floor), asks / it "
              "%.2f\n", f.ask_queue_rate,
-             f.floor_rate > 0 ? f.ask_queue_rate / f.floor_rate : 0,
+             ms__bench_ratio(f.ask_queue_rate, f.floor_rate),
              f.ask_queue_ratio);
     }
 }
@@ -338,7 +338,7 @@ static void row_remote(double seconds)
             fail(R_P99, "answers or n1's routes are not all sound (see the "
                  "notes)");
         else
-            done(R_P99, own.p99, r1.p99, r1.p99 > 0 ? own.p99 / r1.p99 : 0);
+            done(R_P99, own.p99, r1.p99, ms__bench_ratio(own.p99, r1.p99));
     }
     note("  Redis: redis-server on 127.0.0.1, redis-benchmark -t incr -c 50 "
          "and -c 1 (p50 %.3f ms,\n         p99 %.3f ms); Redis p99 from %s"
@@ -355,7 +355,7 @@ static void row_handoff(void)
         return;
     }
     done(R_HANDOFF, f.move_rate, f.steady_rate,
-         f.steady_rate > 0 ? f.move_rate / f.steady_rate : 0);
+         ms__bench_ratio(f.move_rate, f.steady_rate));
     note("  handoff: n3 joins n1 + n2 under %d callers' asks over %ld "
          "entities: %lld of %lld shards\n         moved; worst 100 ms of the "
          "move / steady %.2f, non-200 answers %ld;\n         after the move "
@@ -364,8 +364,8 @@ static void row_handoff(void)
          f.steady_rate > 0 && f.worst_rate >= 0
              ? f.worst_rate / f.steady_rate
              : 0,
-         f.bad, f.steady_rate > 0 ? f.after_rate / f.steady_rate : 0,
-         f.after_rate > 0 ? f.move_rate / f.after_rate : 0);
+         f.bad, ms__bench_ratio(f.after_rate, f.steady_rate),
+         ms__bench_ratio(f.move_rate, f.after_rate));
 }
 
 /* Whether a PostgreSQL server is installed where .ci/pg looks. */

@@ -7,7 +7,15 @@
 #ifndef MS_BENCH_H
 #define MS_BENCH_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+/* a / b, or 0 when b is not positive (a baseline that was not measured):
+ * every ratio the benches print */
+static inline double ms__bench_ratio(double a, double b)
+{
+    return b > 0 ? a / b : 0;
+}
 
 /* Runs `moonshard-bench local [--ids N] [--messages N]`; argv[0] is
  * "local". Prints the figures; returns the exit code. */
@@ -90,6 +98,7 @@ uint32_t ms__qf_next(struct ms_qf *q, struct ms_qf_msg *out);
 int ms__qf_reply(struct ms_qf *q, uint32_t corr, const char *json,
                  uint32_t len);
 uint64_t ms__qf_replies(const struct ms_qf *q);
+size_t ms__qf_msg_size(void);
 
 /* What `bench handoff` measured under load (handoff.c). */
 struct ms_bench_handoff_figures {

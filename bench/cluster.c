@@ -331,7 +331,7 @@ static int bench_redis(int port, double seconds, const struct results *res)
     row_lat("Redis INCR p50 / p99 (ms)", &r1, r50.p99 >= 0 ? &r50 : NULL);
     printf("  (Redis latency from %s)\n\n", lat_src);
     double thr = res->ask50.rate / r50.rate;
-    double lat = r1.p99 > 0 ? res->ask1.p99 / r1.p99 : 0;
+    double lat = ms__bench_ratio(res->ask1.p99, r1.p99);
     print_ratio("remote ask/s, 50 callers / Redis INCR/s, 50", thr, ">=",
                 0.5, thr >= 0.5);
     print_ratio("p99 ask, 1 caller / Redis p99, 1 client", lat, "<=", 3.0,

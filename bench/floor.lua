@@ -121,11 +121,14 @@ int ms__qf_send(void *q, int k, const char *payload, uint32_t len,
 uint32_t ms__qf_next(void *q, struct ms_qf_msg *out);
 int ms__qf_reply(void *q, uint32_t corr, const char *json, uint32_t len);
 uint64_t ms__qf_replies(const void *q);
+size_t ms__qf_msg_size(void);
 struct ms_qf_ctx { uint32_t h; uint32_t g; uint16_t shard; uint16_t t; };
 ]]
         queue_cdef = true
     end
     local C, ffi_string = ffi.C, ffi.string
+    assert(ffi.sizeof("struct ms_qf_msg") == C.ms__qf_msg_size(),
+           "struct ms_qf_msg differs between floor.lua and queue.c")
     local q = C.ms__qf_new(ids, shuffled and 1 or 0)
     if q == nil then
         error("queue floor: not enough memory, or too many ids")

@@ -524,18 +524,18 @@ static int bench_handoff(struct cluster *cl, const struct handoff_args *a,
     print_window("the move, Up to balanced", &moving);
     print_window("after the move, 3 nodes", &after);
     printf("\n  throughput during the move / steady: %.2f\n",
-           steady.rate > 0 ? moving.rate / steady.rate : 0);
+           ms__bench_ratio(moving.rate, steady.rate));
     /* on a machine with fewer cores than node processes plus callers,
      * three nodes serve less than two even with nothing moving: this
      * ratio separates the move's cost from that */
     printf("  after the move / steady:              %.2f  (3 nodes, "
            "nothing moving)\n",
-           steady.rate > 0 ? after.rate / steady.rate : 0);
+           ms__bench_ratio(after.rate, steady.rate));
     printf("  during the move / after the move:     %.2f\n",
-           after.rate > 0 ? moving.rate / after.rate : 0);
+           ms__bench_ratio(moving.rate, after.rate));
     if (moving.worst >= 0)
         printf("  worst %d ms of the move / steady:    %.2f\n", SLICE_MS,
-               steady.rate > 0 ? moving.worst / steady.rate : 0);
+               ms__bench_ratio(moving.worst, steady.rate));
     else
         printf("  (the move was shorter than %d ms: no worst slice)\n",
                SLICE_MS);

@@ -512,7 +512,8 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     double floors[ROUNDS], tells[ROUNDS], ratios[ROUNDS];
     double bfloors[ROUNDS], bratios[ROUNDS];
     double qfloors[ROUNDS], qratios[ROUNDS], afloors[ROUNDS], aratios[ROUNDS];
-    char actarg[sizeof arg + 16];
+    /* the queue floor's flags follow the floors' argument (floor.lua) */
+    char actarg[sizeof arg + 32];
     snprintf(actarg, sizeof actarg, "%s activated", arg);
     for (int r = 0; r < rounds; r++) {
         if ((floors[r] = floor_rate_of(&b, "floor", arg)) <= 0 ||
@@ -542,14 +543,12 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     fig->tell_act_queue_ratio = rounds ? median(aratios, rounds) : 0;
     /* the floor from bytes with an ask's payload: it encodes the reply */
     if (rounds && nasks) {
-        char aarg[256];
+        char aarg[256], qarg[sizeof aarg + 32];
         snprintf(aarg, sizeof aarg, "counter %ld %ld %s", nids,
                  nasks > nids ? nasks : nids, GET);
-        if ((fig->ask_bytes_rate = floor_rate_of(&b, "bytes", aarg)) <= 0)
-            goto done;
-        snprintf(aarg, sizeof aarg, "counter %ld %ld %s ask activated", nids,
-                 nasks > nids ? nasks : nids, GET);
-        if ((fig->ask_queue_rate = floor_rate_of(&b, "queue", aarg)) <= 0)
+        snprintf(qarg, sizeof qarg, "%s ask activated", aarg);
+        if ((fig->ask_bytes_rate = floor_rate_of(&b, "bytes", aarg)) <= 0 ||
+            (fig->ask_queue_rate = floor_rate_of(&b, "queue", qarg)) <= 0)
             goto done;
     }
 
@@ -569,10 +568,8 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     if (rounds) {
         if (shuffled_ids(&b, &sids, &slen) < 0)
             goto done;
-        char sarg[256];
-        snprintf(sarg, sizeof sarg, "counter %ld %ld %s shuffled activated",
-                 nids,
-                 messages, PAYLOAD);
+        char sarg[sizeof actarg + 16];
+        snprintf(sarg, sizeof sarg, "%s shuffled", actarg);
         for (int r = 0; r < rounds; r++) {
             if ((sqfloors[r] = floor_rate_of(&b, "queue", sarg)) <= 0)
                 goto done;
@@ -594,7 +591,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     fig->tell_rate = tell_rate;
     fig->tell_ratio = tell_ratio;
     fig->ask_rate = nasks ? (double)nasks / ask_s : 0;
-    fig->ask_ratio = floor_rate > 0 ? fig->ask_rate / floor_rate : 0;
+    fig->ask_ratio = ms__bench_ratio(fig->ask_rate, floor_rate);
     fig->ask_bytes_ratio = fig->ask_bytes_rate > 0
                                ? fig->ask_rate / fig->ask_bytes_rate : 0;
     fig->ask_queue_ratio = fig->ask_queue_rate > 0
@@ -650,15 +647,15 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
            "    made by first messages, as a runtime's, tells: %12.0f msg/s"
            "  %.2f of the floor, tells / it %.2f\n",
            fig->queue_rate,
-           floor_rate > 0 ? fig->queue_rate / floor_rate : 0,
+           ms__bench_ratio(fig->queue_rate, floor_rate),
            fig->tell_queue_ratio, fig->act_queue_rate,
-           floor_rate > 0 ? fig->act_queue_rate / floor_rate : 0,
+           ms__bench_ratio(fig->act_queue_rate, floor_rate),
            fig->tell_act_queue_ratio);
     if (nasks)
         printf("    made so, asks, each reply encoded, sent back:  "
                "%12.0f msg/s  %.2f of the floor, asks / it %.2f\n",
                fig->ask_queue_rate,
-               floor_rate > 0 ? fig->ask_queue_rate / floor_rate : 0,
+               ms__bench_ratio(fig->ask_queue_rate, floor_rate),
                fig->ask_queue_ratio);
     /* the floors and the tells above visit the entities in the order
      * they were made in; a runtime's messages come in any order */
@@ -670,9 +667,9 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
                "    tells through the runtime:                     %12.0f"
                " msg/s  %.2f of the floor, / the queue floor %.2f\n",
                rounds, fig->shuffled_queue_rate,
-               floor_rate > 0 ? fig->shuffled_queue_rate / floor_rate : 0,
+               ms__bench_ratio(fig->shuffled_queue_rate, floor_rate),
                fig->shuffled_tell_rate,
-               floor_rate > 0 ? fig->shuffled_tell_rate / floor_rate : 0,
+               ms__bench_ratio(fig->shuffled_tell_rate, floor_rate),
                fig->tell_shuffled_ratio);
     printf("  activations (first message to %ld ids):      %12.0f /s\n",
            nids, (double)nids / act_s);

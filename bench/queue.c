@@ -65,7 +65,7 @@ struct ms_qf {
     /* the asks waiting for their reply, by corr & (QF_SLOTS - 1): at most
      * QF_SLOTS - 1 are queued, so their (consecutive) corrs differ there */
     uint32_t pending[QF_SLOTS];
-    uint64_t replies, reply_bytes;
+    uint64_t replies;
     char reply[QF_REPLY];
 };
 
@@ -210,8 +210,14 @@ int ms__qf_reply(struct ms_qf *q, uint32_t corr, const char *json,
     *waiting = 0;
     memcpy(q->reply, json, len);
     q->replies++;
-    q->reply_bytes += len;
     return 0;
+}
+
+/* sizeof (struct ms_qf_msg): floor.lua refuses to run with a cdef that
+ * differs (as host.lua does with the delivery) */
+size_t ms__qf_msg_size(void)
+{
+    return sizeof(struct ms_qf_msg);
 }
 
 /* Replies the asker received (the Lua side checks it got every one). */

@@ -466,7 +466,7 @@ static int bench_remember(struct cluster *cl, const struct rem_args *a,
            "during the eager start %.0f/s (%ld non-200)\n",
            a->callers, steady, bad_steady, eager, bad_eager);
     printf("  throughput during the eager start / steady: %.2f\n",
-           steady > 0 ? eager / steady : 0);
+           ms__bench_ratio(eager, steady));
     fflush(stdout);
     return mv.refused ? -1 : 0;
 }
