@@ -206,6 +206,30 @@ static void row_local(double seconds)
     }
 }
 
+/* The same Redis through the relay (relay.c): what the remote ask's
+ * shape (client -> n1 -> n2 and back: two loopback hops each way, a
+ * third process) costs with no work at either end, and the rows' figures
+ * against it (0: the row did not run). */
+static void note_relay(const struct redis_figures *rf, double rate,
+                       double p99)
+{
+    const struct figures *d1 = &rf->r1, *dn = &rf->rn;
+    const struct figures *v1 = &rf->via1, *vn = &rf->vian;
+    note("  Redis through a relay (moonshard-bench relay: a process that "
+         "copies the bytes of\n         each client connection to one of "
+         "its own to redis-server, the two hops\n         of a remote ask "
+         "with no work at either end): %.0f INCR/s at 50 clients\n"
+         "         (%.2f of direct), p50 %.3f ms and p99 %.3f ms at 1 client "
+         "(p99 %.2f of direct)\n", vn->rate, ms__bench_ratio(vn->rate,
+         dn->rate), v1->p50, v1->p99, ms__bench_ratio(v1->p99, d1->p99));
+    if (rate > 0)
+        note("         remote / Redis through the relay: %.2f\n",
+             ms__bench_ratio(rate, vn->rate));
+    if (p99 > 0)
+        note("         p99 / Redis p99 through the relay: %.2f\n",
+             ms__bench_ratio(p99, v1->p99));
+}
+
 /* The p99 row's client: one caller of load.c (the bench's own, as in
  * bench cluster) asking the ids through n1 for `seconds`, with n1's
  * routes meanwhile. Returns 0 or -1 (said). */
@@ -284,12 +308,12 @@ static void row_remote(double seconds)
     int redis_port, wsec = seconds < 1 ? 1 : (int)lround(seconds);
     char ids[REMOTE_IDS][24];
     struct wrk_figures w50, w1;
-    struct figures own, r1, r50;
+    struct figures own;
+    struct redis_figures rf;
     long long own_remote = -1, own_local = -1;
     memset(&w50, 0, sizeof w50);
     memset(&w1, 0, sizeof w1);
     memset(&own, 0, sizeof own);
-    const char *lat_src = "";
     if (ms__bench_cluster_init(&cl, 2, &redis_port) < 0 ||
         ms__bench_cluster_up(&cl, ids, REMOTE_IDS) < 0 ||
         (want50 && ms__bench_cluster_wrk(&cl, ids, REMOTE_IDS, 50,
@@ -306,7 +330,8 @@ static void row_remote(double seconds)
     /* the nodes are idle now but Redis gets the machine to itself */
     int nodes[2] = {CH_N1, CH_N2};
     ms__bench_stop_children(nodes, 2);
-    int rc = ms__bench_redis(redis_port, 50, seconds, &r1, &r50, &lat_src);
+    int rc = ms__bench_redis(redis_port, 50, seconds, 1, &rf);
+    const struct figures r1 = rf.r1, r50 = rf.rn;
     ms__bench_cleanup_all();
     if (rc != 0) {
         fail(R_REMOTE, "Redis failed (said above)");
@@ -342,7 +367,8 @@ static void row_remote(double seconds)
     }
     note("  Redis: redis-server on 127.0.0.1, redis-benchmark -t incr -c 50 "
          "and -c 1 (p50 %.3f ms,\n         p99 %.3f ms); Redis p99 from %s"
-         "\n", r1.p50, r1.p99, lat_src);
+         "\n", r1.p50, r1.p99, rf.lat_src);
+    note_relay(&rf, want50 ? w50.rate : 0, want1 ? own.p99 : 0);
 }
 
 static void row_handoff(void)

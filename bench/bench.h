@@ -42,6 +42,12 @@ int ms_bench_persist_main(int argc, char **argv);
  * traffic (remember.c). Prints the figures; returns the exit code. */
 int ms_bench_remember_main(int argc, char **argv);
 
+/* `moonshard-bench relay --to PORT [--listen PORT]` (relay.c): a TCP relay
+ * on 127.0.0.1 that copies bytes between each accepted connection and a
+ * connection of its own to PORT; prints the port it listens on, then runs
+ * until killed. The baseline of a remote ask's two hops (redis.c). */
+int ms_bench_relay_main(int argc, char **argv);
+
 /* ---- the figures of the benches, for `moonshard-bench all` (all.c) ---- */
 
 /* What `bench local` measured (local.c). */

@@ -315,10 +315,10 @@ static int bench_nodes(struct cluster *cl, char ids[][24], int nids,
  * on an error (said). */
 static int bench_redis(int port, double seconds, const struct results *res)
 {
-    struct figures r1, r50;
-    const char *lat_src = "";
-    int rc = ms__bench_redis(port, MAX_CALLERS, seconds, &r1, &r50,
-                             &lat_src);
+    struct redis_figures rf;
+    int rc = ms__bench_redis(port, MAX_CALLERS, seconds, 0, &rf);
+    const struct figures r1 = rf.r1, r50 = rf.rn;
+    const char *lat_src = rf.lat_src;
     if (rc == 1) {
         printf("  Redis baseline: skipped: Redis not installed\n"
                "  (redis-server and redis-benchmark are not both on PATH);"

@@ -22,13 +22,14 @@
 
 /* ---- children and temporary files, cleaned up on every way out ------- */
 
-enum { CH_N1, CH_N2, CH_N3, CH_REDIS, CH_RBENCH, CH_WRK, CH_COUNT };
+enum { CH_N1, CH_N2, CH_N3, CH_REDIS, CH_RBENCH, CH_WRK, CH_RELAY,
+       CH_COUNT };
 
 /* The temporary files, in one folder made by ms__bench_cluster_init()
  * (F_MODULE: a behavior module beside the config, for persist.c;
  * F_WRK: the Lua script of wrk, wrk.c). */
 enum { F_CONFIG, F_LOG1, F_LOG2, F_LOG3, F_REDIS_LOG, F_MODULE, F_WRK,
-       F_WRK_LOG, F_COUNT };
+       F_WRK_LOG, F_RELAY_LOG, F_COUNT };
 
 /* The path of temporary file `f` (F_*). */
 const char *ms__bench_file(int f);
@@ -164,16 +165,27 @@ void ms__bench_phase_figures(struct phase *ph, struct figures *f);
 
 /* ---- the Redis baseline (redis.c) -------------------------------------- */
 
+/* What redis.c measured: INCR at 1 and at `clients` connections, straight
+ * to redis-server and through the relay (relay.c). rn's p99 < 0:
+ * redis-benchmark gave none for it; lat_src: where the 1-client
+ * latencies came from. */
+struct redis_figures {
+    struct figures r1, rn;          /* to redis-server */
+    struct figures via1, vian;      /* through the relay (if asked) */
+    const char *lat_src;
+};
+
 /*
  * Starts redis-server on 127.0.0.1:port and measures INCR with
- * redis-benchmark, 1 and `clients` connections, about `seconds` each:
- * rates and latencies in *r1 and *rn (rn->p99 < 0: redis-benchmark gave
- * none for it), where the latency of r1 came from in *lat_src. Stops
- * redis-server before it returns. Returns 0, 1 when redis-server and
+ * redis-benchmark, 1 and `clients` connections, about `seconds` each;
+ * with `relay`, again through `moonshard-bench relay` (a process that
+ * copies bytes between each client connection and one of its own to
+ * redis-server: the two hops of a remote ask). Stops redis-server and the
+ * relay before it returns. Returns 0, 1 when redis-server and
  * redis-benchmark are not both on PATH, or -1 on an error (said).
  */
-int ms__bench_redis(int port, int clients, double seconds, struct figures *r1,
-                    struct figures *rn, const char **lat_src);
+int ms__bench_redis(int port, int clients, double seconds, int relay,
+                    struct redis_figures *f);
 
 /* ---- wrk, the independent HTTP load generator (wrk.c) ----------------- */
 

@@ -8,6 +8,7 @@
  *   handoff  shards moving from 2 node processes to 3
  *   persist  committed asks of an event-sourced counter vs pgbench
  *   remember eager start of remembered entities after a move
+ *   relay    a TCP relay that copies bytes (the baseline of two hops)
  *   all      the table of issue 16: the figures of the above (and wrk's)
  *            with their baselines, ratios and targets
  *
@@ -43,6 +44,10 @@ static int usage(FILE *f)
         "  remember [--entities N] [--shards S] [--callers C]\n"
         "                                 eager start after a move, under\n"
         "                                 another type's traffic\n"
+        "  relay --to PORT [--listen PORT]\n"
+        "                                 copy bytes between 127.0.0.1:PORT\n"
+        "                                 and each connection accepted (the\n"
+        "                                 Redis baseline through two hops)\n"
         "  all [--seconds S] [--only ROW,...]\n"
         "                                 every target of issue 16 with its\n"
         "                                 baseline (wrk and Redis optional)\n"
@@ -86,6 +91,8 @@ int main(int argc, char **argv)
         return ms_bench_persist_main(argc - 1, argv + 1);
     if (strcmp(cmd, "remember") == 0)
         return ms_bench_remember_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "relay") == 0)
+        return ms_bench_relay_main(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0)
         return usage(stdout);
     fprintf(stderr, "moonshard-bench: unknown command '%s'\n", cmd);

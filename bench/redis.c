@@ -3,11 +3,13 @@
  * redis-server on a free loopback port, redis-benchmark INCR sized to
  * take about as long as a phase, and, for a redis-benchmark whose --csv
  * has no latency columns, a single-client INCR latency measured here over
- * RESP.
+ * RESP; for `bench all`, the same again through `moonshard-bench relay`
+ * (relay.c).
  */
 #include "cluster.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdint.h>
@@ -246,12 +248,83 @@ static int redis_measure(int port, int clients, double seconds,
     return redis_benchmark(port, clients, count, f);
 }
 
-int ms__bench_redis(int port, int clients, double seconds, struct figures *r1,
-                    struct figures *rn, const char **lat_src)
+/* INCR at 1 and `clients` connections to `port` (redis-server or the
+ * relay in front of it): rates in *r1 and *rn, 1-client latencies from
+ * redis-benchmark's --csv, else from the own RESP client (*lat_src). */
+static int measure_at(int port, int clients, double seconds,
+                      struct figures *r1, struct figures *rn,
+                      const char **lat_src)
+{
+    if (redis_measure(port, 1, seconds, r1) < 0 ||
+        redis_measure(port, clients, seconds, rn) < 0) {
+        fprintf(stderr, "moonshard bench: redis-benchmark failed\n");
+        return -1;
+    }
+    *lat_src = "redis-benchmark --csv";
+    if (r1->p99 < 0) {
+        *lat_src = "own RESP client";
+        if (redis_own_latency(port, seconds, r1) < 0) {
+            fprintf(stderr, "moonshard bench: INCR latency probe failed\n");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Starts `moonshard-bench relay --to port` (this executable) and reads the
+ * port it listens on; returns it, or -1 (said). */
+static int start_relay(int port)
+{
+    char exe[PATH_MAX], sport[16];
+    size_t n = sizeof exe;
+    if (uv_exepath(exe, &n) < 0) {
+        fprintf(stderr, "moonshard bench: cannot find its own executable "
+                "for the relay\n");
+        return -1;
+    }
+    snprintf(sport, sizeof sport, "%d", port);
+    char *argv[] = {exe, "relay", "--to", sport, NULL};
+    int pfd[2];
+    if (pipe(pfd) < 0)
+        return -1;
+    pid_t pid = ms__bench_spawn(argv, 0, pfd[1], ms__bench_file(F_RELAY_LOG));
+    close(pfd[1]);
+    if (pid < 0) {
+        close(pfd[0]);
+        fprintf(stderr, "moonshard bench: cannot start the relay: %s\n",
+                strerror(errno));
+        return -1;
+    }
+    ms__bench_track(CH_RELAY, pid);
+    /* the port line, or EOF if the relay exits (its pipe closes) */
+    char line[32];
+    size_t got = 0;
+    while (got < sizeof line - 1 && !memchr(line, '\n', got)) {
+        ssize_t r = read(pfd[0], line + got, sizeof line - 1 - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(pfd[0]);
+    line[got] = 0;
+    int at = atoi(line);
+    if (!memchr(line, '\n', got) || at <= 0 || at > 65535) {
+        fprintf(stderr, "moonshard bench: the relay did not start\n");
+        ms__bench_show_log_tail("relay", ms__bench_file(F_RELAY_LOG));
+        return -1;
+    }
+    return at;
+}
+
+int ms__bench_redis(int port, int clients, double seconds, int relay,
+                    struct redis_figures *f)
 {
     if (!ms__bench_on_path("redis-server") ||
         !ms__bench_on_path("redis-benchmark"))
         return 1;
+    memset(f, 0, sizeof *f);
     fprintf(stderr, "moonshard bench cluster: Redis baseline ...\n");
     char sport[16];
     snprintf(sport, sizeof sport, "%d", port);
@@ -270,18 +343,18 @@ int ms__bench_redis(int port, int clients, double seconds, struct figures *r1,
         ms__bench_show_log_tail("redis-server", ms__bench_file(F_REDIS_LOG));
         return -1;
     }
-    if (redis_measure(port, 1, seconds, r1) < 0 ||
-        redis_measure(port, clients, seconds, rn) < 0) {
-        fprintf(stderr, "moonshard bench: redis-benchmark failed\n");
+    if (measure_at(port, clients, seconds, &f->r1, &f->rn, &f->lat_src) < 0)
         return -1;
-    }
-    *lat_src = "redis-benchmark --csv";
-    if (r1->p99 < 0) {
-        *lat_src = "own RESP client";
-        if (redis_own_latency(port, seconds, r1) < 0) {
-            fprintf(stderr, "moonshard bench: INCR latency probe failed\n");
+    if (relay) {
+        const char *via_src;
+        fprintf(stderr, "moonshard bench cluster: Redis through a relay "
+                "...\n");
+        int at = start_relay(port);
+        if (at < 0 ||
+            measure_at(at, clients, seconds, &f->via1, &f->vian, &via_src) < 0)
             return -1;
-        }
+        int relay_only[1] = {CH_RELAY};
+        ms__bench_stop_children(relay_only, 1);
     }
     int redis_only[1] = {CH_REDIS};
     ms__bench_stop_children(redis_only, 1);

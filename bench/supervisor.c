@@ -402,7 +402,7 @@ int ms__bench_cluster_init(struct cluster *cl, int nnodes, int *spare)
     static const char *fnames[F_COUNT] = {"cluster.lua", "n1.log", "n2.log",
                                           "n3.log", "redis.log",
                                           "bench_pcounter.lua", "wrk.lua",
-                                          "wrk.log"};
+                                          "wrk.log", "relay.log"};
     for (int i = 0; i < F_COUNT; i++)
         snprintf(g_file[i], sizeof g_file[i], "%s/%s", g_dir, fnames[i]);
     return 0;

@@ -171,6 +171,166 @@ describe("moonshard-bench", function()
         assert.are.equal(2, code)
     end)
 
+    -- `relay` (bench/relay.c): the baseline of a remote ask's two hops,
+    -- run in front of Redis by `all`; here in front of a node's gateway.
+    it("relay carries a connection's bytes both ways, in order, and ends "
+       .. "as its sides end", function()
+        local n = helpers.start({ entities = { Counter = { module = "counter" } } })
+        local port = helpers.free_port()
+        local dir = helpers.tmpdir()
+        local relay = helpers.spawn({ bench, "relay", "--to", n.port,
+                                      "--listen", port },
+                                    { stdout = dir .. "/port",
+                                      stderr = dir .. "/err" })
+        helpers.wait_until(function()
+            return (helpers.read_file(dir .. "/port") or ""):find("\n")
+        end, 10, "the relay's port line")
+        assert.are.equal(port .. "\n", helpers.read_file(dir .. "/port"))
+        -- 1,000 tells and an ask in one write (about 150 KB: more than
+        -- one read of the relay's, answers read back in order)
+        local N, reqs = 1000, {}
+        local tell = helpers.entity_path("Counter", "r1", "tell")
+        for i = 1, N do
+            reqs[i] = helpers.format_request(port, "POST", tell,
+                                             { type = "incr" }, false)
+        end
+        reqs[N + 1] = helpers.format_request(port, "POST",
+            helpers.entity_path("Counter", "r1", "ask"), { type = "get" },
+            true)
+        local res = helpers.pipeline(port, reqs, 60)
+        assert.are.equal(N + 1, #res)
+        for i = 1, N do
+            assert.are.equal(202, res[i].status, res[i].raw)
+        end
+        assert.are.equal(200, res[N + 1].status)
+        assert.are.same({ value = N }, res[N + 1].body)
+        -- a half close: the client ends its sending after a request; the
+        -- relay ends its sending to the node after the request, and the
+        -- answer still comes back before the node closes
+        local c = assert(helpers.tcp_open(port))
+        assert(c:send(helpers.format_request(port, "POST",
+            helpers.entity_path("Counter", "r1", "ask"), { type = "get" },
+            false)))
+        assert.is_true(c:shutdown())
+        local got, closed = c:read(10)
+        c:close()
+        assert.is_truthy(got:find("^HTTP/1%.1 200 "), got)
+        assert.is_truthy(got:find('{"value":' .. N .. '}', 1, true), got)
+        assert.is_true(closed, "the relay did not close after both ends")
+        -- upstream gone: a connection through the relay is closed with
+        -- nothing read, and the relay runs on
+        n:stop()
+        local none, why, gone = helpers.tcp_exchange(port, "GET / HTTP/1.1"
+            .. "\r\n\r\n", 10)
+        assert.are.equal("", none, why)
+        assert.is_true(gone)
+        assert.is_false(relay:poll(), "the relay exited")
+        relay:terminate()
+        assert.are.equal(15, relay.signal) -- SIGTERM: it runs until killed
+    end)
+
+    it("relay holds back a fast sender while the other side does not read, "
+       .. "and loses nothing", function()
+        local ffi = require "ffi"
+        local C = ffi.C
+        if not pcall(function() return C.listen end) then
+            ffi.cdef [[
+                int listen(int fd, int backlog);
+                int accept(int fd, void *addr, void *len);
+            ]]
+        end
+        -- the upstream: a socket of this spec's, read only later
+        local lfd = C.socket(2, 1, 0)
+        assert.is_true(lfd >= 0)
+        local sa = ffi.new("struct ms_spec_sockaddr_in")
+        sa.family = 2
+        sa.addr[0], sa.addr[1], sa.addr[2], sa.addr[3] = 127, 0, 0, 1
+        local len = ffi.new("uint32_t[1]", ffi.sizeof(sa))
+        assert.are.equal(0, C.bind(lfd, sa, ffi.sizeof(sa)))
+        assert.are.equal(0, C.listen(lfd, 4))
+        assert.are.equal(0, C.getsockname(lfd, sa, len))
+        local uport = sa.port[0] * 256 + sa.port[1]
+        local port = helpers.free_port()
+        local relay = helpers.spawn({ bench, "relay", "--to", uport,
+                                      "--listen", port })
+        local c
+        helpers.wait_until(function()
+            c = helpers.tcp_open(port)
+            return c
+        end, 10, "the relay listening")
+        local ufd = C.accept(lfd, nil, nil)
+        assert.is_true(ufd >= 0)
+        -- both sockets wait at most 0.2 s a call
+        local tv = ffi.new("struct ms_spec_timeval", 0, 200000)
+        C.setsockopt(c.fd, 1, 21, tv, ffi.sizeof(tv)) -- SO_SNDTIMEO
+        C.setsockopt(ufd, 1, 20, tv, ffi.sizeof(tv))  -- SO_RCVTIMEO
+        -- 64 MB of numbered 16-byte lines (more than the buffers of the
+        -- sockets on the way can hold), sent until the relay stops
+        -- taking them (the upstream reads nothing yet)
+        local TOTAL, CHUNK = 64 * 1024 * 1024, 65536
+        local parts = {}
+        for i = 0, CHUNK / 16 - 1 do parts[#parts + 1] = ("%015d\n"):format(i) end
+        local block = table.concat(parts)
+        local function chunk(k) -- chunk k: the block with its number in front
+            return ("%015d\n"):format(k) .. block:sub(17)
+        end
+        local sent, k = 0, 0
+        -- sends what the socket takes now (flags: MSG_NOSIGNAL, and
+        -- MSG_DONTWAIT when `now`); false when it took nothing
+        local function send_some(now)
+            local data = chunk(k)
+            local off = sent % CHUNK
+            local n = C.send(c.fd, ffi.cast("const char *", data) + off,
+                             CHUNK - off, 0x4000 + (now and 0x40 or 0))
+            if n <= 0 then return false end
+            sent = sent + tonumber(n)
+            if sent % CHUNK == 0 then k = k + 1 end
+            return true
+        end
+        -- until a send waited 0.2 s in vain
+        while sent < TOTAL and send_some(false) do end
+        assert.is_true(sent < TOTAL / 2, "the relay took " .. sent
+                       .. " bytes of 64 MB with nobody reading")
+        -- now the upstream reads, the client sends the rest
+        local got, buf = {}, ffi.new("char[65536]")
+        local received, deadline = 0, helpers.now() + 60
+        while received < TOTAL and helpers.now() < deadline do
+            while sent < TOTAL and send_some(true) do end
+            local n = C.recv(ufd, buf, 65536, 0)
+            if n > 0 then
+                got[#got + 1] = ffi.string(buf, n)
+                received = received + tonumber(n)
+            elseif n == 0 then
+                break
+            end
+        end
+        c:close()
+        C.close(ufd)
+        C.close(lfd)
+        assert.are.equal(TOTAL, received)
+        local all = table.concat(got)
+        for j = 0, TOTAL / CHUNK - 1 do
+            if all:sub(j * CHUNK + 1, (j + 1) * CHUNK) ~= chunk(j) then
+                error("chunk " .. j .. " differs")
+            end
+        end
+        relay:terminate()
+        assert.are.equal(15, relay.signal)
+    end)
+
+    it("relay refuses bad arguments", function()
+        for _, argv in ipairs({ {}, { "--to", "0" }, { "--to", "70000" },
+                                { "--to", "x" }, { "--listen", "1" },
+                                { "--to", "1", "--listen" },
+                                { "--to", "1", "--nope", "2" } }) do
+            local code, _, err = helpers.run({ bench, "relay",
+                                               unpack(argv) })
+            assert.are.equal(2, code)
+            assert.is_truthy(err:find("moonshard-bench relay: ", 1, true),
+                             err)
+        end
+    end)
+
     -- `all`: the table of issue 16. Its header, then one line per selected
     -- row: name, measure, figure, baseline, ratio, target, result.
     local ALL_HEADER = "\n  row%s+measure: figure / baseline%s+figure%s+"
