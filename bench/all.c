@@ -231,15 +231,17 @@ static void note_relay(const struct redis_figures *rf, double rate,
 }
 
 /* The p99 row's client: one caller of load.c (the bench's own, as in
- * bench cluster) asking the ids through n1 for `seconds`, with n1's
- * routes meanwhile. Returns 0 or -1 (said). */
-static int own_p99(struct cluster *cl, char ids[][24], double seconds,
-                   struct figures *f, long long *remote, long long *local)
+ * bench cluster) asking the ids through node `at` (0: n1; 1: n2, their
+ * owner) for `seconds`, with n1's routes meanwhile. Returns 0 or -1
+ * (said). */
+static int own_p99(struct cluster *cl, int at, char ids[][24],
+                   double seconds, struct figures *f, long long *remote,
+                   long long *local)
 {
     struct reqs asks = {NULL, NULL, 0};
     struct phase ph;
     long long rem0, loc0, rem1, loc1;
-    if (ms__bench_build_reqs(&asks, cl->http[0], ids, REMOTE_IDS, "ask",
+    if (ms__bench_build_reqs(&asks, cl->http[at], ids, REMOTE_IDS, "ask",
                              ASK_BODY) < 0) {
         fprintf(stderr, "moonshard bench: out of memory\n");
         ms__bench_free_reqs(&asks);
@@ -250,8 +252,8 @@ static int own_p99(struct cluster *cl, char ids[][24], double seconds,
         return -1;
     }
     fprintf(stderr, "moonshard bench all: the bench's own client, 1 caller, "
-            "%.1f s ...\n", seconds);
-    int rc = ms__bench_run_phase(&ph, uv_default_loop(), cl->http[0], &asks,
+            "%.1f s, to n%d ...\n", seconds, at + 1);
+    int rc = ms__bench_run_phase(&ph, uv_default_loop(), cl->http[at], &asks,
                                  200, 1, seconds, NULL);
     ms__bench_free_reqs(&asks);
     if (rc < 0) {
@@ -308,18 +310,22 @@ static void row_remote(double seconds)
     int redis_port, wsec = seconds < 1 ? 1 : (int)lround(seconds);
     char ids[REMOTE_IDS][24];
     struct wrk_figures w50, w1;
-    struct figures own;
+    struct figures own, at_owner;
     struct redis_figures rf;
-    long long own_remote = -1, own_local = -1;
+    long long own_remote = -1, own_local = -1, ow_remote = -1, ow_local = -1;
     memset(&w50, 0, sizeof w50);
     memset(&w1, 0, sizeof w1);
     memset(&own, 0, sizeof own);
+    memset(&at_owner, 0, sizeof at_owner);
     if (ms__bench_cluster_init(&cl, 2, &redis_port) < 0 ||
         ms__bench_cluster_up(&cl, ids, REMOTE_IDS) < 0 ||
         (want50 && ms__bench_cluster_wrk(&cl, ids, REMOTE_IDS, 50,
                                          WRK_THREADS, wsec, &w50) != 0) ||
-        (want1 && own_p99(&cl, ids, seconds, &own, &own_remote,
+        (want1 && own_p99(&cl, 0, ids, seconds, &own, &own_remote,
                           &own_local) < 0) ||
+        /* the same asks sent to their owner, n2: n1 sees none of them */
+        (want1 && own_p99(&cl, 1, ids, seconds, &at_owner, &ow_remote,
+                          &ow_local) < 0) ||
         (want1 && have_wrk &&
          ms__bench_cluster_wrk(&cl, ids, REMOTE_IDS, 1, 1, wsec, &w1) != 0)) {
         ms__bench_cleanup_all();
@@ -352,6 +358,13 @@ static void row_remote(double seconds)
              " n1 routed %lld asks remotely, %lld locally\n", seconds,
              own.p50, own.p99, own.done, own.failed, own_remote,
              own_local);
+        note("  p99 at the owner: the same caller, the same asks sent to "
+             "n2, which owns the ids\n         (as a client that asks GET "
+             "/v1/entities/{type}/{id}/owner first would):\n         p50 "
+             "%.3f ms, p99 %.3f ms (%.2f of Redis p99); %ld answers, %ld "
+             "not 200;\n         n1 routed %lld of them\n", at_owner.p50,
+             at_owner.p99, ms__bench_ratio(at_owner.p99, r1.p99),
+             at_owner.done, at_owner.failed, ow_remote + ow_local);
         if (have_wrk) {
             note_wrk("p99", &w1);
             note("         (wrk's percentiles include the samples of its "
@@ -359,7 +372,9 @@ static void row_remote(double seconds)
                  " with Redis's)\n");
         }
         if (own.done == 0 || own.failed || own_local != 0 ||
-            own_remote != own.done || (have_wrk && !ms__bench_wrk_checked(&w1)))
+            own_remote != own.done || at_owner.done == 0 ||
+            at_owner.failed || ow_remote != 0 || ow_local != 0 ||
+            (have_wrk && !ms__bench_wrk_checked(&w1)))
             fail(R_P99, "answers or n1's routes are not all sound (see the "
                  "notes)");
         else
