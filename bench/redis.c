@@ -321,10 +321,13 @@ static int start_relay(int port)
 int ms__bench_redis(int port, int clients, double seconds, int relay,
                     struct redis_figures *f)
 {
+    /* zeroed on every return: the callers copy the figures out before
+     * they look at the result (cluster.c also when Redis is missing) */
+    memset(f, 0, sizeof *f);
+    f->lat_src = "";
     if (!ms__bench_on_path("redis-server") ||
         !ms__bench_on_path("redis-benchmark"))
         return 1;
-    memset(f, 0, sizeof *f);
     fprintf(stderr, "moonshard bench cluster: Redis baseline ...\n");
     char sport[16];
     snprintf(sport, sizeof sport, "%d", port);
