@@ -229,8 +229,10 @@ describe("moonshard-bench", function()
         assert.are.equal(15, relay.signal) -- SIGTERM: it runs until killed
     end)
 
-    it("relay holds back a fast sender while the other side does not read, "
-       .. "and loses nothing", function()
+    -- A listening socket of the spec's own on 127.0.0.1 (a free port): an
+    -- upstream for the relay that the spec drives with send/recv (and
+    -- closes). Returns its fd and port.
+    local function upstream_listener()
         local ffi = require "ffi"
         local C = ffi.C
         if not pcall(function() return C.listen end) then
@@ -239,7 +241,6 @@ describe("moonshard-bench", function()
                 int accept(int fd, void *addr, void *len);
             ]]
         end
-        -- the upstream: a socket of this spec's, read only later
         local lfd = C.socket(2, 1, 0)
         assert.is_true(lfd >= 0)
         local sa = ffi.new("struct ms_spec_sockaddr_in")
@@ -249,7 +250,15 @@ describe("moonshard-bench", function()
         assert.are.equal(0, C.bind(lfd, sa, ffi.sizeof(sa)))
         assert.are.equal(0, C.listen(lfd, 4))
         assert.are.equal(0, C.getsockname(lfd, sa, len))
-        local uport = sa.port[0] * 256 + sa.port[1]
+        return lfd, sa.port[0] * 256 + sa.port[1]
+    end
+
+    it("relay holds back a fast sender while the other side does not read, "
+       .. "and loses nothing", function()
+        local ffi = require "ffi"
+        local C = ffi.C
+        -- the upstream: a socket of this spec's, read only later
+        local lfd, uport = upstream_listener()
         local port = helpers.free_port()
         local relay = helpers.spawn({ bench, "relay", "--to", uport,
                                       "--listen", port })
@@ -322,22 +331,7 @@ describe("moonshard-bench", function()
        .. "sends", function()
         local ffi = require "ffi"
         local C = ffi.C
-        if not pcall(function() return C.listen end) then
-            ffi.cdef [[
-                int listen(int fd, int backlog);
-                int accept(int fd, void *addr, void *len);
-            ]]
-        end
-        local lfd = C.socket(2, 1, 0)
-        assert.is_true(lfd >= 0)
-        local sa = ffi.new("struct ms_spec_sockaddr_in")
-        sa.family = 2
-        sa.addr[0], sa.addr[1], sa.addr[2], sa.addr[3] = 127, 0, 0, 1
-        local len = ffi.new("uint32_t[1]", ffi.sizeof(sa))
-        assert.are.equal(0, C.bind(lfd, sa, ffi.sizeof(sa)))
-        assert.are.equal(0, C.listen(lfd, 4))
-        assert.are.equal(0, C.getsockname(lfd, sa, len))
-        local uport = sa.port[0] * 256 + sa.port[1]
+        local lfd, uport = upstream_listener()
         local dir = helpers.tmpdir()
         -- started by helpers.spawn, so with SIGPIPE's default action (as
         -- from a shell): a write to a connection its peer reset raises it
