@@ -182,7 +182,8 @@ struct redis_figures {
  * copies bytes between each client connection and one of its own to
  * redis-server: the two hops of a remote ask). Stops redis-server and the
  * relay before it returns. Returns 0, 1 when redis-server and
- * redis-benchmark are not both on PATH, or -1 on an error (said).
+ * redis-benchmark are not both on PATH, or -1 on an error (said); *f is
+ * zeroed (lat_src "") first, so what was not measured reads 0.
  */
 int ms__bench_redis(int port, int clients, double seconds, int relay,
                     struct redis_figures *f);

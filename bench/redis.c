@@ -9,6 +9,7 @@
 #include "cluster.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -156,6 +157,21 @@ static int csv_split(char *line, char **field, int max)
     return n;
 }
 
+/* A pipe for a child's stdout whose read end the child does not inherit
+ * (posix_spawn passes on every fd without FD_CLOEXEC; the write end is
+ * dup2'd to 1 and closed in the child). Returns 0 or -1. */
+static int out_pipe(int pfd[2])
+{
+    if (pipe(pfd) < 0)
+        return -1;
+    if (fcntl(pfd[0], F_SETFD, FD_CLOEXEC) < 0) {
+        close(pfd[0]);
+        close(pfd[1]);
+        return -1;
+    }
+    return 0;
+}
+
 /*
  * Runs redis-benchmark INCR with `clients` connections and `count`
  * requests; fills f->rate and, when its --csv has them, f->p50/f->p99
@@ -172,7 +188,7 @@ static int redis_benchmark(int port, int clients, long count,
                     "-t", "incr", "-n", scount, "-c", sclients, "--csv",
                     NULL};
     int pfd[2];
-    if (pipe(pfd) < 0)
+    if (out_pipe(pfd) < 0)
         return -1;
     pid_t pid = ms__bench_spawn(argv, 1, pfd[1], NULL);
     close(pfd[1]);
@@ -285,7 +301,7 @@ static int start_relay(int port)
     snprintf(sport, sizeof sport, "%d", port);
     char *argv[] = {exe, "relay", "--to", sport, NULL};
     int pfd[2];
-    if (pipe(pfd) < 0)
+    if (out_pipe(pfd) < 0)
         return -1;
     pid_t pid = ms__bench_spawn(argv, 0, pfd[1], ms__bench_file(F_RELAY_LOG));
     close(pfd[1]);
@@ -321,10 +337,13 @@ static int start_relay(int port)
 int ms__bench_redis(int port, int clients, double seconds, int relay,
                     struct redis_figures *f)
 {
+    /* zeroed on every return: the callers copy the figures out before
+     * they look at the result (cluster.c also when Redis is missing) */
+    memset(f, 0, sizeof *f);
+    f->lat_src = "";
     if (!ms__bench_on_path("redis-server") ||
         !ms__bench_on_path("redis-benchmark"))
         return 1;
-    memset(f, 0, sizeof *f);
     fprintf(stderr, "moonshard bench cluster: Redis baseline ...\n");
     char sport[16];
     snprintf(sport, sizeof sport, "%d", port);

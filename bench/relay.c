@@ -15,10 +15,12 @@
  * same machine with no parsing, routing or entity at either end.
  *
  * It prints the port it listens on (one line) once it listens, then runs
- * until it is killed. --listen 0 (the default) takes a free port.
+ * until it is killed (SIGPIPE ignored: a peer's reset ends its pair only).
+ * --listen 0 (the default) takes a free port.
  */
 #include "bench.h"
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,6 +213,10 @@ int ms_bench_relay_main(int argc, char **argv)
                 "(1-65535)\n");
         return 2;
     }
+    /* a write to a connection its peer has reset is an error of that
+     * pair (UV_EPIPE, both sides closed), not the end of the relay: with
+     * SIGPIPE's default action (a relay started from a shell) it would be */
+    signal(SIGPIPE, SIG_IGN);
     uv_loop_t *loop = uv_default_loop();
     uv_tcp_t server;
     struct sockaddr_in at;

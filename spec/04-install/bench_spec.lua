@@ -229,8 +229,10 @@ describe("moonshard-bench", function()
         assert.are.equal(15, relay.signal) -- SIGTERM: it runs until killed
     end)
 
-    it("relay holds back a fast sender while the other side does not read, "
-       .. "and loses nothing", function()
+    -- A listening socket of the spec's own on 127.0.0.1 (a free port): an
+    -- upstream for the relay that the spec drives with send/recv (and
+    -- closes). Returns its fd and port.
+    local function upstream_listener()
         local ffi = require "ffi"
         local C = ffi.C
         if not pcall(function() return C.listen end) then
@@ -239,7 +241,6 @@ describe("moonshard-bench", function()
                 int accept(int fd, void *addr, void *len);
             ]]
         end
-        -- the upstream: a socket of this spec's, read only later
         local lfd = C.socket(2, 1, 0)
         assert.is_true(lfd >= 0)
         local sa = ffi.new("struct ms_spec_sockaddr_in")
@@ -249,7 +250,15 @@ describe("moonshard-bench", function()
         assert.are.equal(0, C.bind(lfd, sa, ffi.sizeof(sa)))
         assert.are.equal(0, C.listen(lfd, 4))
         assert.are.equal(0, C.getsockname(lfd, sa, len))
-        local uport = sa.port[0] * 256 + sa.port[1]
+        return lfd, sa.port[0] * 256 + sa.port[1]
+    end
+
+    it("relay holds back a fast sender while the other side does not read, "
+       .. "and loses nothing", function()
+        local ffi = require "ffi"
+        local C = ffi.C
+        -- the upstream: a socket of this spec's, read only later
+        local lfd, uport = upstream_listener()
         local port = helpers.free_port()
         local relay = helpers.spawn({ bench, "relay", "--to", uport,
                                       "--listen", port })
@@ -314,6 +323,58 @@ describe("moonshard-bench", function()
                 error("chunk " .. j .. " differs")
             end
         end
+        relay:terminate()
+        assert.are.equal(15, relay.signal)
+    end)
+
+    it("relay runs on when a client goes while the other side still "
+       .. "sends", function()
+        local ffi = require "ffi"
+        local C = ffi.C
+        local lfd, uport = upstream_listener()
+        local dir = helpers.tmpdir()
+        -- started by helpers.spawn, so with SIGPIPE's default action (as
+        -- from a shell): a write to a connection its peer reset raises it
+        local relay = helpers.spawn({ bench, "relay", "--to", uport },
+                                    { stdout = dir .. "/port" })
+        helpers.wait_until(function()
+            return (helpers.read_file(dir .. "/port") or ""):find("\n")
+        end, 10, "the relay's port line")
+        local port = tonumber(helpers.read_file(dir .. "/port"))
+        local c = assert(helpers.tcp_open(port))
+        local ufd = C.accept(lfd, nil, nil)
+        assert.is_true(ufd >= 0)
+        local tv = ffi.new("struct ms_spec_timeval", 0, 200000)
+        C.setsockopt(ufd, 1, 21, tv, ffi.sizeof(tv)) -- SO_SNDTIMEO
+        -- the client goes at once; the upstream sends on (the relay's
+        -- writes to the client meet its reset) until the relay closes
+        -- the upstream's connection
+        c:close()
+        local block = ("x"):rep(65536)
+        local deadline, closed = helpers.now() + 10, false
+        while helpers.now() < deadline do
+            local n = C.send(ufd, block, #block, 0x4000) -- MSG_NOSIGNAL
+            if n < 0 and ffi.errno() ~= 11 and ffi.errno() ~= 4 then
+                closed = true -- EPIPE or ECONNRESET: the relay closed it
+                break
+            end
+        end
+        C.close(ufd)
+        -- (a killed process's sockets close a moment before it is reaped)
+        assert.is_false(relay:wait(0.5), "the relay exited (signal "
+                        .. tostring(relay.signal) .. ")")
+        assert.is_true(closed, "the relay kept the upstream's connection")
+        -- and it still relays a new connection
+        local c2 = assert(helpers.tcp_open(port))
+        local ufd2 = C.accept(lfd, nil, nil)
+        assert.is_true(ufd2 >= 0)
+        assert(c2:send("ping"))
+        local buf = ffi.new("char[16]")
+        local n = C.recv(ufd2, buf, 16, 0)
+        c2:close()
+        C.close(ufd2)
+        C.close(lfd)
+        assert.are.equal("ping", ffi.string(buf, math.max(tonumber(n), 0)))
         relay:terminate()
         assert.are.equal(15, relay.signal)
     end)
