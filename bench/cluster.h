@@ -42,6 +42,11 @@ const char *ms__bench_file(int f);
 pid_t ms__bench_spawn(char *const argv[], int search, int out_fd,
                       const char *log);
 
+/* A pipe for a child's stdout (the write end as ms__bench_spawn's
+ * out_fd) whose read end the child does not inherit: posix_spawn passes
+ * on every fd without FD_CLOEXEC. Returns 0 or -1 (errno set). */
+int ms__bench_out_pipe(int pfd[2]);
+
 /* Records `pid` as the child in `slot` (CH_*), stopped on every way out;
  * pid 0 forgets it (the caller reaped it). */
 void ms__bench_track(int slot, pid_t pid);

@@ -9,7 +9,6 @@
 #include "cluster.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -157,21 +156,6 @@ static int csv_split(char *line, char **field, int max)
     return n;
 }
 
-/* A pipe for a child's stdout whose read end the child does not inherit
- * (posix_spawn passes on every fd without FD_CLOEXEC; the write end is
- * dup2'd to 1 and closed in the child). Returns 0 or -1. */
-static int out_pipe(int pfd[2])
-{
-    if (pipe(pfd) < 0)
-        return -1;
-    if (fcntl(pfd[0], F_SETFD, FD_CLOEXEC) < 0) {
-        close(pfd[0]);
-        close(pfd[1]);
-        return -1;
-    }
-    return 0;
-}
-
 /*
  * Runs redis-benchmark INCR with `clients` connections and `count`
  * requests; fills f->rate and, when its --csv has them, f->p50/f->p99
@@ -188,7 +172,7 @@ static int redis_benchmark(int port, int clients, long count,
                     "-t", "incr", "-n", scount, "-c", sclients, "--csv",
                     NULL};
     int pfd[2];
-    if (out_pipe(pfd) < 0)
+    if (ms__bench_out_pipe(pfd) < 0)
         return -1;
     pid_t pid = ms__bench_spawn(argv, 1, pfd[1], NULL);
     close(pfd[1]);
@@ -301,7 +285,7 @@ static int start_relay(int port)
     snprintf(sport, sizeof sport, "%d", port);
     char *argv[] = {exe, "relay", "--to", sport, NULL};
     int pfd[2];
-    if (out_pipe(pfd) < 0)
+    if (ms__bench_out_pipe(pfd) < 0)
         return -1;
     pid_t pid = ms__bench_spawn(argv, 0, pfd[1], ms__bench_file(F_RELAY_LOG));
     close(pfd[1]);

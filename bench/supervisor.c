@@ -175,6 +175,18 @@ pid_t ms__bench_spawn(char *const argv[], int search, int out_fd,
     return pid;
 }
 
+int ms__bench_out_pipe(int pfd[2])
+{
+    if (pipe(pfd) < 0)
+        return -1;
+    if (fcntl(pfd[0], F_SETFD, FD_CLOEXEC) < 0) {
+        close(pfd[0]);
+        close(pfd[1]);
+        return -1;
+    }
+    return 0;
+}
+
 int ms__bench_on_path(const char *name)
 {
     const char *path = getenv("PATH");

@@ -99,7 +99,7 @@ int ms__bench_wrk(int port, char ids[][24], int n, const char *action,
                     WRK_TIMEOUT, "--latency", "-s",
                     (char *)ms__bench_file(F_WRK), url, NULL};
     int pfd[2];
-    if (pipe(pfd) < 0) {
+    if (ms__bench_out_pipe(pfd) < 0) {
         perror("moonshard bench: pipe");
         return -1;
     }
