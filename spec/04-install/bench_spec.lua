@@ -172,20 +172,30 @@ describe("moonshard-bench", function()
     end)
 
     -- `relay` (bench/relay.c): the baseline of a remote ask's two hops,
-    -- run in front of Redis by `all`; here in front of a node's gateway.
+    -- run in front of Redis by `all`; here in front of a node's gateway
+    -- and of sockets of the spec's own.
+
+    -- Starts `relay --to to` (with --listen `listen` when given) and waits
+    -- for the port line it prints. Returns the process and that port.
+    local function start_relay(to, listen)
+        local out = helpers.tmpdir() .. "/port"
+        local argv = { bench, "relay", "--to", to }
+        if listen then
+            argv[#argv + 1], argv[#argv + 2] = "--listen", listen
+        end
+        local relay = helpers.spawn(argv, { stdout = out })
+        helpers.wait_until(function()
+            return (helpers.read_file(out) or ""):find("\n")
+        end, 10, "the relay's port line")
+        return relay, tonumber(helpers.read_file(out))
+    end
+
     it("relay carries a connection's bytes both ways, in order, and ends "
        .. "as its sides end", function()
         local n = helpers.start({ entities = { Counter = { module = "counter" } } })
         local port = helpers.free_port()
-        local dir = helpers.tmpdir()
-        local relay = helpers.spawn({ bench, "relay", "--to", n.port,
-                                      "--listen", port },
-                                    { stdout = dir .. "/port",
-                                      stderr = dir .. "/err" })
-        helpers.wait_until(function()
-            return (helpers.read_file(dir .. "/port") or ""):find("\n")
-        end, 10, "the relay's port line")
-        assert.are.equal(port .. "\n", helpers.read_file(dir .. "/port"))
+        local relay, said = start_relay(n.port, port)
+        assert.are.equal(port, said)
         -- 1,000 tells and an ask in one write (about 150 KB: more than
         -- one read of the relay's, answers read back in order)
         local N, reqs = 1000, {}
@@ -253,22 +263,24 @@ describe("moonshard-bench", function()
         return lfd, sa.port[0] * 256 + sa.port[1]
     end
 
+    -- A connection through the relay on `port`: the client's end (a
+    -- helpers.tcp_open connection) and the upstream's end, accepted on
+    -- the listener `lfd`.
+    local function through(port, lfd)
+        local c = assert(helpers.tcp_open(port))
+        local ufd = require("ffi").C.accept(lfd, nil, nil)
+        assert.is_true(ufd >= 0)
+        return c, ufd
+    end
+
     it("relay holds back a fast sender while the other side does not read, "
        .. "and loses nothing", function()
         local ffi = require "ffi"
         local C = ffi.C
         -- the upstream: a socket of this spec's, read only later
         local lfd, uport = upstream_listener()
-        local port = helpers.free_port()
-        local relay = helpers.spawn({ bench, "relay", "--to", uport,
-                                      "--listen", port })
-        local c
-        helpers.wait_until(function()
-            c = helpers.tcp_open(port)
-            return c
-        end, 10, "the relay listening")
-        local ufd = C.accept(lfd, nil, nil)
-        assert.is_true(ufd >= 0)
+        local relay, port = start_relay(uport)
+        local c, ufd = through(port, lfd)
         -- both sockets wait at most 0.2 s a call
         local tv = ffi.new("struct ms_spec_timeval", 0, 200000)
         C.setsockopt(c.fd, 1, 21, tv, ffi.sizeof(tv)) -- SO_SNDTIMEO
@@ -332,18 +344,10 @@ describe("moonshard-bench", function()
         local ffi = require "ffi"
         local C = ffi.C
         local lfd, uport = upstream_listener()
-        local dir = helpers.tmpdir()
         -- started by helpers.spawn, so with SIGPIPE's default action (as
         -- from a shell): a write to a connection its peer reset raises it
-        local relay = helpers.spawn({ bench, "relay", "--to", uport },
-                                    { stdout = dir .. "/port" })
-        helpers.wait_until(function()
-            return (helpers.read_file(dir .. "/port") or ""):find("\n")
-        end, 10, "the relay's port line")
-        local port = tonumber(helpers.read_file(dir .. "/port"))
-        local c = assert(helpers.tcp_open(port))
-        local ufd = C.accept(lfd, nil, nil)
-        assert.is_true(ufd >= 0)
+        local relay, port = start_relay(uport)
+        local c, ufd = through(port, lfd)
         local tv = ffi.new("struct ms_spec_timeval", 0, 200000)
         C.setsockopt(ufd, 1, 21, tv, ffi.sizeof(tv)) -- SO_SNDTIMEO
         -- the client goes at once; the upstream sends on (the relay's
@@ -365,9 +369,7 @@ describe("moonshard-bench", function()
                         .. tostring(relay.signal) .. ")")
         assert.is_true(closed, "the relay kept the upstream's connection")
         -- and it still relays a new connection
-        local c2 = assert(helpers.tcp_open(port))
-        local ufd2 = C.accept(lfd, nil, nil)
-        assert.is_true(ufd2 >= 0)
+        local c2, ufd2 = through(port, lfd)
         assert(c2:send("ping"))
         local buf = ffi.new("char[16]")
         local n = C.recv(ufd2, buf, 16, 0)
