@@ -276,6 +276,9 @@ int ms__bench_cluster_init(struct cluster *cl, int nnodes, int *spare);
  */
 int ms__bench_node_binary(char *buf, size_t len);
 
+/* The path of this executable (moonshard-bench) in buf; 0, or -1 (said). */
+int ms__bench_self(char *buf, size_t len);
+
 /* ---- the remote asks of cluster.c, also for all.c ---------------------- */
 
 /*

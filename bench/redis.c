@@ -276,12 +276,8 @@ static int measure_at(int port, int clients, double seconds,
 static int start_relay(int port)
 {
     char exe[PATH_MAX], sport[16];
-    size_t n = sizeof exe;
-    if (uv_exepath(exe, &n) < 0) {
-        fprintf(stderr, "moonshard bench: cannot find its own executable "
-                "for the relay\n");
+    if (ms__bench_self(exe, sizeof exe) < 0)
         return -1;
-    }
     snprintf(sport, sizeof sport, "%d", port);
     char *argv[] = {exe, "relay", "--to", sport, NULL};
     int pfd[2];

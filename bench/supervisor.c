@@ -429,6 +429,17 @@ void ms__bench_track(int slot, pid_t pid)
     g_pid[slot] = pid;
 }
 
+int ms__bench_self(char *buf, size_t len)
+{
+    size_t n = len;
+    if (uv_exepath(buf, &n) < 0 || !strchr(buf, '/')) {
+        fprintf(stderr, "moonshard-bench: cannot find its own "
+                "executable\n");
+        return -1;
+    }
+    return 0;
+}
+
 int ms__bench_node_binary(char *buf, size_t len)
 {
     const char *env = getenv("MOONSHARD_BIN");
@@ -436,14 +447,9 @@ int ms__bench_node_binary(char *buf, size_t len)
         snprintf(buf, len, "%s", env);
     } else {
         char exe[PATH_MAX];
-        size_t n = sizeof exe;
-        char *slash;
-        if (uv_exepath(exe, &n) < 0 || !(slash = strrchr(exe, '/'))) {
-            fprintf(stderr, "moonshard-bench: cannot find its own "
-                    "executable\n");
+        if (ms__bench_self(exe, sizeof exe) < 0)
             return -1;
-        }
-        *slash = 0;
+        *strrchr(exe, '/') = 0;
         snprintf(buf, len, "%s/moonshard", exe);
     }
     if (access(buf, X_OK) != 0) {
