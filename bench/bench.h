@@ -74,6 +74,11 @@ struct ms_bench_local_figures {
     /* the queue floor and the tells with the ids in a fixed random order
      * (medians of the paired rounds, and of tells / the queue floor) */
     double shuffled_queue_rate, shuffled_tell_rate, tell_shuffled_ratio;
+    /* the floor (median) with the node's collector pace, gc_headroom_mb
+     * (0: LuaJIT's, then the floor itself), and tells / it (median of
+     * the paired rounds) and asks / it */
+    int gc_headroom_mb;
+    double paced_floor_rate, tell_paced_ratio, ask_paced_ratio;
     double act_rate;            /* first messages (activations) per s */
     double bytes_per_entity;    /* RSS delta over the activation / ids */
     unsigned long long activated; /* entities active after activation */

@@ -175,12 +175,14 @@ static int warm_up(struct bench *b, uint32_t shards)
 static void ask_one(struct bench *b);
 
 /* The rate bench/floor.lua's function `fn` prints for `arg`, in a Lua VM
- * of its own, or -1 (said). */
-static double floor_rate_of(struct bench *b, const char *fn, const char *arg)
+ * of its own, or -1 (said). gc_headroom_mb > 0: that VM's collector has
+ * the node's pace (runtime/lua/vm.c); 0: LuaJIT's, as a bare loop has. */
+static double floor_rate_of(struct bench *b, const char *fn, const char *arg,
+                            int gc_headroom_mb)
 {
     char err[1024], *out = NULL;
     if (ms_lua_run_isolated(ms_node_home(b->node), FLOOR_MODULE, fn, arg,
-                            &out, err, sizeof err) < 0) {
+                            gc_headroom_mb, &out, err, sizeof err) < 0) {
         fprintf(stderr, "moonshard bench: floor %s failed: %s\n", fn, err);
         return -1;
     }
@@ -236,6 +238,9 @@ static int free_port(void)
     return port;
 }
 
+/* --gc-headroom of `bench local` (-1: the node's default) */
+static int local_gc_headroom = -1;
+
 /* The bench's node is a cluster of one, like any node: it binds its
  * transport and gateway on free ports of 127.0.0.1. */
 static int write_config(char *dir, char *path, size_t len, long ids,
@@ -262,6 +267,8 @@ static int write_config(char *dir, char *path, size_t len, long ids,
             listen, http, ids + 20000 < 1000000 ? ids + 20000 : 1000000);
     if (max_active > 0)
         fprintf(f, "    max_active_entities = %ld,\n", max_active);
+    if (local_gc_headroom >= 0)
+        fprintf(f, "    gc_headroom_mb = %d,\n", local_gc_headroom);
     fprintf(f, "}\n");
     fclose(f);
     return 0;
@@ -419,7 +426,7 @@ static long local_max_active;
 int ms_bench_local_main(int argc, char **argv)
 {
     long nids = 100000, messages = 1000000, nasks = 500000;
-    long max_active = 0;
+    long max_active = 0, gc_headroom = -1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--ids") == 0 && i + 1 < argc)
             nids = atol(argv[++i]);
@@ -429,6 +436,8 @@ int ms_bench_local_main(int argc, char **argv)
             nasks = atol(argv[++i]);
         else if (strcmp(argv[i], "--max-active") == 0 && i + 1 < argc)
             max_active = atol(argv[++i]);
+        else if (strcmp(argv[i], "--gc-headroom") == 0 && i + 1 < argc)
+            gc_headroom = atol(argv[++i]);
         else {
             fprintf(stderr, "moonshard bench: unknown option '%s'\n",
                     argv[i]);
@@ -445,7 +454,13 @@ int ms_bench_local_main(int argc, char **argv)
                 "--ids\n");
         return 2;
     }
+    if (gc_headroom < -1 || gc_headroom > 1024) {
+        fprintf(stderr, "moonshard bench: need 0 <= --gc-headroom <= "
+                "1024 (MB)\n");
+        return 2;
+    }
     local_max_active = max_active;
+    local_gc_headroom = (int)gc_headroom;
     struct ms_bench_local_figures fig;
     return ms__bench_local_run(nids, messages, nasks, ROUNDS, 1, &fig);
 }
@@ -512,14 +527,22 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     double floors[ROUNDS], tells[ROUNDS], ratios[ROUNDS];
     double bfloors[ROUNDS], bratios[ROUNDS];
     double qfloors[ROUNDS], qratios[ROUNDS], afloors[ROUNDS], aratios[ROUNDS];
+    /* the floor with the node's collector pace (runtime/lua/vm.c): what
+     * of the ratios is the pace, which a bare loop could set too */
+    double pfloors[ROUNDS], pratios[ROUNDS];
+    int pace = ms_node_gc_headroom_mb(b.node);
     /* the queue floor's flags follow the floors' argument (floor.lua) */
     char actarg[sizeof arg + 32];
     snprintf(actarg, sizeof actarg, "%s activated", arg);
     for (int r = 0; r < rounds; r++) {
-        if ((floors[r] = floor_rate_of(&b, "floor", arg)) <= 0 ||
-            (bfloors[r] = floor_rate_of(&b, "bytes", arg)) <= 0 ||
-            (qfloors[r] = floor_rate_of(&b, "queue", arg)) <= 0 ||
-            (afloors[r] = floor_rate_of(&b, "queue", actarg)) <= 0)
+        if ((floors[r] = floor_rate_of(&b, "floor", arg, 0)) <= 0 ||
+            (bfloors[r] = floor_rate_of(&b, "bytes", arg, 0)) <= 0 ||
+            (qfloors[r] = floor_rate_of(&b, "queue", arg, 0)) <= 0 ||
+            (afloors[r] = floor_rate_of(&b, "queue", actarg, 0)) <= 0)
+            goto done;
+        pfloors[r] = floors[r];
+        if (pace > 0 &&
+            (pfloors[r] = floor_rate_of(&b, "floor", arg, pace)) <= 0)
             goto done;
         ms_node_lua_gc(b.node);
         t0 = now_s();
@@ -530,6 +553,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
         bratios[r] = tells[r] / bfloors[r];
         qratios[r] = tells[r] / qfloors[r];
         aratios[r] = tells[r] / afloors[r];
+        pratios[r] = tells[r] / pfloors[r];
         ms_node_lua_gc(b.node);
     }
     double floor_rate = rounds ? median(floors, rounds) : 0;
@@ -541,14 +565,19 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     fig->tell_queue_ratio = rounds ? median(qratios, rounds) : 0;
     fig->act_queue_rate = rounds ? median(afloors, rounds) : 0;
     fig->tell_act_queue_ratio = rounds ? median(aratios, rounds) : 0;
+    fig->gc_headroom_mb = pace;
+    fig->paced_floor_rate = rounds ? median(pfloors, rounds) : 0;
+    fig->tell_paced_ratio = rounds ? median(pratios, rounds) : 0;
     /* the floor from bytes with an ask's payload: it encodes the reply */
     if (rounds && nasks) {
         char aarg[256], qarg[sizeof aarg + 32];
         snprintf(aarg, sizeof aarg, "counter %ld %ld %s", nids,
                  nasks > nids ? nasks : nids, GET);
         snprintf(qarg, sizeof qarg, "%s ask activated", aarg);
-        if ((fig->ask_bytes_rate = floor_rate_of(&b, "bytes", aarg)) <= 0 ||
-            (fig->ask_queue_rate = floor_rate_of(&b, "queue", qarg)) <= 0)
+        if ((fig->ask_bytes_rate = floor_rate_of(&b, "bytes", aarg, 0)) <=
+                0 ||
+            (fig->ask_queue_rate = floor_rate_of(&b, "queue", qarg, 0)) <=
+                0)
             goto done;
     }
 
@@ -571,7 +600,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
         char sarg[sizeof actarg + 16];
         snprintf(sarg, sizeof sarg, "%s shuffled", actarg);
         for (int r = 0; r < rounds; r++) {
-            if ((sqfloors[r] = floor_rate_of(&b, "queue", sarg)) <= 0)
+            if ((sqfloors[r] = floor_rate_of(&b, "queue", sarg, 0)) <= 0)
                 goto done;
             ms_node_lua_gc(b.node);
             t0 = now_s();
@@ -592,6 +621,8 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
     fig->tell_ratio = tell_ratio;
     fig->ask_rate = nasks ? (double)nasks / ask_s : 0;
     fig->ask_ratio = ms__bench_ratio(fig->ask_rate, floor_rate);
+    fig->ask_paced_ratio =
+        ms__bench_ratio(fig->ask_rate, fig->paced_floor_rate);
     fig->ask_bytes_ratio = fig->ask_bytes_rate > 0
                                ? fig->ask_rate / fig->ask_bytes_rate : 0;
     fig->ask_queue_ratio = fig->ask_queue_rate > 0
@@ -609,7 +640,7 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
            "%12.0f msg/s  (median of %d)\n", floor_rate, ROUNDS);
     /* what the floor is made of: its decode alone, once, after the rounds */
     if (ms_lua_run_isolated(ms_node_home(b.node), FLOOR_MODULE, "decode",
-                            arg, &out, err, sizeof err) == 0) {
+                            arg, 0, &out, err, sizeof err) == 0) {
         double dec = atof(out);
         free(out);
         printf("    of which cjson.decode of the payload alone:     "
@@ -628,6 +659,16 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
         printf("  asks (%ld, %ld in flight):                  %12.0f asks/s"
                "  ratio to floor %.2f  failed %ld\n",
                nasks, window, fig->ask_rate, fig->ask_ratio, b.asks_failed);
+    if (pace > 0) {
+        printf("  the floor with the node's collector pace "
+               "(gc_headroom_mb %d):\n"
+               "                                                   "
+               "%12.0f msg/s  tells / it %.2f", pace,
+               fig->paced_floor_rate, fig->tell_paced_ratio);
+        if (nasks)
+            printf(", asks / it %.2f", fig->ask_paced_ratio);
+        printf("\n");
+    }
     /* the same loop, its id and payload taken as bytes from C memory
      * each message, as messages come to a runtime (bench/floor.lua) */
     printf("  the floor from bytes (id and payload from C memory):\n"

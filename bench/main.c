@@ -33,6 +33,7 @@ static int usage(FILE *f)
     fprintf(f,
         "usage: moonshard-bench COMMAND ...\n"
         "  local [--ids N] [--messages N] [--asks N] [--max-active N]\n"
+        "        [--gc-headroom MB]\n"
         "                                 measure one node\n"
         "  cluster [--seconds S] [--ids N]\n"
         "                                 2 nodes vs redis-benchmark INCR\n"

@@ -197,7 +197,7 @@ static int status_text(const char *node)
     }
     if (code == 0) {
         ms_home(home, sizeof home);
-        if (ms_lua_run_isolated(home, "moonshard.status", "render", arg,
+        if (ms_lua_run_isolated(home, "moonshard.status", "render", arg, 0,
                                 &out, err, sizeof err) < 0) {
             fprintf(stderr, "error: cannot lay out the status: %s\n", err);
             code = 2;
@@ -223,7 +223,7 @@ static int members_text(const char *node)
     if (code == 0) {
         ms_home(home, sizeof home);
         if (ms_lua_run_isolated(home, "moonshard.status", "members", members,
-                                &out, err, sizeof err) < 0) {
+                                0, &out, err, sizeof err) < 0) {
             fprintf(stderr, "error: cannot lay out the members: %s\n", err);
             code = 2;
         } else {

@@ -75,7 +75,7 @@ local TOP_FIELDS = {
     gossip_interval = true, gossip_fanout = true, seed_timeout = true,
     lone_leave_timeout = true, log_format = true, on_member_event = true,
     tls = true, gateway_tls = true, api_token = true,
-    max_active_entities = true,
+    max_active_entities = true, gc_headroom_mb = true,
 }
 local NODE_FIELDS = {
     name = true, listen = true, http = true, roles = true, weight = true,
@@ -146,6 +146,9 @@ end
 -- space, '"', '\\' and ','.
 M.MAX_WEIGHT = 1000
 M.MAX_VERSION = 32
+-- the largest gc_headroom_mb: 1 GB (runtime/lua/vm.c keeps the collector's
+-- threshold within what a LuaJIT without GC64 can count)
+M.MAX_GC_HEADROOM_MB = 1024
 local VERSION_PATTERN = "^[%w%.%-%+_~:/@#%%]+$"
 local VERSION_REASON = "must contain only letters, digits and . - + _ ~ :"
     .. " / @ # %"
@@ -819,6 +822,10 @@ local function check(t)
     cfg.entities, cfg.entity_list = check_entities(t.entities, { "entities" })
     cfg.limits = check_limits(t.limits, { "limits" })
     cfg.gc_step_kb = integer_field(t, "gc_step_kb", root, 1, INT_MAX, 64, true)
+    -- garbage the Lua collector lets build up before a cycle, at least
+    -- (runtime/lua/vm.c "the collector's pace"; 0: LuaJIT's own pause)
+    cfg.gc_headroom_mb = integer_field(t, "gc_headroom_mb", root, 0,
+                                       M.MAX_GC_HEADROOM_MB, 64)
     -- active entities a node holds, across its types, before it passivates
     -- the least recently used idle ones (false or absent: no limit); a
     -- node's entry may set its own

@@ -124,6 +124,19 @@ int ms_bridge_gc_step(struct ms_bridge *b, int kb);
 /* Full collection; returns the Lua heap in bytes. */
 size_t ms_bridge_gc_full(struct ms_bridge *b);
 
+/* The collector's pace (vm.c): at least `headroom_mb` MB of garbage build
+ * up between cycles, above LuaJIT's doubling of the live heap; 0 leaves
+ * LuaJIT's pause. Called once, before the first message. MS_ENOMEM. */
+int ms_bridge_gc_pace(struct ms_bridge *b, int headroom_mb);
+
+struct ms_bridge_gc {
+    size_t heap;     /* the Lua heap now, bytes (live and garbage) */
+    uint64_t cycles; /* cycles finished since the pace was set */
+    int pause;       /* the pause in use, percent */
+    size_t headroom; /* bytes; 0: LuaJIT's pause alone */
+};
+void ms_bridge_gc_stats(struct ms_bridge *b, struct ms_bridge_gc *out);
+
 /* The ms_partition_fn of the dispatcher (data: the bridge): runs the
  * type's partitioner function from the config, partitioner(id,
  * shard_count), on the coroutine of the core.* call under way (an
@@ -147,10 +160,12 @@ int ms_bridge_call(struct ms_bridge *b, const char *module, const char *fn,
 
 /* Runs require(module)[fn](arg) in a fresh, separate Lua VM with the same
  * package paths (and moonshard.clock), then closes it; the bench's floor
- * runs there, with no runtime around it. *out is the string result
+ * runs there, with no runtime around it; gc_headroom_mb > 0 gives its
+ * collector the node's pace (ms_bridge_gc_pace). *out is the string result
  * (caller frees). Returns 0 or a negative code with `err`. */
 int ms_lua_run_isolated(const char *home, const char *module, const char *fn,
-                        const char *arg, char **out, char *err, size_t errlen);
+                        const char *arg, int gc_headroom_mb, char **out,
+                        char *err, size_t errlen);
 
 /* Runs the allocation strategy of `type_name` (moonshard.alloc) on a view
  * (JSON, see lua/moonshard/alloc.lua). Returns 0 with the chosen member's

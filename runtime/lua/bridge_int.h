@@ -32,6 +32,20 @@
 /* type=, shard= and id= of an entity: an id escapes to 4 bytes a byte */
 #define ENTITY_FIELDS_MAX (128 + 4 * MS_LOG_VALUE_MAX)
 
+/* The pace of one VM's collector (vm.c): what ms_gc_pace_set needs to live as
+ * long as the VM (set `closing` before lua_close). */
+struct ms_gc_pace {
+    int mt;          /* registry ref: the sentinel's metatable; 0: none */
+    int closing;     /* lua_close runs: the sentinel stays down */
+    int pause;       /* the pause in use, percent */
+    size_t headroom; /* bytes; 0: LuaJIT's pause alone */
+    uint64_t cycles; /* cycles the sentinel saw end */
+    int settle;      /* a cycle ended: settle the threshold (vm.c) */
+};
+int ms_gc_pace_set(lua_State *L, struct ms_gc_pace *g, int headroom_mb);
+/* After Lua ran: the threshold after a cycle's end, from the heap now. */
+void ms__gc_pace_settle(lua_State *L, struct ms_gc_pace *g);
+
 struct ms_bridge {
     lua_State *L;
     uv_loop_t *loop;
@@ -81,6 +95,8 @@ struct ms_bridge {
     uint64_t hook_deadline_ns;   /* the running call's budget ends then */
     int hook_timed_out;          /* the running call ran past it */
     struct ms_bridge_hook_stats hook_stats;
+
+    struct ms_gc_pace gc; /* the collector's pace (vm.c) */
 };
 
 /* An entity suspended in an ask: its coroutine, the kind of the message

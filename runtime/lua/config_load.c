@@ -155,6 +155,7 @@ int ms_bridge_load_config(struct ms_bridge *b, const char *path,
     cfg->http_connections = (int)num_field(L, -1, "http_connections");
     lua_pop(L, 1);
     cfg->gc_step_kb = (int)num_field(L, c, "gc_step_kb");
+    cfg->gc_headroom_mb = (int)num_field(L, c, "gc_headroom_mb");
     cfg->operation_retention_ms =
         (uint64_t)num_field(L, c, "operation_retention_ms");
     cfg->database_connections = (int)num_field(L, c, "database_connections");

@@ -94,6 +94,10 @@ int ms_bridge_start(struct ms_bridge *b, struct ms_dispatch *d,
     lua_getfield(L, -1, "on_error");
     b->on_error_fn = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_settop(L, top);
+    if (ms_bridge_gc_pace(b, cfg->gc_headroom_mb) < 0) {
+        snprintf(err, errlen, "out of memory: the collector's pace");
+        return MS_ENOMEM;
+    }
     return 0;
 }
 
@@ -283,5 +287,6 @@ int ms_bridge_run(struct ms_bridge *b, int budget)
         b->cur_h = 0;
         ms_running_idle(&b->running);
     }
+    ms__gc_pace_settle(L, &b->gc);
     return b->handled;
 }

@@ -99,12 +99,18 @@ static void set_paths(lua_State *L, const char *home)
 }
 
 int ms_lua_run_isolated(const char *home, const char *module, const char *fn,
-                        const char *arg, char **out, char *err, size_t errlen)
+                        const char *arg, int gc_headroom_mb, char **out,
+                        char *err, size_t errlen)
 {
     lua_State *L = luaL_newstate();
     if (!L)
         return MS_ENOMEM;
+    struct ms_gc_pace pace = {0};
     luaL_openlibs(L);
+    if (gc_headroom_mb > 0 && ms_gc_pace_set(L, &pace, gc_headroom_mb) < 0) {
+        lua_close(L);
+        return MS_ENOMEM;
+    }
     /* the runtime's encoder, for a baseline that encodes as the runtime
      * does (bench/floor.lua) */
     lua_getglobal(L, "package");
@@ -131,6 +137,7 @@ int ms_lua_run_isolated(const char *home, const char *module, const char *fn,
     *out = strdup(lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
     rc = *out ? 0 : MS_ENOMEM;
 done:
+    pace.closing = 1;
     lua_close(L);
     return rc;
 }
@@ -174,6 +181,7 @@ void ms_bridge_free(struct ms_bridge *b)
 {
     if (!b)
         return;
+    b->gc.closing = 1; /* lua_close runs the sentinel's finalizer */
     lua_close(b->L);
     free(b->co_of);
     free(b->part_ref);
@@ -230,7 +238,134 @@ void ms_bridge_set_router(struct ms_bridge *b, struct ms_router *r,
 
 int ms_bridge_gc_step(struct ms_bridge *b, int kb)
 {
-    return lua_gc(b->L, LUA_GCSTEP, kb);
+    int done = lua_gc(b->L, LUA_GCSTEP, kb);
+    ms__gc_pace_settle(b->L, &b->gc);
+    return done;
+}
+
+/* ---- the collector's pace -------------------------------------------
+ *
+ * LuaJIT starts a collection cycle when its heap reaches `pause` percent
+ * of what the last cycle left (200: each time the heap doubles). A cycle
+ * marks every live object and sweeps every object, so its cost grows
+ * with the live heap, and the garbage it frees with the pause. A node's
+ * live heap is mostly its entities' states, which every cycle walks
+ * again: with 100,000 Counter states (about 15 MB) a cycle came every
+ * 15 MB of message garbage, and the collector was the largest item of a
+ * message's time (README "Where the time goes").
+ *
+ * So the node lets at least gc_headroom_mb of garbage build up between
+ * cycles: after each cycle the pause becomes
+ * max(200, 100 * (live + headroom) / live). A heap larger than the
+ * headroom keeps LuaJIT's doubling, so the headroom bounds what the
+ * policy adds to the node's memory.
+ *
+ * It is set once a cycle, in two steps. A sentinel, an empty userdata
+ * that nothing holds, has a finalizer (gc_sentinel) that runs in the
+ * cycle's last phase, before LuaJIT computes the next threshold (its
+ * estimate of the live heap times the pause), and leaves a new sentinel
+ * for the next cycle. The finalizer sees only the heap's total, which
+ * also holds what was allocated while the cycle ran (on a small live
+ * heap, several times the live heap), so the pause it sets from it
+ * starts the next cycle early. When the handlers' round ends
+ * (ms_bridge_run) or an idle step (ms_bridge_gc_step) does, the pace
+ * settles: LUA_GCRESTART with -1 sets the threshold to the heap's total
+ * now times the pause, that is to the total plus the headroom. A cycle
+ * that began in between (a round allocating more than that early
+ * threshold) is put off by at most one headroom of garbage.
+ * gc_headroom_mb = 0: LuaJIT's pause stays as it is (the sentinel still
+ * counts the cycles, for GET /v1/stats). */
+#define GC_PAUSE_BASE 200 /* LuaJIT's default (LUAI_GCPAUSE) */
+
+static void gc_arm(lua_State *L, struct ms_gc_pace *g)
+{
+    lua_newuserdata(L, 0);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, g->mt);
+    lua_setmetatable(L, -2);
+    lua_pop(L, 1);
+}
+
+/* The pause that starts the next cycle when `headroom` bytes of garbage
+ * came on top of `live` (at least GC_PAUSE_BASE). */
+static int gc_pause_for(size_t live, size_t headroom)
+{
+    if (live < 1024)
+        live = 1024;
+    double p = 100.0 * ((double)live + (double)headroom) / (double)live;
+    if (p < GC_PAUSE_BASE)
+        return GC_PAUSE_BASE;
+    /* live >= 1 KB and headroom <= 1 GB: at most about 10^8 */
+    return (int)p;
+}
+
+static void gc_set_pause(lua_State *L, struct ms_gc_pace *g)
+{
+    size_t live = (size_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024;
+    g->pause = gc_pause_for(live, g->headroom);
+    lua_gc(L, LUA_GCSETPAUSE, g->pause);
+}
+
+void ms__gc_pace_settle(lua_State *L, struct ms_gc_pace *g)
+{
+    if (!g->settle)
+        return;
+    g->settle = 0;
+    gc_set_pause(L, g);
+    /* threshold = heap now * pause / 100 = heap now + headroom */
+    lua_gc(L, LUA_GCRESTART, -1);
+}
+
+/* __gc of the sentinel (upvalue 1: the pace); runs once a cycle. LuaJIT
+ * stops GC steps while a finalizer runs, so allocating here is safe. */
+static int gc_sentinel(lua_State *L)
+{
+    struct ms_gc_pace *g = lua_touserdata(L, lua_upvalueindex(1));
+    if (g->closing)
+        return 0;
+    g->cycles++;
+    if (g->headroom > 0) {
+        gc_set_pause(L, g);
+        g->settle = 1;
+    }
+    gc_arm(L, g);
+    return 0;
+}
+
+int ms_gc_pace_set(lua_State *L, struct ms_gc_pace *g, int headroom_mb)
+{
+    if (g->mt != 0) /* set once, before the first message */
+        return 0;
+    g->headroom = headroom_mb > 0 ? (size_t)headroom_mb << 20 : 0;
+    lua_createtable(L, 0, 1);
+    lua_pushlightuserdata(L, g);
+    lua_pushcclosure(L, gc_sentinel, 1);
+    lua_setfield(L, -2, "__gc");
+    g->mt = luaL_ref(L, LUA_REGISTRYINDEX);
+    if (g->mt == LUA_REFNIL || g->mt == LUA_NOREF) {
+        g->mt = 0;
+        return MS_ENOMEM;
+    }
+    /* the pause in use (LuaJIT's default unless set), read by setting it */
+    g->pause = lua_gc(L, LUA_GCSETPAUSE, GC_PAUSE_BASE);
+    lua_gc(L, LUA_GCSETPAUSE, g->pause);
+    if (g->headroom > 0)
+        gc_set_pause(L, g);
+    gc_arm(L, g);
+    return 0;
+}
+
+int ms_bridge_gc_pace(struct ms_bridge *b, int headroom_mb)
+{
+    return ms_gc_pace_set(b->L, &b->gc, headroom_mb);
+}
+
+void ms_bridge_gc_stats(struct ms_bridge *b, struct ms_bridge_gc *out)
+{
+    out->heap = (size_t)lua_gc(b->L, LUA_GCCOUNT, 0) * 1024 +
+                (size_t)lua_gc(b->L, LUA_GCCOUNTB, 0);
+    out->cycles = b->gc.cycles;
+    out->pause = b->gc.pause;
+    out->headroom = b->gc.headroom;
 }
 
 size_t ms_bridge_gc_full(struct ms_bridge *b)

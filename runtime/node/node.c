@@ -943,6 +943,8 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
     ms_dispatch_stats(n->d, &s);
     ms_http_stats(n->http, &hconns, &htimeouts, &hrefused);
     ms_http_event_stats(n->http, &estreams, &ecut, &erefused);
+    struct ms_bridge_gc gc;
+    ms_bridge_gc_stats(n->b, &gc);
     int len = snprintf(
         buf, buflen,
         "{\"node\":\"%s\",\"cluster\":\"%s\",\"version\":\"%s\","
@@ -957,7 +959,8 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         "\"http_connections\":%llu,\"http_timeouts\":%llu,"
         "\"http_refused\":%llu,\"event_streams\":%llu,"
         "\"event_streams_cut_off\":%llu,\"event_streams_refused\":%llu,"
-        "\"http_tls_failures\":%llu",
+        "\"http_tls_failures\":%llu,\"lua\":{\"heap\":%llu,"
+        "\"gc_cycles\":%llu,\"gc_pause\":%d,\"gc_headroom\":%llu}",
         n->cfg.node_name, n->cfg.cluster, MS_VERSION,
         (unsigned long long)s.routed, (unsigned long long)s.delivered,
         (unsigned long long)s.activations, (unsigned long long)s.passivations,
@@ -976,7 +979,9 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         (unsigned long long)hconns, (unsigned long long)htimeouts,
         (unsigned long long)hrefused, (unsigned long long)estreams,
         (unsigned long long)ecut, (unsigned long long)erefused,
-        (unsigned long long)ms_http_tls_failures(n->http));
+        (unsigned long long)ms_http_tls_failures(n->http),
+        (unsigned long long)gc.heap, (unsigned long long)gc.cycles, gc.pause,
+        (unsigned long long)gc.headroom);
     if (len < 0)
         return 0;
     size_t o = (size_t)len;
@@ -1044,4 +1049,9 @@ int ms_node_call_lua(struct ms_node *n, const char *module, const char *fn,
 size_t ms_node_lua_gc(struct ms_node *n)
 {
     return ms_bridge_gc_full(n->b);
+}
+
+int ms_node_gc_headroom_mb(const struct ms_node *n)
+{
+    return n->cfg.gc_headroom_mb;
 }

@@ -101,6 +101,7 @@ describe("moonshard.config", function()
                           http_timeout_ms = 30000, http_connections = 1024 },
                         cfg.limits)
             assert.equal(64, cfg.gc_step_kb)
+            assert.equal(64, cfg.gc_headroom_mb)
             assert.is_false(cfg.admin_remote)
             assert.is_false(cfg.max_active_entities)
         end)
@@ -241,18 +242,24 @@ describe("moonshard.config", function()
             assert.equal(1, cfg.entities.Order.idle_timeout_ms)
         end)
 
-        it("keeps explicit seeds, limits and gc_step_kb", function()
+        it("keeps explicit seeds, limits, gc_step_kb and gc_headroom_mb",
+           function()
             local src = replace(BASE, [[cluster = "demo",]], [[
 cluster = "demo",
     seeds = { "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
-    gc_step_kb = 8,]])
+    gc_step_kb = 8, gc_headroom_mb = 0,]])
             src = replace(src, "json_max_depth = 16,",
                           "json_max_depth = 16, max_message_bytes = 64,")
             local cfg = assert(config.load(write_temp(src)))
             assert.same({ "127.0.0.1:7102", "localhost:7101", "[::1]:7103" },
                         cfg.seeds)
             assert.equal(8, cfg.gc_step_kb)
+            assert.equal(0, cfg.gc_headroom_mb)
             assert.equal(64, cfg.limits.max_message_bytes)
+            src = replace(BASE, [[cluster = "demo",]],
+                          [[cluster = "demo", gc_headroom_mb = 1024,]])
+            assert.equal(1024,
+                         assert(config.load(write_temp(src))).gc_headroom_mb)
         end)
 
         it("fills the watchdog's defaults and keeps its settings", function()
@@ -759,6 +766,18 @@ return {
             { "gc_step_kb 0",
               { { [[cluster = "demo",]], [[cluster = "demo", gc_step_kb = 0, --@]] } },
               "gc_step_kb: must be an integer >= 1 (got 0)" },
+            { "gc_headroom_mb -1",
+              { { [[cluster = "demo",]], [[cluster = "demo", gc_headroom_mb = -1, --@]] } },
+              "gc_headroom_mb: must be an integer in 0..1024 (got -1)" },
+            { "gc_headroom_mb above 1 GB",
+              { { [[cluster = "demo",]], [[cluster = "demo", gc_headroom_mb = 1025, --@]] } },
+              "gc_headroom_mb: must be an integer in 0..1024 (got 1025)" },
+            { "gc_headroom_mb not an integer",
+              { { [[cluster = "demo",]], [[cluster = "demo", gc_headroom_mb = 0.5, --@]] } },
+              "gc_headroom_mb: must be an integer in 0..1024 (got 0.5)" },
+            { "gc_headroom_mb as a string",
+              { { [[cluster = "demo",]], [[cluster = "demo", gc_headroom_mb = "64", --@]] } },
+              [[gc_headroom_mb: must be an integer in 0..1024 (got "64")]] },
             { "an unknown top-level field, with a hint",
               { { [[secret = "s3cret-4b7e9d01a2c6",]], [[secret = "s3cret-4b7e9d01a2c6", clustr = "x", --@]] } },
               [[clustr: unknown field, did you mean "cluster"? (got "x")]] },
