@@ -165,6 +165,19 @@ local function check_nodes(v, path)
     for i, raw in ipairs(v) do
         local p = child(path, i)
         check_table(raw, p)
+        -- a cluster-wide field in a node's entry (gc_headroom_mb, say) is
+        -- not a typo: say where it goes
+        for _, k in ipairs(sorted_keys(raw)) do
+            if TOP_FIELDS[k] and not NODE_FIELDS[k] then
+                local shown = raw[k]
+                if fields.CONCEALED_FIELDS[k] then
+                    shown = setmetatable({ what = "a " .. type(shown) },
+                                         fields.Concealed)
+                end
+                fail(child(p, k), "set only at the top level, for every node",
+                     shown)
+            end
+        end
         check_known(raw, p, NODE_FIELDS)
         local name = string_field(raw, "name", p, {
             required = true, pattern = NAME_PATTERN, pattern_reason = NAME_REASON,

@@ -375,6 +375,7 @@ local function address_field(v, path, required)
 end
 
 M.Failure, M.Concealed = Failure, Concealed
+M.CONCEALED_FIELDS = CONCEALED_FIELDS
 M.show, M.path_string, M.fail, M.child = show, path_string, fail, child
 M.is_integer, M.is_list, M.sorted_keys = is_integer, is_list, sorted_keys
 M.check_known, M.check_table = check_known, check_table

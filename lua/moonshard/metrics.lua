@@ -106,6 +106,14 @@ local FIELDS = {
         .. "shard's buffer held 1024." },
     shards_handed_off = { "counter", "Shards this node stopped and gave "
         .. "away." },
+    lua_heap = { "gauge", "The node's Lua heap in bytes, live and "
+        .. "garbage." },
+    lua_gc_cycles = { "counter", "Lua collection cycles finished." },
+    lua_gc_pause = { "gauge", "The Lua collector's pause in use, in "
+        .. "percent (set from gc_headroom_mb each cycle)." },
+    lua_gc_headroom = { "gauge", "gc_headroom_mb in bytes: the Lua "
+        .. "garbage let build up between cycles, at least (0: LuaJIT's "
+        .. "pause)." },
     moves_in_progress = { "gauge", "Moves under way (coordinator only)." },
     moves_peak = { "gauge", "Most moves under way at once (coordinator "
         .. "only)." },

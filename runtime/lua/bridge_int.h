@@ -41,6 +41,8 @@ struct ms_gc_pace {
     size_t headroom; /* bytes; 0: LuaJIT's pause alone */
     uint64_t cycles; /* cycles the sentinel saw end */
     int settle;      /* a cycle ended: settle the threshold (vm.c) */
+    int armed;       /* a sentinel waits for the next cycle; 0: out of
+                      * memory when one was due (vm.c) */
 };
 int ms_gc_pace_set(lua_State *L, struct ms_gc_pace *g, int headroom_mb);
 /* After Lua ran: the threshold after a cycle's end, from the heap now. */

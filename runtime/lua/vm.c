@@ -108,6 +108,7 @@ int ms_lua_run_isolated(const char *home, const char *module, const char *fn,
     struct ms_gc_pace pace = {0};
     luaL_openlibs(L);
     if (gc_headroom_mb > 0 && ms_gc_pace_set(L, &pace, gc_headroom_mb) < 0) {
+        pace.closing = 1;
         lua_close(L);
         return MS_ENOMEM;
     }
@@ -274,7 +275,15 @@ int ms_bridge_gc_step(struct ms_bridge *b, int kb)
  * that began in between (a round allocating more than that early
  * threshold) is put off by at most one headroom of garbage.
  * gc_headroom_mb = 0: LuaJIT's pause stays as it is (the sentinel still
- * counts the cycles, for GET /v1/stats). */
+ * counts the cycles, for GET /v1/stats).
+ *
+ * Out of memory for the next sentinel, the cycle ends without one: the
+ * pause falls back to LuaJIT's (a pause made for this heap, kept while the
+ * live heap grows, would let it grow by that factor: 5 MB live and 64 MB
+ * of headroom is 1380%, and a live heap of 100 MB would then wait for 1.4
+ * GB), and each settle tries again. The arming is a protected call: its
+ * error reaches neither the handler whose allocation ran the cycle nor
+ * the idle step, which calls lua_gc unprotected. */
 #define GC_PAUSE_BASE 200 /* LuaJIT's default (LUAI_GCPAUSE) */
 
 static void gc_arm(lua_State *L, struct ms_gc_pace *g)
@@ -305,11 +314,42 @@ static void gc_set_pause(lua_State *L, struct ms_gc_pace *g)
     lua_gc(L, LUA_GCSETPAUSE, g->pause);
 }
 
+/* lua_cpcall body (stack: the pace, a light userdata) */
+static int gc_arm_call(lua_State *L)
+{
+    gc_arm(L, lua_touserdata(L, 1));
+    return 0;
+}
+
+/* Leaves a sentinel for the next cycle; out of memory none, LuaJIT's
+ * pause, and a settle to try again (see above). */
+static void gc_rearm(lua_State *L, struct ms_gc_pace *g)
+{
+    if (lua_cpcall(L, gc_arm_call, g) == 0) {
+        g->armed = 1;
+        return;
+    }
+    lua_pop(L, 1); /* the error */
+    g->armed = 0;
+    g->settle = 1;
+    if (g->headroom > 0) {
+        g->pause = GC_PAUSE_BASE;
+        lua_gc(L, LUA_GCSETPAUSE, GC_PAUSE_BASE);
+    }
+}
+
 void ms__gc_pace_settle(lua_State *L, struct ms_gc_pace *g)
 {
     if (!g->settle)
         return;
+    if (!g->armed) {
+        gc_rearm(L, g);
+        if (!g->armed)
+            return; /* still out of memory: after the next round */
+    }
     g->settle = 0;
+    if (g->headroom == 0)
+        return;
     gc_set_pause(L, g);
     /* threshold = heap now * pause / 100 = heap now + headroom */
     lua_gc(L, LUA_GCRESTART, -1);
@@ -323,10 +363,24 @@ static int gc_sentinel(lua_State *L)
     if (g->closing)
         return 0;
     g->cycles++;
-    if (g->headroom > 0) {
+    gc_rearm(L, g);
+    if (g->armed && g->headroom > 0) {
         gc_set_pause(L, g);
         g->settle = 1;
     }
+    return 0;
+}
+
+/* lua_cpcall body (stack: the pace): the sentinel's metatable, and the
+ * first sentinel */
+static int gc_pace_call(lua_State *L)
+{
+    struct ms_gc_pace *g = lua_touserdata(L, 1);
+    lua_createtable(L, 0, 1);
+    lua_pushlightuserdata(L, g);
+    lua_pushcclosure(L, gc_sentinel, 1);
+    lua_setfield(L, -2, "__gc");
+    g->mt = luaL_ref(L, LUA_REGISTRYINDEX);
     gc_arm(L, g);
     return 0;
 }
@@ -336,21 +390,16 @@ int ms_gc_pace_set(lua_State *L, struct ms_gc_pace *g, int headroom_mb)
     if (g->mt != 0) /* set once, before the first message */
         return 0;
     g->headroom = headroom_mb > 0 ? (size_t)headroom_mb << 20 : 0;
-    lua_createtable(L, 0, 1);
-    lua_pushlightuserdata(L, g);
-    lua_pushcclosure(L, gc_sentinel, 1);
-    lua_setfield(L, -2, "__gc");
-    g->mt = luaL_ref(L, LUA_REGISTRYINDEX);
-    if (g->mt == LUA_REFNIL || g->mt == LUA_NOREF) {
-        g->mt = 0;
-        return MS_ENOMEM;
-    }
     /* the pause in use (LuaJIT's default unless set), read by setting it */
     g->pause = lua_gc(L, LUA_GCSETPAUSE, GC_PAUSE_BASE);
     lua_gc(L, LUA_GCSETPAUSE, g->pause);
+    if (lua_cpcall(L, gc_pace_call, g) != 0) {
+        lua_pop(L, 1); /* out of memory */
+        return MS_ENOMEM;
+    }
+    g->armed = 1;
     if (g->headroom > 0)
         gc_set_pause(L, g);
-    gc_arm(L, g);
     return 0;
 }
 
