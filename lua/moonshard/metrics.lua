@@ -188,15 +188,6 @@ local FIELDS = {
         .. "the last 1024 writes, in microseconds." },
     persist_commit_latency_p99_us = { "gauge", "99th percentile commit "
         .. "latency of the last 1024 writes, in microseconds." },
-    -- the Lua VM (the "lua" object of the stats; README gc_headroom_mb)
-    lua_heap = { "gauge", "The Lua heap in bytes, live objects and "
-        .. "garbage not collected yet." },
-    lua_gc_cycles = { "counter", "Lua garbage collection cycles "
-        .. "finished." },
-    lua_gc_pause = { "gauge", "The Lua collector's pause in use, in "
-        .. "percent of the live heap at which the next cycle starts." },
-    lua_gc_headroom = { "gauge", "Lua garbage let build up between two "
-        .. "collection cycles at least, in bytes (gc_headroom_mb)." },
     -- remember-entities (the "remember" object of the stats)
     remember_queue_max = { "gauge", "Bound of the remember write-behind "
         .. "queue (records queued plus in flight)." },
