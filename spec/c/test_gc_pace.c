@@ -7,7 +7,9 @@
  * step), the pause must fall back to LuaJIT's (not stay a pause made for
  * a smaller heap), and the pace must come back (the next settle arms a
  * sentinel again) once memory is there. Also: lua_close with `closing`
- * set runs no pace code.
+ * set runs no pace code. And the settle: garbage made between a cycle's
+ * end and the end of the round does not count against the next cycle's
+ * headroom.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -57,8 +59,63 @@ static void grow(lua_State *L, int mb)
     CHECK(luaL_dostring(L, code) == 0);
 }
 
+/* Garbage, about `kb` KB of it, counted: returns the heap's growth
+ * (0 when a cycle ended meanwhile: *cycled set). */
+static size_t litter(lua_State *L, struct ms_gc_pace *g, int kb, int *cycled)
+{
+    uint64_t c0 = g->cycles;
+    size_t h0 = (size_t)lua_gc(L, LUA_GCCOUNT, 0);
+    char code[160];
+    snprintf(code, sizeof code,
+             "local r = {} for i = 1, %d do r[i %% 64] = {i, i, i, i} end",
+             kb * 1024 / 80);
+    CHECK(luaL_dostring(L, code) == 0);
+    *cycled = g->cycles != c0;
+    size_t h1 = (size_t)lua_gc(L, LUA_GCCOUNT, 0);
+    return *cycled || h1 < h0 ? 0 : h1 - h0;
+}
+
+/* A live heap of about 3 MB and 16 MB of headroom. After a cycle's end,
+ * a round makes 8 MB of garbage; the settle at its end puts the next
+ * cycle 16 MB (the headroom) after that, not 16 MB after the cycle's
+ * end. The collector's steps are made so large (stepmul) that
+ * a cycle ends as soon as it starts. */
+static void settle_case(void)
+{
+    lua_State *L = luaL_newstate();
+    luaL_openlibs(L);
+    struct ms_gc_pace g;
+    memset(&g, 0, sizeof g);
+    grow(L, 2);
+    CHECK(ms_gc_pace_set(L, &g, 16) == 0);
+    lua_gc(L, LUA_GCSETSTEPMUL, 1000000);
+    lua_gc(L, LUA_GCCOLLECT, 0);
+    CHECK(g.settle == 1);
+    int cycled;
+    size_t round = litter(L, &g, 8192, &cycled);
+    CHECK(!cycled && round > 6 * 1024);
+    ms__gc_pace_settle(L, &g);
+    CHECK(g.settle == 0);
+    size_t after = 0;
+    for (int i = 0; i < 200; i++) {
+        after += litter(L, &g, 128, &cycled);
+        if (cycled)
+            break;
+    }
+    CHECK(cycled);
+    /* without the settle, about 8 MB (16 less the round's 8) */
+    int ok = after > 12 * 1024 && after < 20 * 1024;
+    CHECK(ok);
+    if (!ok)
+        fprintf(stderr, "garbage before the next cycle: %zu KB\n", after);
+    g.closing = 1;
+    lua_close(L);
+}
+
 int main(void)
 {
+    settle_case();
+
     lua_State *L = lua_newstate(alloc, NULL);
     if (!L) {
         fprintf(stderr, "this LuaJIT takes no allocator (not GC64?)\n");
@@ -73,7 +130,7 @@ int main(void)
     struct ms_gc_pace g;
     memset(&g, 0, sizeof g);
     CHECK(ms_gc_pace_set(L, &g, 64) == 0);
-    CHECK(g.pause > 1000); /* 64 MB over a heap of some 100 KB */
+    CHECK(g.pause == 600); /* 64 MB over a heap of some 100 KB: the cap */
     lua_gc(L, LUA_GCCOLLECT, 0);
     CHECK(g.cycles == 1);
 
@@ -97,7 +154,7 @@ int main(void)
      * which counts the cycles and sets the pause again */
     refuse_size = 0;
     ms__gc_pace_settle(L, &g);
-    CHECK(g.pause > 1000);
+    CHECK(g.pause == 600);
     lua_gc(L, LUA_GCCOLLECT, 0);
     CHECK(g.cycles == 3);
     grow(L, 128); /* a live heap twice the headroom: LuaJIT's doubling */
