@@ -82,6 +82,14 @@ local NODE_FIELDS = {
     version = true, tls = true, gateway_tls = true,
     max_active_entities = true,
 }
+-- a cluster-wide field in a node's entry (gc_headroom_mb, say) is not a
+-- typo: say where it goes
+local TOP_ONLY = {}
+for k in pairs(TOP_FIELDS) do
+    if not NODE_FIELDS[k] then
+        TOP_ONLY[k] = "set only at the top level, for every node"
+    end
+end
 local TLS_FIELDS = { ca = true, cert = true, key = true }
 -- The longest path of a TLS file, once resolved (the node keeps each in
 -- a buffer of MAX_TLS_PATH + 1 bytes: runtime/core/config.h).
@@ -165,20 +173,7 @@ local function check_nodes(v, path)
     for i, raw in ipairs(v) do
         local p = child(path, i)
         check_table(raw, p)
-        -- a cluster-wide field in a node's entry (gc_headroom_mb, say) is
-        -- not a typo: say where it goes
-        for _, k in ipairs(sorted_keys(raw)) do
-            if TOP_FIELDS[k] and not NODE_FIELDS[k] then
-                local shown = raw[k]
-                if fields.CONCEALED_FIELDS[k] then
-                    shown = setmetatable({ what = "a " .. type(shown) },
-                                         fields.Concealed)
-                end
-                fail(child(p, k), "set only at the top level, for every node",
-                     shown)
-            end
-        end
-        check_known(raw, p, NODE_FIELDS)
+        check_known(raw, p, NODE_FIELDS, TOP_ONLY)
         local name = string_field(raw, "name", p, {
             required = true, pattern = NAME_PATTERN, pattern_reason = NAME_REASON,
         })
@@ -835,8 +830,9 @@ local function check(t)
     cfg.entities, cfg.entity_list = check_entities(t.entities, { "entities" })
     cfg.limits = check_limits(t.limits, { "limits" })
     cfg.gc_step_kb = integer_field(t, "gc_step_kb", root, 1, INT_MAX, 64, true)
-    -- garbage the Lua collector lets build up before a cycle, at least
-    -- (runtime/lua/vm.c "the collector's pace"; 0: LuaJIT's own pause)
+    -- garbage the Lua collector lets build up between cycles, at most
+    -- (and five times the live heap; runtime/lua/vm.c "the collector's
+    -- pace"; 0: LuaJIT's own pause)
     cfg.gc_headroom_mb = integer_field(t, "gc_headroom_mb", root, 0,
                                        M.MAX_GC_HEADROOM_MB, 64)
     -- active entities a node holds, across its types, before it passivates

@@ -247,12 +247,14 @@ local CONCEALED_FIELDS = { secret = true, admin_token = true, database = true,
                            api_token = true }
 
 -- Fails on the first key of `t` (in sorted order) not listed in `known`.
-local function check_known(t, path, known)
+local function check_known(t, path, known, elsewhere)
     for _, k in ipairs(sorted_keys(t)) do
         if not known[k] then
-            local reason = "unknown field"
-            local best
-            if type(k) == "string" then
+            -- `elsewhere` (optional): [field] = why a field known in
+            -- another place of the config does not belong here
+            local best = elsewhere and elsewhere[k] and k
+            local reason = best and elsewhere[k] or "unknown field"
+            if not best and type(k) == "string" then
                 local best_d
                 for _, name in ipairs(sorted_keys(known)) do
                     local d = distance(k, name)
@@ -375,7 +377,6 @@ local function address_field(v, path, required)
 end
 
 M.Failure, M.Concealed = Failure, Concealed
-M.CONCEALED_FIELDS = CONCEALED_FIELDS
 M.show, M.path_string, M.fail, M.child = show, path_string, fail, child
 M.is_integer, M.is_list, M.sorted_keys = is_integer, is_list, sorted_keys
 M.check_known, M.check_table = check_known, check_table
