@@ -235,8 +235,9 @@ int ms_node_call_lua(struct ms_node *n, const char *module, const char *fn,
 /* Runs a full Lua garbage collection; returns the Lua heap size in bytes. */
 size_t ms_node_lua_gc(struct ms_node *n);
 
-/* The config's gc_headroom_mb: the garbage the node's Lua collector lets
- * build up between cycles, at least (0: LuaJIT's pause alone). */
+/* The config's gc_headroom_mb: the most garbage the node's Lua collector
+ * lets build up between cycles (also at most five times the live heap;
+ * 0: LuaJIT's pause alone). */
 int ms_node_gc_headroom_mb(const struct ms_node *n);
 
 #endif

@@ -112,8 +112,8 @@ local FIELDS = {
     lua_gc_pause = { "gauge", "The Lua collector's pause in use, in "
         .. "percent (set from gc_headroom_mb each cycle)." },
     lua_gc_headroom = { "gauge", "gc_headroom_mb in bytes: the Lua "
-        .. "garbage let build up between cycles, at least (0: LuaJIT's "
-        .. "pause)." },
+        .. "garbage let build up between cycles, at most (and five times "
+        .. "the live heap; 0: LuaJIT's pause)." },
     moves_in_progress = { "gauge", "Moves under way (coordinator only)." },
     moves_peak = { "gauge", "Most moves under way at once (coordinator "
         .. "only)." },

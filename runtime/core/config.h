@@ -85,9 +85,9 @@ struct ms_config {
     uint64_t http_timeout_ms;  /* limits.http_timeout */
     int http_connections;      /* limits.http_connections */
     int gc_step_kb;
-    int gc_headroom_mb;        /* garbage let build up before a Lua GC cycle,
-                                * at least (runtime/lua/vm.c); 0: LuaJIT's
-                                * pause alone */
+    int gc_headroom_mb;        /* the most garbage let build up between
+                                * Lua GC cycles (runtime/lua/vm.c); 0:
+                                * LuaJIT's pause alone */
     uint64_t handoff_timeout_ms;    /* deadline of one shard move */
     uint64_t rebalance_interval_ms; /* between rebalance rounds */
     uint64_t stuck_handler_ms;      /* the watchdog logs Lua stuck this long */

@@ -124,9 +124,9 @@ int ms_bridge_gc_step(struct ms_bridge *b, int kb);
 /* Full collection; returns the Lua heap in bytes. */
 size_t ms_bridge_gc_full(struct ms_bridge *b);
 
-/* The collector's pace (vm.c): at least `headroom_mb` MB of garbage build
- * up between cycles, above LuaJIT's doubling of the live heap; 0 leaves
- * LuaJIT's pause. Called once, before the first message. MS_ENOMEM. */
+/* The collector's pace (vm.c): up to `headroom_mb` MB of garbage, and
+ * five times the live heap, build up between cycles, at least LuaJIT's
+ * doubling of the live heap; 0 leaves LuaJIT's pause. Called once, before the first message. MS_ENOMEM. */
 int ms_bridge_gc_pace(struct ms_bridge *b, int headroom_mb);
 
 struct ms_bridge_gc {

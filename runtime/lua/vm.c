@@ -237,6 +237,13 @@ void ms_bridge_set_router(struct ms_bridge *b, struct ms_router *r,
         b->reports = *reports;
 }
 
+/* The Lua heap in bytes, live and garbage. */
+static size_t heap_bytes(lua_State *L)
+{
+    return (size_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024 +
+           (size_t)lua_gc(L, LUA_GCCOUNTB, 0);
+}
+
 int ms_bridge_gc_step(struct ms_bridge *b, int kb)
 {
     int done = lua_gc(b->L, LUA_GCSTEP, kb);
@@ -317,8 +324,7 @@ static int gc_pause_for(size_t live, size_t headroom)
 
 static void gc_set_pause(lua_State *L, struct ms_gc_pace *g)
 {
-    size_t live = (size_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024;
-    g->pause = gc_pause_for(live, g->headroom);
+    g->pause = gc_pause_for(heap_bytes(L), g->headroom);
     lua_gc(L, LUA_GCSETPAUSE, g->pause);
 }
 
@@ -418,8 +424,7 @@ int ms_bridge_gc_pace(struct ms_bridge *b, int headroom_mb)
 
 void ms_bridge_gc_stats(struct ms_bridge *b, struct ms_bridge_gc *out)
 {
-    out->heap = (size_t)lua_gc(b->L, LUA_GCCOUNT, 0) * 1024 +
-                (size_t)lua_gc(b->L, LUA_GCCOUNTB, 0);
+    out->heap = heap_bytes(b->L);
     out->cycles = b->gc.cycles;
     out->pause = b->gc.pause;
     out->headroom = b->gc.headroom;
@@ -428,8 +433,7 @@ void ms_bridge_gc_stats(struct ms_bridge *b, struct ms_bridge_gc *out)
 size_t ms_bridge_gc_full(struct ms_bridge *b)
 {
     lua_gc(b->L, LUA_GCCOLLECT, 0);
-    return (size_t)lua_gc(b->L, LUA_GCCOUNT, 0) * 1024 +
-           (size_t)lua_gc(b->L, LUA_GCCOUNTB, 0);
+    return heap_bytes(b->L);
 }
 
 int ms_bridge_check(struct ms_bridge *b, const char *json, size_t len,
