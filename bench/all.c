@@ -174,6 +174,11 @@ static void row_local(double seconds)
         note("         the floor from bytes (ids and payload taken from C "
              "memory each message):\n         %.0f msg/s, tells / it %.2f\n",
              f.bytes_rate, f.tell_bytes_ratio);
+        if (f.gc_headroom_mb > 0)
+            note("         the floor with the node's collector pace "
+                 "(gc_headroom_mb %d):\n         %.0f msg/s, tells / it "
+                 "%.2f\n", f.gc_headroom_mb, f.paced_floor_rate,
+                 f.tell_paced_ratio);
         note("         the queue floor (the floor behind a C lookup and a "
              "FIFO), its states made\n         back to back: %.0f msg/s "
              "(%.2f of the floor), tells / it %.2f; made by\n         first "
@@ -203,6 +208,9 @@ static void row_local(double seconds)
              "%.2f\n", f.ask_queue_rate,
              ms__bench_ratio(f.ask_queue_rate, f.floor_rate),
              f.ask_queue_ratio);
+        if (f.gc_headroom_mb > 0)
+            note("         asks / the floor with the node's collector pace: "
+                 "%.2f\n", f.ask_paced_ratio);
     }
 }
 

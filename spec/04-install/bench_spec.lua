@@ -61,6 +61,12 @@ describe("moonshard-bench", function()
         assert.is_number(figure(out,
             "\n  memory per idle activated entity %(RSS delta%):%s+(%-?%d+)"
             .. " bytes"))
+        -- the floor in a VM with the node's collector pace (the default,
+        -- gc_headroom_mb 64), with the runtime against it
+        assert.is_true(figure(out, "\n  the floor with the node's collector "
+                                   .. "pace %(gc_headroom_mb 64%):%s+(%d+) "
+                                   .. "msg/s  tells / it [%d.]+, asks / it "
+                                   .. "[%d.]+") > 0)
         assert.are.equal(1000, figure(out, "entities active: (%d+),"))
         assert.are.equal(0, figure(out, "handler errors: (%d+)"))
         assert.are.equal(0, figure(out, "asks/s  ratio to floor [%d.]+"
@@ -160,12 +166,28 @@ describe("moonshard-bench", function()
         end
     end)
 
+    it("local --gc-headroom 0 runs the node with LuaJIT's pause", function()
+        local code, out, err = helpers.run({ bench, "local", "--ids", "1000",
+                                             "--messages", "2000",
+                                             "--asks", "0",
+                                             "--gc-headroom", "0" }, 120)
+        assert.are.equal(0, code, err)
+        assert.is_nil(out:find("collector's pace", 1, true))
+        assert.is_true(figure(out,
+            "\n  tells / floor, median of the paired rounds:%s+([%d.]+)")
+            > 0)
+    end)
+
     it("local refuses bad options", function()
         local code = helpers.run({ bench, "local", "--ids", "10" })
         assert.are.equal(2, code)
         code = helpers.run({ bench, "local", "--nope" })
         assert.are.equal(2, code)
         code = helpers.run({ bench, "local", "--asks", "-1" })
+        assert.are.equal(2, code)
+        code = helpers.run({ bench, "local", "--gc-headroom", "1025" })
+        assert.are.equal(2, code)
+        code = helpers.run({ bench, "local", "--gc-headroom", "-2" })
         assert.are.equal(2, code)
         code = helpers.run({ bench, "nope" })
         assert.are.equal(2, code)
