@@ -86,6 +86,35 @@ describe("the throwaway PostgreSQL", function()
         srv.dir = nil -- nothing left for stop_all
     end)
 
+    -- with a second address the postmaster starts once it can bind any
+    -- one of them; a port whose 127.0.0.1 another socket holds must not
+    -- be taken (nemesis's heal_spec once got a server whose createdb
+    -- reached nothing)
+    it("takes another port when 127.0.0.1's is held, with a second address", function()
+        local a = pg.start()
+        local b = pg.start(nil, { listen = "127.0.0.2", allow = "127.0.0.0/8",
+                                  ports = { a.port } })
+        assert.are_not.equal(a.port, b.port)
+        local rows, err = pg.psql(b, "SHOW listen_addresses")
+        assert.are.same({ "127.0.0.1,127.0.0.2" }, rows, err)
+        rows, err = pg.psql(b, "SELECT current_database()")
+        assert.are.same({ "moonshard_test" }, rows, err)
+        -- a port nobody holds is taken as given
+        local free = b.port
+        b:stop()
+        local c = pg.start(nil, { listen = "127.0.0.2", allow = "127.0.0.0/8",
+                                  ports = { free } })
+        assert.are.equal(free, c.port)
+        c:stop()
+        a:stop()
+    end)
+
+    it("refuses a port list that is not ports", function()
+        local ok, err = pcall(pg.start, nil, { ports = { "x" } })
+        assert.is_false(ok)
+        assert.truthy(tostring(err):find("opts.ports", 1, true))
+    end)
+
     it("fails clearly when no server can start", function()
         local saved = pg.script
         pg.script = "/nonexistent/pg_server.sh"

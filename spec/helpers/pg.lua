@@ -83,7 +83,8 @@ end
 -- server and removes its folder, should the spec not get to it.
 -- opts.listen (an IPv4 address) and opts.allow (an IPv4 network "A.B.C.D/N"),
 -- both or neither: the server listens on that address too (beside
--- 127.0.0.1) and accepts logins from that network.
+-- 127.0.0.1) and accepts logins from that network. opts.ports: ports
+-- to try first (before random ones).
 function M.start(owner, opts)
     owner = owner or ffi.C.getpid()
     local extra = ""
@@ -99,8 +100,15 @@ function M.start(owner, opts)
         extra = format(" %s %s", sh_quote(tostring(opts.listen)),
                        sh_quote(tostring(opts.allow)))
     end
-    local out, ok = run(format("%s start %d%s", sh_quote(M.script), owner,
-                               extra))
+    local env = ""
+    if opts and opts.ports then
+        for _, p in ipairs(opts.ports) do
+            assert(type(p) == "number", "pg.start: opts.ports holds port numbers")
+        end
+        env = "MS_PG_PORTS=" .. sh_quote(table.concat(opts.ports, " ")) .. " "
+    end
+    local out, ok = run(format("%s%s start %d%s", env, sh_quote(M.script),
+                               owner, extra))
     local dir, port, pid, conninfo =
         out:match("^([^\n]+)\n(%d+)\n(%d+)\n([^\n]+)\n$")
     if not (ok and dir) then

@@ -18,6 +18,8 @@
 #                               data folder is a copy of OWNER's template,
 #                               initdb'd once at its first start (see
 #                               template_of)
+#                               MS_PG_PORTS="P ..." in the environment:
+#                               ports to try before random ones (a spec's)
 #   pg_server.sh stop DIR       stop the server of DIR (pg_ctl stop -m fast,
 #                               then SIGKILL to its postmaster PID if it is
 #                               still alive) and remove DIR
@@ -135,7 +137,7 @@ template_of() {
 }
 
 cmd_start() {
-    local owner=${1:-} addr=${2:-} cidr=${3:-} bin dir pw port ok="" tpl=""
+    local owner=${1:-} addr=${2:-} cidr=${3:-} bin dir pw port ok="" tpl="" i
     local listen=127.0.0.1
     case "$owner" in *[!0-9]*) die "OWNER must be a PID: $owner" ;; esac
     if [ -n "$addr" ] || [ -n "$cidr" ]; then
@@ -145,6 +147,12 @@ cmd_start() {
             || die "CIDR must be an IPv4 network (A.B.C.D/N): $cidr"
         listen="127.0.0.1,$addr"
     fi
+    # MS_PG_PORTS (a spec's): ports to try first, before random ones
+    local -a first
+    read -r -a first <<<"${MS_PG_PORTS:-}"
+    for port in "${first[@]}"; do
+        [[ "$port" =~ ^[0-9]{1,5}$ ]] || die "MS_PG_PORTS: not a port: $port"
+    done
     bin=$(pgbin)
     [ -n "$owner" ] && tpl=$(template_of "$owner")
     dir=$(mktemp -d "${TMPDIR:-/tmp}/ms-pg.XXXXXX")
@@ -170,10 +178,20 @@ EOF
     if [ -n "$cidr" ]; then
         echo "host all all $cidr scram-sha-256" >>"$dir/data/pg_hba.conf"
     fi
-    # a random port; another process may hold it: try a few
-    for _ in 1 2 3 4 5 6 7 8; do
-        port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-        if start_on "$dir" "$port"; then ok=1; break; fi
+    # a random port; another process may hold it: try a few. With ADDR the
+    # postmaster starts when it could bind any one of its addresses, so a
+    # start that could not bind one of them (127.0.0.1 held by another
+    # socket, seen once in CI: createdb then reached nothing) is stopped
+    # and another port tried
+    for i in 0 1 2 3 4 5 6 7; do
+        port=${first[$i]:-$((20000 + (RANDOM * 32768 + RANDOM) % 40000))}
+        rm -f "$dir/server.log"
+        if start_on "$dir" "$port"; then
+            grep -q "could not bind" "$dir/server.log" 2>/dev/null \
+                || { ok=1; break; }
+            stop_server "$dir"
+            continue
+        fi
         grep -q "already in use" "$dir/server.log" 2>/dev/null \
             || { cat "$dir/server.log" >&2 || true; break; }
     done
@@ -183,8 +201,9 @@ EOF
     echo "$port" >"$dir/port"
     pm_pid "$dir" >"$dir/pid"
     PGPASSWORD=$pw "$bin/createdb" -h 127.0.0.1 -p "$port" -U ms \
-        moonshard_test >/dev/null 2>&1 \
-        || { stop_server "$dir"; rm -rf "$dir"; die "createdb failed"; }
+        moonshard_test >"$dir/createdb.log" 2>&1 \
+        || { cat "$dir/createdb.log" "$dir/server.log" >&2 || true
+             stop_server "$dir"; rm -rf "$dir"; die "createdb failed"; }
     trap - ERR
     if [ -n "$owner" ]; then
         ( while kill -0 "$owner" 2>/dev/null && [ -d "$dir" ]; do sleep 1; done
