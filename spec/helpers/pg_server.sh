@@ -178,13 +178,21 @@ EOF
     if [ -n "$cidr" ]; then
         echo "host all all $cidr scram-sha-256" >>"$dir/data/pg_hba.conf"
     fi
-    # a random port; another process may hold it: try a few. With ADDR the
+    # a random port; another process may still hold it: try a few. With ADDR the
     # postmaster starts when it could bind any one of its addresses, so a
     # start that could not bind one of them (127.0.0.1 held by another
     # socket, seen once in CI: createdb then reached nothing) is stopped
     # and another port tried
+    # random ones below the kernel's ephemeral range where it leaves room,
+    # so that no client's connection holds the port we pick
+    local lo=20000 span=40000 eph
+    eph=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null \
+          || true)
+    if [[ "$eph" =~ ^[0-9]+$ ]] && [ "$eph" -gt $((lo + 4000)) ]; then
+        span=$((eph - lo))
+    fi
     for i in 0 1 2 3 4 5 6 7; do
-        port=${first[$i]:-$((20000 + (RANDOM * 32768 + RANDOM) % 40000))}
+        port=${first[$i]:-$((lo + (RANDOM * 32768 + RANDOM) % span))}
         rm -f "$dir/server.log"
         if start_on "$dir" "$port"; then
             grep -q "could not bind" "$dir/server.log" 2>/dev/null \
