@@ -48,6 +48,17 @@ int ms_gc_pace_set(lua_State *L, struct ms_gc_pace *g, int headroom_mb);
 /* After Lua ran: the threshold after a cycle's end, from the heap now. */
 void ms__gc_pace_settle(lua_State *L, struct ms_gc_pace *g);
 
+/* The entities whose handler returned a new state table this round, which
+ * host.lua notes through the FFI (a classic C call would end the compiled
+ * trace of each such message); their addresses are taken at the round's
+ * end (ms__bridge_restated_flush). Once it is full, host.lua calls
+ * core.state_at instead. */
+#define MS_RESTATED_MAX 4096 /* a round's budget (node.c ROUND_BUDGET) */
+struct ms_lua_restated {
+    uint32_t n;
+    uint32_t h[MS_RESTATED_MAX];
+};
+
 struct ms_bridge {
     lua_State *L;
     uv_loop_t *loop;
@@ -64,6 +75,15 @@ struct ms_bridge {
     int npool;
     struct waiting *co_of; /* [handle] -> its coroutine waiting in an ask */
     uint32_t nco;
+    /* [handle] -> the address of its entity's Lua state (NULL: none
+     * known), set by core.state_at where host.lua sets a state and, for
+     * the states that handlers return, from `restated` at the end of a
+     * round; a delivery prefetches it while its payload is decoded
+     * (leaf.c) */
+    const void **state_addr;
+    uint32_t nstate_addr;
+    int states_ref;                  /* registry ref: host.lua's states */
+    struct ms_lua_restated restated; /* written by host.lua (FFI) */
 
     uint32_t cur_h;       /* entity whose handler runs now */
     int cur_kind;         /* its delivery's kind */
@@ -110,6 +130,23 @@ struct waiting {
     int kind;
     uint64_t corr;
 };
+
+/* ---- leaf.c: the states' addresses --------------------------------------- */
+
+/* Takes the addresses of the states noted in b->restated (from
+ * host.lua's states table) and empties it. Runs in C context, between
+ * rounds. */
+void ms__bridge_restated_flush(struct ms_bridge *b);
+
+/* Handles at or above this get no address kept (no prefetch). */
+#define MS_STATE_ADDR_MAX (1u << 28)
+
+/* Keeps `p` as entity h's state address (NULL forgets it); 0, or -1 when
+ * h is out of range or the array cannot grow (the entity is then not
+ * prefetched; nothing else changes). */
+int ms__bridge_state_addr_set(struct ms_bridge *b, uint32_t h, const void *p);
+/* The address kept for h, NULL when none. */
+const void *ms__bridge_state_addr(const struct ms_bridge *b, uint32_t h);
 
 /* Sentinels yielded by driver coroutines; their addresses are the keys
  * (driver.c; core.ASK, core.IDLE and core.FREE in Lua). */

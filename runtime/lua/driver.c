@@ -287,6 +287,7 @@ int ms_bridge_run(struct ms_bridge *b, int budget)
         b->cur_h = 0;
         ms_running_idle(&b->running);
     }
+    ms__bridge_restated_flush(b);
     ms__gc_pace_settle(L, &b->gc);
     return b->handled;
 }

@@ -128,6 +128,16 @@ static uint32_t lua_next_delivery(struct ms_bridge *b, uint32_t prev,
         return 0;
     }
     b->budget--;
+    /* the entity's state, which the handler reads after the payload's
+     * decode: two lines, its table's header and (LuaJIT allocates them
+     * together) the start of its hash part; a cold entity's state was
+     * the largest single stall of a delivery (README "Where the time
+     * goes") */
+    const char *st = ms__bridge_state_addr(b, dl.h);
+    if (st) {
+        __builtin_prefetch(st);
+        __builtin_prefetch(st + 64);
+    }
     b->cur_h = dl.h;
     b->cur_kind = dl.kind;
     b->ask_corr = 0;
@@ -609,6 +619,84 @@ static int l_type_index(lua_State *L)
     return 1;
 }
 
+int ms__bridge_state_addr_set(struct ms_bridge *b, uint32_t h, const void *p)
+{
+    if (h == 0 || h >= MS_STATE_ADDR_MAX)
+        return -1;
+    if (h >= b->nstate_addr) {
+        if (!p)
+            return 0; /* nothing kept there */
+        uint32_t n = b->nstate_addr ? b->nstate_addr : 1024;
+        while (n <= h)
+            n *= 2;
+        const void **a = realloc(b->state_addr, (size_t)n * sizeof *a);
+        if (!a)
+            return -1;
+        memset(a + b->nstate_addr, 0,
+               (size_t)(n - b->nstate_addr) * sizeof *a);
+        b->state_addr = a;
+        b->nstate_addr = n;
+    }
+    b->state_addr[h] = p;
+    return 0;
+}
+
+const void *ms__bridge_state_addr(const struct ms_bridge *b, uint32_t h)
+{
+    return h < b->nstate_addr ? b->state_addr[h] : NULL;
+}
+
+void ms__bridge_restated_flush(struct ms_bridge *b)
+{
+    uint32_t n = b->restated.n;
+    b->restated.n = 0;
+    if (n == 0 || b->states_ref == LUA_NOREF)
+        return;
+    if (n > MS_RESTATED_MAX)
+        n = MS_RESTATED_MAX;
+    lua_State *L = b->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, b->states_ref);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t h = b->restated.h[i];
+        lua_rawgeti(L, -1, (int)h);
+        (void)ms__bridge_state_addr_set(
+            b, h, lua_type(L, -1) == LUA_TTABLE ? lua_topointer(L, -1) : NULL);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+}
+
+/* core.keep_states(states): the table of host.lua whose entries
+ * ms__bridge_restated_flush reads. Once. */
+static int l_keep_states(lua_State *L)
+{
+    struct ms_bridge *b = bridge_of(L);
+    luaL_checktype(L, 1, LUA_TTABLE);
+    if (b->states_ref != LUA_NOREF)
+        return luaL_error(L, "core.keep_states: called twice");
+    lua_settop(L, 1);
+    b->states_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 0;
+}
+
+/* core.state_at(h, state): keeps the address of entity h's state table
+ * (anything else than a table forgets it) for the prefetch of its
+ * deliveries. The address is only ever prefetched, never read: one kept
+ * after the table is gone costs a useless prefetch, nothing more. An
+ * array that cannot grow leaves the entity without a prefetch. */
+static int l_state_at(lua_State *L)
+{
+    struct ms_bridge *b = bridge_of(L);
+    lua_Integer h = luaL_checkinteger(L, 1);
+    if (h < 1 || h >= (lua_Integer)MS_STATE_ADDR_MAX)
+        return luaL_argerror(L, 1, "not an entity handle");
+    (void)ms__bridge_state_addr_set(b, (uint32_t)h,
+                                    lua_type(L, 2) == LUA_TTABLE
+                                        ? lua_topointer(L, 2)
+                                        : NULL);
+    return 0;
+}
+
 int ms__bridge_open_core(lua_State *L)
 {
     static const luaL_Reg fns[] = {
@@ -620,7 +708,8 @@ int ms__bridge_open_core(lua_State *L)
         {"type_index", l_type_index},
         {"activate", l_activate},     {"owner", l_owner},
         {"allocations", l_allocations}, {"stats", l_stats},
-        {"reconcile", l_reconcile},
+        {"reconcile", l_reconcile},   {"state_at", l_state_at},
+        {"keep_states", l_keep_states},
         {NULL, NULL},
     };
     void *b = lua_touserdata(L, lua_upvalueindex(1));
@@ -649,5 +738,9 @@ int ms__bridge_open_core(lua_State *L)
      * size against this one */
     lua_pushinteger(L, (lua_Integer)sizeof(struct ms_lua_delivery));
     lua_setfield(L, -2, "DELIVERY_SIZE");
+    lua_pushlightuserdata(L, &((struct ms_bridge *)b)->restated);
+    lua_setfield(L, -2, "RESTATED");
+    lua_pushinteger(L, MS_RESTATED_MAX);
+    lua_setfield(L, -2, "RESTATED_MAX");
     return 1;
 }

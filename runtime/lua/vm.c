@@ -156,6 +156,7 @@ int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home)
     b->loop = loop;
     b->cur_driver = LUA_NOREF;
     b->event_hook = LUA_NOREF;
+    b->states_ref = LUA_NOREF;
     b->pc_type = -1;
     snprintf(b->home, sizeof b->home, "%s", home);
     lua_State *L = b->L;
@@ -185,6 +186,7 @@ void ms_bridge_free(struct ms_bridge *b)
     b->gc.closing = 1; /* lua_close runs the sentinel's finalizer */
     lua_close(b->L);
     free(b->co_of);
+    free(b->state_addr);
     free(b->part_ref);
     free(b->part_fails);
     free(b);
