@@ -88,30 +88,32 @@ core.keep_states(states)
 local INITING = setmetatable({}, { __newindex = function()
     error("the entity's state does not exist until init returns", 2)
 end })
--- A state set here has its address kept by the dispatcher, which
--- prefetches it while a delivery's payload is decoded (core.state_at,
--- leaf.c): activation, migrate, recovery, forget.
+-- Every state is set through set_state: the dispatcher keeps its address
+-- and prefetches it while a delivery's payload is decoded (leaf.c). The
+-- handle is noted in RESTATED, through the FFI, and C takes the address
+-- from `states` at the round's end: a C call here would end the compiled
+-- trace of every activation, and of every message of a handler that
+-- returns a new state each time (about 20 % of their rates). Until then
+-- the entity's deliveries prefetch its earlier state's address (or none):
+-- a wasted load, never a wrong result (a prefetch reads nothing). Once
+-- RESTATED is full (more than two states set a delivery in one round),
+-- core.state_at takes the address at once.
 local function set_state(h, st)
     states[h] = st
-    state_at(h, st)
+    local n = RESTATED.n
+    if n < RESTATED_MAX then
+        RESTATED.h[n] = h
+        RESTATED.n = n + 1
+    else
+        state_at(h, st)
+    end
 end
 
--- The state that receive returned (res: anything). A new table is noted in
--- RESTATED, whose addresses C takes at the round's end: a C call here would
--- end the compiled trace of every message of a handler that returns a new
--- state each time (about 20 % of its tells). Until then that entity's
--- deliveries prefetch its earlier state's address: a wasted load, never a
--- wrong result (a prefetch reads nothing).
+-- The state that receive returned (res: anything): a table other than the
+-- state is the new state.
 local function receive_set(h, res)
     if type(res) == "table" and not rawequal(res, states[h]) then
-        states[h] = res
-        local n = RESTATED.n
-        if n < RESTATED_MAX then
-            RESTATED.h[n] = h
-            RESTATED.n = n + 1
-        else
-            state_at(h, res)
-        end
+        set_state(h, res)
     end
 end
 -- Hot reload (moonshard.reload, M.swap_behavior): the module name and the
@@ -456,7 +458,7 @@ local function default_init()
 end
 
 local function activate(h, b, t, ctx)
-    set_state(h, INITING)
+    states[h] = INITING -- no address: nothing reads it in a delivery
     local st = (b.init or default_init)(ctx)
     if type(st) ~= "table" then
         error("init must return a table, got " .. type(st))

@@ -48,12 +48,14 @@ int ms_gc_pace_set(lua_State *L, struct ms_gc_pace *g, int headroom_mb);
 /* After Lua ran: the threshold after a cycle's end, from the heap now. */
 void ms__gc_pace_settle(lua_State *L, struct ms_gc_pace *g);
 
-/* The entities whose handler returned a new state table this round, which
- * host.lua notes through the FFI (a classic C call would end the compiled
- * trace of each such message); their addresses are taken at the round's
- * end (ms__bridge_restated_flush). Once it is full, host.lua calls
+/* The entities whose state host.lua set this round (activation, a new
+ * table returned by receive, migrate, recovery, forget), which it notes
+ * through the FFI (a classic C call would end the compiled trace of each
+ * such message); their addresses are taken at the round's end
+ * (ms__bridge_restated_flush). Once it is full, host.lua calls
  * core.state_at instead. */
-#define MS_RESTATED_MAX 4096 /* a round's budget (node.c ROUND_BUDGET) */
+#define MS_RESTATED_MAX 8192 /* two a delivery (activation, receive) in a
+                                round of node.c's ROUND_BUDGET (4096) */
 struct ms_lua_restated {
     uint32_t n;
     uint32_t h[MS_RESTATED_MAX];
@@ -76,10 +78,9 @@ struct ms_bridge {
     struct waiting *co_of; /* [handle] -> its coroutine waiting in an ask */
     uint32_t nco;
     /* [handle] -> the address of its entity's Lua state (NULL: none
-     * known), set by core.state_at where host.lua sets a state and, for
-     * the states that handlers return, from `restated` at the end of a
-     * round; a delivery prefetches it while its payload is decoded
-     * (leaf.c) */
+     * known), taken for the handles in `restated` at the end of a round
+     * (or by core.state_at once it is full); a delivery prefetches it
+     * while its payload is decoded (leaf.c) */
     const void **state_addr;
     uint32_t nstate_addr;
     int states_ref;                  /* registry ref: host.lua's states */
