@@ -129,10 +129,11 @@ static uint32_t lua_next_delivery(struct ms_bridge *b, uint32_t prev,
     }
     b->budget--;
     /* the entity's state, which the handler reads after the payload's
-     * decode: two lines, its table's header and (LuaJIT allocates them
-     * together) the start of its hash part; a cold entity's state was
-     * the largest single stall of a delivery (README "Where the time
-     * goes") */
+     * decode: two lines, its table's header and the line after it (a
+     * colocated array part, {1, 2, 3}; LuaJIT allocates a hash part
+     * apart, so for a state of named fields the second line is not its
+     * own); a cold entity's state was the largest single stall of a
+     * delivery (README "Where the time goes") */
     const char *st = ms__bridge_state_addr(b, dl.h);
     if (st) {
         __builtin_prefetch(st);
@@ -683,12 +684,15 @@ static int l_keep_states(lua_State *L)
  * (anything else than a table forgets it) for the prefetch of its
  * deliveries. The address is only ever prefetched, never read: one kept
  * after the table is gone costs a useless prefetch, nothing more. An
- * array that cannot grow leaves the entity without a prefetch. */
+ * array that cannot grow leaves the entity without a prefetch, and so
+ * do handle 0 (host.lua's on_error forgets it when a driver died outside
+ * a delivery: driver.c abandon) and the handles from MS_STATE_ADDR_MAX
+ * on; this raises only when h cannot be a handle at all. */
 static int l_state_at(lua_State *L)
 {
     struct ms_bridge *b = bridge_of(L);
     lua_Integer h = luaL_checkinteger(L, 1);
-    if (h < 1 || h >= (lua_Integer)MS_STATE_ADDR_MAX)
+    if (h < 0 || h > (lua_Integer)UINT32_MAX)
         return luaL_argerror(L, 1, "not an entity handle");
     (void)ms__bridge_state_addr_set(b, (uint32_t)h,
                                     lua_type(L, 2) == LUA_TTABLE

@@ -109,6 +109,29 @@ describe("the throwaway PostgreSQL", function()
         a:stop()
     end)
 
+    -- resume keeps its port: with a second address, one whose 127.0.0.1
+    -- another socket took while the server was paused fails (it would run
+    -- on the second address alone, and 127.0.0.1 reach the other one)
+    it("fails a resume that cannot bind 127.0.0.1, with a second address", function()
+        local b = pg.start(nil, { listen = "127.0.0.2", allow = "127.0.0.0/8" })
+        b:pause()
+        local a = pg.start(nil, { ports = { b.port } })
+        assert.are.equal(b.port, a.port)
+        local ok, err = pcall(b.resume, b)
+        assert.is_false(ok)
+        assert.truthy(tostring(err):find("resume failed", 1, true))
+        -- its server is not left running on 127.0.0.2
+        assert.is_nil(pg.psql({ conninfo = b.conninfo:gsub("host=127.0.0.1",
+                                                          "host=127.0.0.2") },
+                              "SELECT 1"))
+        -- and it resumes once the port is free again
+        a:stop()
+        b:resume()
+        local rows, rerr = pg.psql(b, "SELECT current_database()")
+        assert.are.same({ "moonshard_test" }, rows, rerr)
+        b:stop()
+    end)
+
     it("refuses a port list that is not ports", function()
         local ok, err = pcall(pg.start, nil, { ports = { "x" } })
         assert.is_false(ok)

@@ -24,8 +24,9 @@
 #                               then SIGKILL to its postmaster PID if it is
 #                               still alive) and remove DIR
 #   pg_server.sh pause DIR      stop the server of DIR, keep the folder
-#   pg_server.sh resume DIR     start it again on the same port; prints the
-#                               new postmaster PID
+#   pg_server.sh resume DIR     start it again on the same port (fails when
+#                               it cannot bind each of its addresses there);
+#                               prints the new postmaster PID
 #
 # The server listens on 127.0.0.1 only (unless ADDR is given); its unix
 # socket lives in DIR. Its
@@ -236,7 +237,16 @@ stop)  check_dir "${2:-}"; stop_guard "$2"; stop_server "$2"; rm -rf "$2" ;;
 pause) check_dir "${2:-}"; stop_server "$2" ;;
 resume)
     check_dir "${2:-}"
+    # the log so far: a start with ADDR that could not bind 127.0.0.1 (the
+    # port taken meanwhile) runs on ADDR alone, so it is stopped (cmd_start)
+    logged=$(stat -c %s "$2/server.log" 2>/dev/null || echo 0)
     start_on "$2" "$(cat "$2/port")" || die "the server did not start again"
+    # (no pipe: grep -q's early exit would fail tail, and pipefail the test)
+    if grep -q "could not bind" \
+        <(tail -c +$((logged + 1)) "$2/server.log" 2>/dev/null); then
+        stop_server "$2"
+        die "the server could not bind all its addresses again (port $(cat "$2/port"))"
+    fi
     pm_pid "$2" | tee "$2/pid" ;;
 *) die "usage: pg_server.sh start [OWNER [ADDR CIDR]] | stop DIR | pause DIR | resume DIR" ;;
 esac
