@@ -129,11 +129,12 @@ static uint32_t lua_next_delivery(struct ms_bridge *b, uint32_t prev,
     }
     b->budget--;
     /* the entity's state, which the handler reads after the payload's
-     * decode: two lines, its table's header and the line after it (a
-     * colocated array part, {1, 2, 3}; LuaJIT allocates a hash part
-     * apart, so for a state of named fields the second line is not its
-     * own); a cold entity's state was the largest single stall of a
-     * delivery (README "Where the time goes") */
+     * decode: two lines, since its table's 64-byte header starts 16-byte
+     * aligned and so crosses into the next line three times in four (that
+     * line also holds a colocated array part, {1, 2, 3}; LuaJIT allocates
+     * a hash part apart, which is not prefetched); a cold entity's state
+     * was the largest single stall of a delivery (README "Where the time
+     * goes") */
     const char *st = ms__bridge_state_addr(b, dl.h);
     if (st) {
         __builtin_prefetch(st);
