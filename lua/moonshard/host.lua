@@ -72,6 +72,10 @@ local BRIDGE = ffi.cast("void *", core.BRIDGE)
 -- the entities whose handler returned a new state this round (bridge_int.h)
 local RESTATED = ffi.cast("struct ms_lua_restated *", core.RESTATED)
 local RESTATED_MAX = core.RESTATED_MAX
+-- its array, taken once: RESTATED.h in the interpreter (an activation that
+-- is not compiled) would make a cdata object each time, garbage that sat
+-- between the states (355 bytes an entity at 1,000,000 instead of 293)
+local RESTATED_H = RESTATED.h
 local ffi_string = ffi.string
 -- the declaration above mirrors runtime/lua/leaf.c: refuse to run with a
 -- mismatch rather than read deliveries wrongly
@@ -102,7 +106,7 @@ local function set_state(h, st)
     states[h] = st
     local n = RESTATED.n
     if n < RESTATED_MAX then
-        RESTATED.h[n] = h
+        RESTATED_H[n] = h
         RESTATED.n = n + 1
     else
         state_at(h, st)
