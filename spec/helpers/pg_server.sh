@@ -67,6 +67,15 @@ start_on() {
         -o "-c port=$port" >/dev/null 2>&1
 }
 
+# bound_all DIR FROM: 0 unless the server log past byte FROM says the
+# postmaster could not bind one of its addresses (with ADDR it starts on
+# the others: cmd_start and resume stop it). No pipe: grep -q's early exit
+# would fail tail, and pipefail the caller.
+bound_all() {
+    ! grep -q "could not bind" \
+        <(tail -c +$(($2 + 1)) "$1/server.log" 2>/dev/null)
+}
+
 # alive PID: the process exists and is no zombie
 alive() {
     kill -0 "$1" 2>/dev/null || return 1
@@ -196,8 +205,7 @@ EOF
         port=${first[$i]:-$((lo + (RANDOM * 32768 + RANDOM) % span))}
         rm -f "$dir/server.log"
         if start_on "$dir" "$port"; then
-            grep -q "could not bind" "$dir/server.log" 2>/dev/null \
-                || { ok=1; break; }
+            bound_all "$dir" 0 && { ok=1; break; }
             stop_server "$dir"
             continue
         fi
@@ -241,9 +249,7 @@ resume)
     # port taken meanwhile) runs on ADDR alone, so it is stopped (cmd_start)
     logged=$(stat -c %s "$2/server.log" 2>/dev/null || echo 0)
     start_on "$2" "$(cat "$2/port")" || die "the server did not start again"
-    # (no pipe: grep -q's early exit would fail tail, and pipefail the test)
-    if grep -q "could not bind" \
-        <(tail -c +$((logged + 1)) "$2/server.log" 2>/dev/null); then
+    if ! bound_all "$2" "$logged"; then
         stop_server "$2"
         die "the server could not bind all its addresses again (port $(cat "$2/port"))"
     fi
