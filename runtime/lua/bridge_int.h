@@ -63,6 +63,7 @@ struct ms_lua_restated {
 
 struct ms_bridge {
     lua_State *L;
+    struct ms_lalloc *lalloc; /* L's allocator (lalloc.c); NULL: LuaJIT's */
     uv_loop_t *loop;
     struct ms_dispatch *d;
     const struct ms_config *cfg;

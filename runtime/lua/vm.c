@@ -15,6 +15,7 @@
 #include <lualib.h>
 
 #include "json_encode.h"
+#include "lalloc.h"
 
 /* ---- what runs now, for the watchdog --------------------------------- */
 
@@ -143,12 +144,34 @@ done:
     return rc;
 }
 
+/* An error outside any protected call (luaL_newstate's panic, which
+ * lua_newstate does not set): said, then LuaJIT aborts. */
+static int on_panic(lua_State *L)
+{
+    const char *s = lua_tostring(L, -1);
+    fprintf(stderr, "moonshard: Lua error outside a protected call: %s\n",
+            s ? s : "?");
+    fflush(stderr);
+    return 0;
+}
+
 int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home)
 {
     struct ms_bridge *b = calloc(1, sizeof *b);
     if (!b)
         return MS_ENOMEM;
-    b->L = luaL_newstate();
+    /* the VM's allocator keeps its pages (lalloc.c); LuaJIT refuses
+     * one of ours where its objects must sit low in memory (64-bit
+     * builds without GC64): its own allocator then */
+    b->lalloc = ms_lalloc_new();
+    b->L = b->lalloc ? lua_newstate(ms_lalloc_f, b->lalloc) : NULL;
+    if (b->L) {
+        lua_atpanic(b->L, on_panic);
+    } else {
+        ms_lalloc_free(b->lalloc);
+        b->lalloc = NULL;
+        b->L = luaL_newstate();
+    }
     if (!b->L) {
         free(b);
         return MS_ENOMEM;
@@ -185,6 +208,7 @@ void ms_bridge_free(struct ms_bridge *b)
         return;
     b->gc.closing = 1; /* lua_close runs the sentinel's finalizer */
     lua_close(b->L);
+    ms_lalloc_free(b->lalloc);
     free(b->co_of);
     free(b->state_addr);
     free(b->part_ref);
