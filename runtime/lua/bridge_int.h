@@ -73,6 +73,7 @@ struct ms_bridge {
     int check_fn;      /* registry ref: moonshard.host.check */
     int on_error_fn;   /* registry ref: moonshard.host.on_error */
     int traceback_fn;  /* registry ref: debug.traceback */
+    int gc_step_fn;    /* registry ref: gc_step_call (vm.c) */
     int cur_driver;    /* registry ref of the driver in use, or LUA_NOREF */
     int pool[POOL_MAX];
     int npool;

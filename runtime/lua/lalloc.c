@@ -35,18 +35,26 @@ static inline unsigned class_of(size_t size)
     return (unsigned)((size + (1u << CLASS_SHIFT) - 1) >> CLASS_SHIFT);
 }
 
-/* Puts the rest of the newest slab on the free lists, largest class
- * first, so that nothing carved is lost when a new slab starts. */
-static void retire_rest(struct ms_lalloc *a)
+/* Puts the 16-byte-aligned bytes from p to end on the free lists,
+ * largest class first. */
+static void carve(struct ms_lalloc *a, char *p, char *end)
 {
-    while ((size_t)(a->end - a->bump) >= (1u << CLASS_SHIFT)) {
-        size_t left = (size_t)(a->end - a->bump);
+    while ((size_t)(end - p) >= (1u << CLASS_SHIFT)) {
+        size_t left = (size_t)(end - p);
         unsigned c = left > MS_LALLOC_SMALL ? class_of(MS_LALLOC_SMALL)
                                             : (unsigned)(left >> CLASS_SHIFT);
-        *(void **)a->bump = a->free[c];
-        a->free[c] = a->bump;
-        a->bump += (size_t)c << CLASS_SHIFT;
+        *(void **)p = a->free[c];
+        a->free[c] = p;
+        p += (size_t)c << CLASS_SHIFT;
     }
+}
+
+/* Puts the rest of the newest slab on the free lists, so that nothing
+ * carved is lost when a new slab starts. */
+static void retire_rest(struct ms_lalloc *a)
+{
+    carve(a, a->bump, a->end);
+    a->bump = a->end;
 }
 
 static void *small_alloc(struct ms_lalloc *a, unsigned c)
@@ -84,6 +92,37 @@ static inline void small_free(struct ms_lalloc *a, void *p, unsigned c)
     a->free[c] = p;
 }
 
+/* A shrink into a class whose block cannot be had (out of memory for a
+ * new slab): done within the old block instead, for a shrink must not
+ * fail. LuaJIT shrinks inside the collector (a thread's stack while it
+ * marks the thread, its temporary buffer in the atomic phase), where a
+ * memory error corrupts the thread being marked (a suspended coroutine
+ * resumed its error as a function) and escapes lua_gc; libc's realloc
+ * and LuaJIT's own allocator shrink in place. A class's block keeps its
+ * head and gives its tail to the tail's class. A libc block becomes a
+ * slab of its own: its first class holds the link (the contents move up
+ * one class), the rest goes to the free lists; NULL only when it has no
+ * room for that (a shrink by less than 16 bytes across MS_LALLOC_SMALL,
+ * which LuaJIT, halving, does not do). */
+static void *shrink_here(struct ms_lalloc *a, void *ptr, size_t osize,
+                         size_t nsize)
+{
+    size_t keep = (size_t)class_of(nsize) << CLASS_SHIFT;
+    char *p = ptr;
+    if (osize <= MS_LALLOC_SMALL) {
+        carve(a, p + keep, p + ((size_t)class_of(osize) << CLASS_SHIFT));
+        return p;
+    }
+    if (osize < keep + (1u << CLASS_SHIFT))
+        return NULL;
+    memmove(p + (1u << CLASS_SHIFT), p, nsize);
+    *(void **)p = a->slabs;
+    a->slabs = p;
+    a->slab_bytes += osize;
+    carve(a, p + (1u << CLASS_SHIFT) + keep, p + osize);
+    return p + (1u << CLASS_SHIFT);
+}
+
 void *ms_lalloc_f(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     struct ms_lalloc *a = ud;
@@ -107,6 +146,8 @@ void *ms_lalloc_f(void *ud, void *ptr, size_t osize, size_t nsize)
         return ptr;
     void *n = nsize <= MS_LALLOC_SMALL ? small_alloc(a, class_of(nsize))
                                        : malloc(nsize);
+    if (!n && nsize < osize)
+        return shrink_here(a, ptr, osize, nsize);
     if (!n)
         return NULL; /* the old block stays LuaJIT's, as realloc's would */
     memcpy(n, ptr, osize < nsize ? osize : nsize);

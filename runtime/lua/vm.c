@@ -155,6 +155,17 @@ static int on_panic(lua_State *L)
     return 0;
 }
 
+/* lua_pcall body (stack: kb): one incremental step of the collector, for
+ * the idle step. A step runs finalizers (a behavior's ffi.gc function, whose
+ * error LuaJIT passes on) and can be out of memory (the string table's
+ * shrink takes a new one): unprotected, either error went to the panic
+ * function, which ends the process. Returns whether it ended a cycle. */
+static int gc_step_call(lua_State *L)
+{
+    lua_pushboolean(L, lua_gc(L, LUA_GCSTEP, (int)lua_tointeger(L, 1)));
+    return 1;
+}
+
 int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home)
 {
     struct ms_bridge *b = calloc(1, sizeof *b);
@@ -198,6 +209,8 @@ int ms_bridge_new(struct ms_bridge **out, uv_loop_t *loop, const char *home)
     lua_getfield(L, -1, "traceback");
     b->traceback_fn = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_pop(L, 1);
+    lua_pushcfunction(L, gc_step_call);
+    b->gc_step_fn = luaL_ref(L, LUA_REGISTRYINDEX);
     *out = b;
     return 0;
 }
@@ -272,8 +285,20 @@ static size_t heap_bytes(lua_State *L)
 
 int ms_bridge_gc_step(struct ms_bridge *b, int kb)
 {
-    int done = lua_gc(b->L, LUA_GCSTEP, kb);
-    ms__gc_pace_settle(b->L, &b->gc);
+    lua_State *L = b->L;
+    /* stack: gc_step_call, kb (no allocation: a registry ref, lua_pcall) */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, b->gc_step_fn);
+    lua_pushinteger(L, kb);
+    int done = 0;
+    if (lua_pcall(L, 1, 1, 0) == 0) {
+        done = lua_toboolean(L, -1);
+    } else {
+        const char *msg = lua_tostring(L, -1);
+        ms_log(MS_LOG_ERROR, NULL, "Lua collector step: %s",
+               msg ? msg : "(error object is not a string)");
+    }
+    lua_pop(L, 1);
+    ms__gc_pace_settle(L, &b->gc);
     return done;
 }
 
@@ -322,7 +347,7 @@ int ms_bridge_gc_step(struct ms_bridge *b, int kb)
  * of headroom is 600%, and a live heap of 100 MB would then wait for 600
  * MB), and each settle tries again. The arming is a protected call: its
  * error reaches neither the handler whose allocation ran the cycle nor
- * the idle step, which calls lua_gc unprotected. */
+ * the idle step. */
 #define GC_PAUSE_BASE 200 /* LuaJIT's default (LUAI_GCPAUSE) */
 #define GC_PAUSE_MAX 600  /* garbage at most 5 times the live heap */
 

@@ -4,9 +4,11 @@
  * and from libc's sizes, a freed block reused); then a LuaJIT VM on it,
  * behind a shadow that records every block's size, running tables grown
  * and shrunk, strings of every small size and larger, coroutines, cdata
- * (an aligned type too), closures and compiled loops: LuaJIT must give
- * back the size it was given for every block (the allocator has no
- * header to find it), and lua_close must free all of them. Last, the
+ * (an aligned type too), closures and compiled loops, string.buffer,
+ * table.new/clear/clone, ffi.gc, parse errors, the debug library, a deep
+ * stack grown and shrunk: LuaJIT must give back the size it was given for
+ * every block (the allocator has no header to find it), and lua_close
+ * must free all of them. Last, the
  * same churn twice takes no new slab the second time (freed blocks are
  * reused).
  */
@@ -196,6 +198,40 @@ static const char workload[] =
     "for i = 1, 3000000 do sum = sum + (i % 7) end\n"
     "assert(sum > 0)\n"
     "for i = 1, 200000 do local x = { value = i } sum = sum + x.value end\n"
+    /* OpenResty's and LuaJIT 2.1's extras, the parser's error paths, the
+     * debug library, finalizers, stacks grown and shrunk */
+    "local buffer = require 'string.buffer'\n"
+    "for i = 1, 500 do\n"
+    "  local b = buffer.new(i % 300)\n"
+    "  for j = 1, i % 40 do b:put(string.rep('a', j)) end\n"
+    "  b:get(10); b:skip(3); b:reserve(700); b:commit(5); b:tostring()\n"
+    "  if i % 3 == 0 then b:free() else b:set(string.rep('z', i)) end\n"
+    "  assert(buffer.decode(buffer.encode({ a = i, { 1, 'x' } })).a == i)\n"
+    "end\n"
+    "local tnew, tclear = require 'table.new', require 'table.clear'\n"
+    "local ok, tclone = pcall(require, 'table.clone')\n"
+    "for i = 1, 3000 do\n"
+    "  local x = tnew(i % 70, i % 33)\n"
+    "  for j = 1, i % 90 do x[j] = j end\n"
+    "  for j = 1, i % 40 do x['k' .. j] = j end\n"
+    "  if ok then local c = tclone(x); c[#c + 1] = 1 end\n"
+    "  tclear(x); x[1] = 1\n"
+    "  local u = { 1, 2, 3 }\n"
+    "  for j = 4, 4 + i % 40 do u[j] = j end\n"
+    "end\n"
+    "for i = 1, 2000 do\n"
+    "  ffi.gc(ffi.new('char[?]', i % 600 + 1), function() end)\n"
+    "  loadstring('x = ' .. string.rep('{', i % 300))\n"
+    "  pcall(error, { i })\n"
+    "end\n"
+    "local function deep(n) if n == 0 then return 0 end\n"
+    "  return 1 + deep(n - 1) end\n"
+    "deep(5000); collectgarbage(); collectgarbage()\n"
+    "debug.sethook(function() end, 'c', 100)\n"
+    "for i = 1, 300 do debug.getinfo(1, 'nSlu'); debug.traceback('x') end\n"
+    "debug.sethook()\n"
+    "local d = string.dump(function(x) return x + 1 end)\n"
+    "for i = 1, 100 do assert(loadstring(d)(i) == i + 1) end\n"
     "t, h, s, fs = nil, nil, nil, nil\n"
     "collectgarbage()\n"
     "return 'done'\n";
