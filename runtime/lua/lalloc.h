@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#define MS_LALLOC_SMALL 512        /* the largest block a class holds */
+#define MS_LALLOC_SMALL 128        /* the largest block a class holds */
 #define MS_LALLOC_SLAB (256 << 10) /* the bytes of a slab */
 
 struct ms_lalloc;

@@ -145,16 +145,16 @@ static void by_hand(void)
 
     /* past a slab: more slabs, nothing lost at their edges */
     size_t before = ms_lalloc_slab_bytes(a);
-    enum { MANY = 3 * MS_LALLOC_SLAB / 496 };
+    enum { BIG = MS_LALLOC_SMALL - 6, MANY = 3 * MS_LALLOC_SLAB / BIG };
     static unsigned char *many[MANY];
     for (int i = 0; i < MANY; i++) {
-        many[i] = ms_lalloc_f(a, NULL, 0, 490);
+        many[i] = ms_lalloc_f(a, NULL, 0, BIG);
         CHECK(many[i] != NULL);
-        fill(many[i], 490, (unsigned)i);
+        fill(many[i], BIG, (unsigned)i);
     }
     CHECK(ms_lalloc_slab_bytes(a) > before);
     for (int i = 0; i < MANY; i++)
-        CHECK(same(many[i], 490, (unsigned)i));
+        CHECK(same(many[i], BIG, (unsigned)i));
     ms_lalloc_free(a);
     ms_lalloc_free(NULL);
 }

@@ -5,8 +5,9 @@
  * glibc shrinks in place). A block that cannot be had is NULL, LuaJIT's
  * memory error; but a shrink never fails, by hand (between classes, from
  * libc's sizes into a class) and in a VM: a full collection while memory
- * is out shrinks a suspended coroutine's stack (816 bytes to 472, a
- * class) and must neither raise an error nor break the coroutine.
+ * is out shrinks a suspended coroutine's stack (816 bytes to 472: a class
+ * when classes went up to 512 bytes, libc's since they stop at 128) and
+ * must neither raise an error nor break the coroutine.
  */
 #include <malloc.h>
 #include <stdint.h>
@@ -70,41 +71,41 @@ static void by_hand(void)
     enum { CAP = MS_LALLOC_SLAB / 16 };
     static void *held[CAP];
 
-    unsigned char *small = ms_lalloc_f(a, NULL, 0, 200); /* class 13 */
+    unsigned char *small = ms_lalloc_f(a, NULL, 0, 120); /* class 8 */
     unsigned char *large = ms_lalloc_f(a, NULL, 0, 1000); /* libc's */
     CHECK(small && large);
-    fill(small, 200, 1);
+    fill(small, 120, 1);
     fill(large, 1000, 2);
 
     oom = 1;
     CHECK(ms_lalloc_f(a, NULL, 0, 5000) == NULL); /* libc's: none */
     size_t n40 = drain(a, 40, held, CAP);
     CHECK(ms_lalloc_f(a, NULL, 0, 40) == NULL); /* a class: none */
-    CHECK(ms_lalloc_f(a, small, 200, 300) == NULL); /* growing: none */
-    CHECK(same(small, 200, 1));
+    CHECK(ms_lalloc_f(a, small, 120, 300) == NULL); /* growing: none */
+    CHECK(same(small, 120, 1));
 
     /* into a class it has no block of: in place */
-    unsigned char *s2 = ms_lalloc_f(a, small, 200, 40);
+    unsigned char *s2 = ms_lalloc_f(a, small, 120, 40);
     CHECK(s2 == small && same(s2, 40, 1));
-    /* the rest of the old block (160 bytes) is free for its class */
-    void *tail = ms_lalloc_f(a, NULL, 0, 160);
+    /* the rest of the old block (80 bytes) is free for its class */
+    void *tail = ms_lalloc_f(a, NULL, 0, 80);
     CHECK(tail == small + 48);
 
-    size_t n480 = drain(a, 472, held + n40, CAP - n40);
-    unsigned char *l2 = ms_lalloc_f(a, large, 1000, 472);
-    CHECK(l2 != NULL && same(l2, 472, 2));
+    size_t n480 = drain(a, 100, held + n40, CAP - n40);
+    unsigned char *l2 = ms_lalloc_f(a, large, 1000, 100);
+    CHECK(l2 != NULL && same(l2, 100, 2));
     CHECK(l2 && ((uintptr_t)l2 & 15) == 0);
     oom = 0;
 
     /* every block given back as LuaJIT would, then all freed (ASan's
      * leak check in .ci/sanitize sees the libc block turned slab) */
     ms_lalloc_f(a, s2, 40, 0);
-    ms_lalloc_f(a, tail, 160, 0);
-    ms_lalloc_f(a, l2, 472, 0);
+    ms_lalloc_f(a, tail, 80, 0);
+    ms_lalloc_f(a, l2, 100, 0);
     for (size_t i = 0; i < n40; i++)
         ms_lalloc_f(a, held[i], 40, 0);
     for (size_t i = n40; i < n40 + n480; i++)
-        ms_lalloc_f(a, held[i], 472, 0);
+        ms_lalloc_f(a, held[i], 100, 0);
     ms_lalloc_free(a);
 }
 
