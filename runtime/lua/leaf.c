@@ -301,6 +301,18 @@ static int reply_sink(void *data, const char *json, size_t len)
     return reply_json(r->b, r->h, json, len);
 }
 
+/* Exported for the FFI: ctx:reply of a reply host.lua wrote itself (a
+ * flat object, lua/moonshard/flat_reply.lua), the JSON in json[0..len);
+ * codes as reply_json's. */
+int32_t ms_lua_reply(void *bridge, uint32_t h, const uint8_t *json,
+                     size_t len);
+
+int32_t ms_lua_reply(void *bridge, uint32_t h, const uint8_t *json,
+                     size_t len)
+{
+    return reply_json(bridge, h, (const char *)json, len);
+}
+
 /* core.reply_msg(h, msg) -> code: ctx:reply(msg), encoded straight into
  * the reply (no Lua string of it is made: on a local ask that was a
  * string and its garbage per reply); codes as reply_json's. Raises the
