@@ -22,6 +22,7 @@
 
 #include "../../runtime/lua/lalloc.h"
 #include "check.h"
+#include "pattern.h"
 
 /* ---- the shadow: every live block's size, by address ------------------ */
 
@@ -83,19 +84,6 @@ static void *shadow_f(void *ud, void *ptr, size_t osize, size_t nsize)
 
 /* ---- blocks by hand ---------------------------------------------------- */
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (unsigned char)(seed + i * 7);
-}
-
-static int same(const unsigned char *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != (unsigned char)(seed + i * 7))
-            return 0;
-    return 1;
-}
 
 static void by_hand(void)
 {

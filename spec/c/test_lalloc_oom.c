@@ -19,6 +19,7 @@
 #include <lualib.h>
 
 #include "check.h"
+#include "pattern.h"
 
 static int oom; /* 1: libc has no memory for the allocator */
 
@@ -38,19 +39,6 @@ static void *test_realloc(void *p, size_t n)
 #undef malloc
 #undef realloc
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (unsigned char)(seed + i * 7);
-}
-
-static int same(const unsigned char *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != (unsigned char)(seed + i * 7))
-            return 0;
-    return 1;
-}
 
 /* Takes every block of size's class there is without a new slab (with
  * oom set): the class is empty after. Returns how many (into held). */
