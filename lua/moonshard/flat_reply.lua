@@ -62,6 +62,13 @@ local function quote(k)
     return q
 end
 
+-- Bumped by each encode. A GC step in quote's allocations may run a
+-- finalizer (interpreted code only), and one that replies (pcall'd, with
+-- some other ctx) runs encode inside encode: the inner call resets buf
+-- and writes its own reply there, and the outer one, which would append
+-- to it, sees gen changed and gives nil (the encoder's way) instead.
+local gen = 0
+
 -- Writes sep, then "k":v; false when the pair is not of the kind above.
 local function put(b, sep, k, v)
     if type(k) ~= "string" then return false end
@@ -88,6 +95,8 @@ function M.encode(msg)
     local k1, v1 = next(msg)
     if k1 == nil then return nil end -- empty: the encoder's {}
     local b = buf
+    local g = gen + 1
+    gen = g
     b:reset()
     if not put(b, "{", k1, v1) then return nil end
     local k2, v2 = next(msg, k1)
@@ -106,6 +115,7 @@ function M.encode(msg)
         end
     end
     b:put("}")
+    if gen ~= g then return nil end -- an encode ran inside this one
     return b:ref()
 end
 

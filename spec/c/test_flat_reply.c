@@ -68,6 +68,27 @@ static const char script[] =
     "cmp(7, false)\n"
     "cmp(nil, false)\n"
     "assert(bad == 0, bad .. ' wrong by hand')\n"
+    /* an encode inside an encode: a finalizer that replies, run by a GC
+     * step in quote's allocation of a new key; the outer one must not
+     * hand over the inner one's bytes with its own after them */
+    "collectgarbage('setpause', 0)\n"
+    "collectgarbage('setstepmul', 100000)\n"
+    "local inner = 0\n"
+    "for i = 1, 2000 do\n"
+    "  local u = newproxy(true)\n"
+    "  getmetatable(u).__gc = function()\n"
+    "    inner = inner + 1\n"
+    "    flat.encode({ x = 1 })\n"
+    "  end\n"
+    "  u = nil\n"
+    "  local t = { a = 1 }\n"
+    "  t['fin' .. i] = 2\n"
+    "  cmp(t)\n"
+    "end\n"
+    "collectgarbage('setpause', 200)\n"
+    "collectgarbage('setstepmul', 200)\n"
+    "assert(inner > 0, 'no finalizer ran')\n"
+    "assert(bad == 0, bad .. ' wrong with an encode inside an encode')\n"
     /* random */
     "math.randomseed(7)\n"
     "local R = math.random\n"
