@@ -11,7 +11,7 @@
 -- and goes the encoder's way, so the bytes are the encoder's in every
 -- case (spec/c/test_flat_reply.c compares them on random tables):
 --   - the table has no metatable (a metatable may mark an array) and one
---     to MAX_KEYS keys, all strings (a number key may make an array or a
+--     to four keys, all strings (a number key may make an array or a
 --     "1" key: the encoder decides);
 --   - keys of at most MAX_KEY bytes, none of which the encoder escapes
 --     (control characters, '"', '\\'); other bytes, UTF-8 or not, are
@@ -34,8 +34,9 @@ end
 local type, getmetatable, next, floor, byte =
     type, getmetatable, next, math.floor, string.byte
 
-local MAX_KEYS, MAX_KEY, MAX_CACHED = 4, 64, 1024
-M.MAX_KEYS, M.MAX_KEY = MAX_KEYS, MAX_KEY
+-- (four keys at most: encode's four next() calls say so)
+local MAX_KEY, MAX_CACHED = 64, 1024
+M.MAX_KEY = MAX_KEY
 
 local buf = buffer.new(256)
 
@@ -107,7 +108,7 @@ function M.encode(msg)
             if not put(b, ",", k3, v3) then return nil end
             local k4, v4 = next(msg, k3)
             if k4 ~= nil then
-                -- MAX_KEYS: a fifth key is the encoder's
+                -- a fifth key is the encoder's
                 if not put(b, ",", k4, v4) or next(msg, k4) ~= nil then
                     return nil
                 end

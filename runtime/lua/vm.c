@@ -145,7 +145,7 @@ done:
 }
 
 /* An error outside any protected call (luaL_newstate's panic, which
- * lua_newstate does not set): said, then LuaJIT aborts. */
+ * lua_newstate does not set): said, then LuaJIT exits the process. */
 static int on_panic(lua_State *L)
 {
     const char *s = lua_tostring(L, -1);

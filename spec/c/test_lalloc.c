@@ -22,7 +22,7 @@
 
 #include "../../runtime/lua/lalloc.h"
 #include "check.h"
-#include "pattern.h"
+#include "lalloc_test.h"
 
 /* ---- the shadow: every live block's size, by address ------------------ */
 
@@ -232,13 +232,10 @@ static void vm_on_it(void)
     if (!sh_key || !sh_size)
         return;
     struct ms_lalloc *a = ms_lalloc_new();
-    lua_State *L = lua_newstate(shadow_f, a);
+    lua_State *L = vm_on(a, shadow_f);
     CHECK(L != NULL);
-    if (!L) {
-        ms_lalloc_free(a);
+    if (!L)
         return;
-    }
-    luaL_openlibs(L);
     int rc = luaL_dostring(L, workload);
     if (rc != 0)
         fprintf(stderr, "workload: %s\n", lua_tostring(L, -1));
@@ -262,13 +259,10 @@ static void vm_on_it(void)
 static void reuse(void)
 {
     struct ms_lalloc *a = ms_lalloc_new();
-    lua_State *L = lua_newstate(ms_lalloc_f, a);
+    lua_State *L = vm_on(a, ms_lalloc_f);
     CHECK(L != NULL);
-    if (!L) {
-        ms_lalloc_free(a);
+    if (!L)
         return;
-    }
-    luaL_openlibs(L);
     static const char churn[] =
         "live = live or {}\n"
         "for i = 1, 20000 do live[i] = { n = i } end\n"
@@ -292,10 +286,40 @@ static void reuse(void)
     ms_lalloc_free(a);
 }
 
+/* G6: a mix of sizes that drifts (strings 16 bytes longer each phase,
+ * all dropped between phases) takes slabs only while its sizes are a
+ * class's: past MS_LALLOC_SMALL the slabs stop growing (libc's blocks
+ * from there), however long the drift goes on. */
+static void drift(void)
+{
+    struct ms_lalloc *a = ms_lalloc_new();
+    lua_State *L = vm_on(a, ms_lalloc_f);
+    CHECK(L != NULL);
+    if (!L)
+        return;
+    size_t at_small = 0;
+    for (int ph = 1; ph <= 30; ph++) {
+        char code[256];
+        int len = ph * 16 - 10; /* the string's bytes; its block is more */
+        snprintf(code, sizeof code,
+                 "local t, pad = {}, string.rep('x', %d)\n"
+                 "for i = 1, 20000 do t[i] = pad .. i end\n"
+                 "t = nil collectgarbage() collectgarbage()\n", len);
+        CHECK(luaL_dostring(L, code) == 0);
+        if (len <= MS_LALLOC_SMALL)
+            at_small = ms_lalloc_slab_bytes(a);
+    }
+    CHECK(at_small > 0);
+    CHECK(ms_lalloc_slab_bytes(a) == at_small);
+    lua_close(L);
+    ms_lalloc_free(a);
+}
+
 int main(void)
 {
     by_hand();
     vm_on_it();
     reuse();
+    drift();
     CHECK_DONE();
 }

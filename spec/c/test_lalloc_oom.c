@@ -19,7 +19,6 @@
 #include <lualib.h>
 
 #include "check.h"
-#include "pattern.h"
 
 static int oom; /* 1: libc has no memory for the allocator */
 
@@ -39,6 +38,7 @@ static void *test_realloc(void *p, size_t n)
 #undef malloc
 #undef realloc
 
+#include "lalloc_test.h"
 
 /* Takes every block of size's class there is without a new slab (with
  * oom set): the class is empty after. Returns how many (into held). */
@@ -126,13 +126,10 @@ static const char resume[] =
 static void vm_shrinks(void)
 {
     struct ms_lalloc *a = ms_lalloc_new();
-    lua_State *L = lua_newstate(ms_lalloc_f, a);
+    lua_State *L = vm_on(a, ms_lalloc_f);
     CHECK(L != NULL);
-    if (!L) {
-        ms_lalloc_free(a);
+    if (!L)
         return;
-    }
-    luaL_openlibs(L);
     lua_gc(L, LUA_GCSTOP, 0); /* the stacks shrink in the collection below */
     CHECK(luaL_dostring(L, coroutines) == 0);
     enum { CAP = MS_LALLOC_SLAB / 16 };
