@@ -9,7 +9,8 @@
 
 local cjson = require "cjson.safe"
 
-local type, pcall, ipairs, tostring = type, pcall, ipairs, tostring
+local type, pcall, ipairs, pairs, tostring = type, pcall, ipairs, pairs,
+    tostring
 local floor = math.floor
 
 local M = {}
@@ -111,6 +112,49 @@ function M.allocate(type_name, shard, view_json)
     if not view then return nil, names end
     last_views[type_name] = view
     return check_allocate(s, shard, view, names)
+end
+
+-- A copy of decoded view v that a strategy may change without changing v.
+local function view_copy(v)
+    local members, plan, moving = {}, {}, {}
+    for i, m in ipairs(v.members) do
+        local c, roles = {}, {}
+        for k, x in pairs(m) do c[k] = x end
+        for r in pairs(m.roles) do roles[r] = true end
+        c.roles = roles
+        members[i] = c
+    end
+    for s, name in pairs(v.plan) do plan[s] = name end
+    for s in pairs(v.in_progress) do moving[s] = true end
+    return { entity_type = v.entity_type, shard_count = v.shard_count,
+             members = members, plan = plan, in_progress = moving }
+end
+
+-- Places shards (a list, stopped at one old owner) in order over one view,
+-- as one allocate() call each would: shard i sees the shards before it
+-- placed (owned by their choice, no longer moving) and itself unassigned;
+-- each call gets its own copy of that view. Returns a list with each
+-- shard's member name, false where it has none, and the first reason; or
+-- nil and a reason when nothing can be placed.
+function M.allocate_many(type_name, shards, view_json)
+    local s = strategies[type_name]
+    if not s then
+        return nil, "no allocation strategy for type " .. tostring(type_name)
+    end
+    local view, names = decode_view(view_json)
+    if not view then return nil, names end
+    local out, first
+    out = {}
+    for i, shard in ipairs(shards) do
+        view.plan[shard] = nil
+        local name, why = check_allocate(s, shard, view_copy(view), names)
+        out[i] = name or false
+        first = first or why
+        view.plan[shard] = name
+        view.in_progress[shard] = nil
+    end
+    last_views[type_name] = view
+    return out, first
 end
 
 -- Whether the member in `member_json` (DESIGN §3) may own shards of the

@@ -231,6 +231,7 @@ int ms_coord_new(struct ms_coord **out, const struct ms_coord_config *cfg)
     c->view_timeout_ms =
         cfg->view_timeout_ms ? cfg->view_timeout_ms : MS_COORD_VIEW_TIMEOUT_MS;
     c->allocate = cfg->allocate;
+    c->allocate_many = cfg->allocate_many;
     c->eligible = cfg->eligible;
     c->rebalance = cfg->rebalance;
     c->data = cfg->data;

@@ -122,6 +122,24 @@ typedef uint64_t (*ms_coord_allocate_cb)(void *data, int type,
                                          char *err, size_t errlen);
 
 /*
+ * Optional: places shards[0..n) of `type` (ascending, n >= 2, all stopped
+ * at the same old owner) in order, as n calls of the allocate callback
+ * would: shard i is chosen over `view` as it is, except that shards[0..i)
+ * are owned by out[0..i) (unassigned where 0) and no longer moving, and
+ * shards[i] is unassigned. Stores each choice, one of view->hosts, in
+ * out[i], or 0 with the reason of the first such shard in `err`. Returns
+ * 0, or -1 when it cannot run at all: then the coordinator places each
+ * shard with allocate. One view for a batch is what makes a move of many
+ * shards cheap (the Lua strategy decodes it once). It must not call any
+ * ms_coord_* function.
+ */
+typedef int (*ms_coord_allocate_many_cb)(void *data, int type,
+                                         const uint32_t *shards, size_t n,
+                                         const struct ms_coord_view *view,
+                                         uint64_t *out, char *err,
+                                         size_t errlen);
+
+/*
  * A rebalance round of `type`: stores at most `max` shards to move now in
  * out[] and returns their number (0: none), or -1 with a reason in err.
  * The coordinator moves only shards that have an owner and no move under
@@ -150,6 +168,7 @@ struct ms_coord_config {
     int ntypes;                        /* <= MS_PLAN_MAX_TYPES */
     uint64_t view_timeout_ms;          /* 0: MS_COORD_VIEW_TIMEOUT_MS */
     ms_coord_allocate_cb allocate;     /* required */
+    ms_coord_allocate_many_cb allocate_many; /* NULL: allocate, one by one */
     ms_coord_eligible_cb eligible;     /* NULL: every registrant */
     ms_coord_rebalance_cb rebalance;   /* NULL: no voluntary moves */
     void *data;                        /* passed to the callbacks */

@@ -27,7 +27,7 @@
 
 enum state { INERT, COLLECTING, READY };
 
-enum phase { FENCING, STOPPING };
+enum phase { FENCING, STOPPING, PLACING };
 
 /* A shard moving away from its owner. */
 struct move {
@@ -67,6 +67,7 @@ struct ms_coord {
     uint64_t self_uid;
     uint64_t view_timeout_ms;
     ms_coord_allocate_cb allocate;
+    ms_coord_allocate_many_cb allocate_many;
     ms_coord_eligible_cb eligible;
     ms_coord_rebalance_cb rebalance;
     void *data;
@@ -184,6 +185,15 @@ size_t ms__coord_hosts_of(struct ms_coord *c, int ti);
 uint64_t ms__coord_place(struct ms_coord *c, int ti, uint32_t s,
                          uint64_t away, const char **code, char *err,
                          size_t errlen);
+
+/* Places s[0..n) of type ti, stopped at `away`, with one allocate_many
+ * call (coordinator.h), over the view as it is now (their old owners,
+ * moving): out[i] is shard i's owner, 0 with *code and a reason in err
+ * (the first one) when it has none. Returns 0, or -1 when there is no
+ * allocate_many, n < 2 or it cannot run: the caller places one by one. */
+int ms__coord_place_many(struct ms_coord *c, int ti, const uint32_t *s,
+                         size_t n, uint64_t away, uint64_t *out,
+                         const char **code, char *err, size_t errlen);
 
 /* The events of coordinator_plan.c: a view, a view_done, an alloc. */
 int ms__coord_on_view(struct ms_coord *c, struct member *mb,

@@ -311,41 +311,65 @@ static void end_move(struct ms_coord *c, struct move *mv, uint64_t owner,
     drop_move(c, mv);
 }
 
-/* The old owner stopped the shards of `m`: place each and publish. */
+/* The old owner stopped the shards of `m`: place each and publish them
+ * in one broadcast. Several shards are placed with one allocate_many
+ * call, which sees them as one-by-one placing would; without it (or when
+ * it cannot run) each is placed with allocate, its move ended before the
+ * next is placed. */
 int ms__coord_on_stopped(struct ms_coord *c, uint64_t from, int ti,
                          const struct ms_plan_msg *m)
 {
-    struct ms_plan_entry *e = malloc((m->nentries + 1) * sizeof *e);
-    if (!e)
+    size_t cap = m->nentries + 1;
+    struct ms_plan_entry *e = malloc(cap * sizeof *e);
+    uint32_t *sh = calloc(cap, sizeof *sh);
+    uint64_t *to = malloc(cap * sizeof *to);
+    if (!e || !sh || !to) {
+        free(e);
+        free(sh);
+        free(to);
         return MS_ENOMEM;
-    size_t k = 0;
+    }
+    /* the moves this answer ends (its entries are ascending and unique:
+     * plan.h), within the generations left */
+    size_t n = 0;
     for (size_t i = 0; i < m->nentries; i++) {
-        uint32_t s = m->entries[i].shard;
         struct move *mv = answered(c, ti, from, &m->entries[i], STOPPING);
-        if (!mv || c->generation + 1 >= gen_limit(c))
+        if (!mv || c->generation + 1 + n >= gen_limit(c))
             continue;
+        mv->phase = PLACING;
+        sh[n++] = mv->shard;
+    }
+    char err[256] = "";
+    const char *code = "strategy";
+    int many = ms__coord_place_many(c, ti, sh, n, from, to, &code, err,
+                                    sizeof err) == 0;
+    const struct member *fm = ms__coord_find_member(c, from);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t s = sh[i];
+        struct move *mv = find_move(c, ti, s);
         /* the strategy sees the shard unassigned */
         ms__coord_set_owner(c, ti, s, 0, c->types[ti].gen[s]);
-        char err[256] = "";
-        const char *code = "strategy";
-        uint64_t to = ms__coord_place(c, ti, s, from, &code, err,
-                                      sizeof err);
-        const struct member *fm = ms__coord_find_member(c, from);
-        if (to == from && fm && fm->leaving)
-            to = 0;
-        if (!to)
+        if (!many) {
+            err[0] = 0;
+            to[i] = ms__coord_place(c, ti, s, from, &code, err, sizeof err);
+        }
+        if (to[i] == from && fm && fm->leaving)
+            to[i] = 0;
+        if (!to[i])
             ms__coord_note(c, "shard %u of %s was stopped at %016llx and "
                            "is left unassigned: %s", s, c->types[ti].name,
                            (unsigned long long)from,
                            err[0] ? err : "no new owner");
-        if (to)
+        if (to[i])
             c->mst.finished++;
         else
             c->mst.aborted++; /* stopped, but placed nowhere */
-        end_move(c, mv, to, &e[k++]);
+        end_move(c, mv, to[i], &e[i]);
     }
-    int rc = k ? ms__coord_emit_entries(c, 0, ti, e, k) : 0;
+    int rc = n ? ms__coord_emit_entries(c, 0, ti, e, n) : 0;
     free(e);
+    free(sh);
+    free(to);
     return rc;
 }
 

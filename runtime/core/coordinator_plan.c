@@ -402,15 +402,11 @@ size_t ms__coord_hosts_of(struct ms_coord *c, int ti)
     return nh;
 }
 
-/* Chooses the owner of unassigned shard s of type ti with the allocate
- * callback; `away` (0: none) is the member the shard moves away from,
- * left out of the view while another member can host it. Returns it, or
- * 0 with *code ("no_host", "strategy") and a reason in err. */
-uint64_t ms__coord_place(struct ms_coord *c, int ti, uint32_t s,
-                         uint64_t away, const char **code, char *err,
-                         size_t errlen)
+/* The members a shard of type ti may go to, in c->hosts; their number.
+ * `away` (0: none) is the member the shard moves away from, left out
+ * while another member can host it. */
+static size_t place_hosts(struct ms_coord *c, int ti, uint64_t away)
 {
-    struct ctype *t = &c->types[ti];
     size_t nh = ms__coord_hosts_of(c, ti);
     /* a leaving member takes no new shard while another can, nor does
      * the old owner of a move (a move by hand or a rebalance that lands
@@ -427,6 +423,26 @@ uint64_t ms__coord_place(struct ms_coord *c, int ti, uint32_t s,
             c->hosts[others++] = c->hosts[i];
     if (others) /* else nothing moved: the list is as it was */
         nh = others;
+    return nh;
+}
+
+static int is_host(const struct ms_coord *c, size_t nh, uint64_t uid)
+{
+    for (size_t i = 0; i < nh; i++)
+        if (c->hosts[i].uid == uid)
+            return 1;
+    return 0;
+}
+
+/* Chooses the owner of unassigned shard s of type ti with the allocate
+ * callback, away from `away` (place_hosts). Returns it, or 0 with *code
+ * ("no_host", "strategy") and a reason in err. */
+uint64_t ms__coord_place(struct ms_coord *c, int ti, uint32_t s,
+                         uint64_t away, const char **code, char *err,
+                         size_t errlen)
+{
+    struct ctype *t = &c->types[ti];
+    size_t nh = place_hosts(c, ti, away);
     if (nh == 0) {
         *code = "no_host";
         snprintf(err, errlen, "no member can host entity type '%s'",
@@ -443,11 +459,46 @@ uint64_t ms__coord_place(struct ms_coord *c, int ti, uint32_t s,
                  t->name, why[0] ? why : "no owner chosen");
         return 0;
     }
-    for (size_t i = 0; i < nh; i++)
-        if (c->hosts[i].uid == uid)
-            return uid;
+    if (is_host(c, nh, uid))
+        return uid;
     snprintf(err, errlen, "the allocation strategy of '%s' chose %016llx, "
              "which cannot host it", t->name, (unsigned long long)uid);
+    return 0;
+}
+
+int ms__coord_place_many(struct ms_coord *c, int ti, const uint32_t *s,
+                         size_t n, uint64_t away, uint64_t *out,
+                         const char **code, char *err, size_t errlen)
+{
+    struct ctype *t = &c->types[ti];
+    if (n < 2 || !c->allocate_many)
+        return -1;
+    size_t nh = place_hosts(c, ti, away);
+    if (nh == 0) {
+        *code = "no_host";
+        snprintf(err, errlen, "no member can host entity type '%s'",
+                 t->name);
+        memset(out, 0, n * sizeof *out);
+        return 0;
+    }
+    struct ms_coord_view v = {ti, t->name, t->shard_count, t->owner,
+                              c->hosts, nh, t->moving};
+    char why[200] = "";
+    if (c->allocate_many(c->data, ti, s, n, &v, out, why, sizeof why) < 0)
+        return -1;
+    *code = "strategy";
+    for (size_t i = 0; i < n; i++) {
+        if (out[i] && is_host(c, nh, out[i]))
+            continue;
+        if (!err[0] && out[i])
+            snprintf(err, errlen, "the allocation strategy of '%s' chose "
+                     "%016llx, which cannot host it", t->name,
+                     (unsigned long long)out[i]);
+        else if (!err[0])
+            snprintf(err, errlen, "the allocation strategy of '%s' "
+                     "failed: %s", t->name, why[0] ? why : "no owner chosen");
+        out[i] = 0;
+    }
     return 0;
 }
 

@@ -117,6 +117,7 @@ struct ms_region_config {
     ms_region_usable_cb usable;     /* required */
     /* the coordinator's callbacks (coordinator.h; allocate required) */
     ms_coord_allocate_cb allocate;
+    ms_coord_allocate_many_cb allocate_many; /* optional */
     ms_coord_rebalance_cb rebalance;
     ms_coord_eligible_cb eligible;
     void *data;                     /* passed to every callback above */

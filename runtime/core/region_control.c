@@ -326,16 +326,84 @@ void ms_region_member(struct ms_region *r, uint64_t uid, int status,
 }
 
 /* The dispatcher stopped (type, shard) and nothing holds it: release
- * its lease, or report it. */
-static void stopped_go_on(struct ms_region *r, int type, uint32_t shard,
-                          struct rshard *s)
+ * its lease (0), or it is to be reported (1). */
+static int stopped_go_on(struct ms_region *r, int type, uint32_t shard,
+                         struct rshard *s)
 {
     if (s && r->types[type].persistent &&
         ms__region_lease_stopped(r, type, shard, s))
-        return; /* a lease's stop, or the release is out */
-    if (!s || !s->stopping)
-        return; /* called off meanwhile */
-    ms__region_report_stopped(r, type, shard, s);
+        return 0; /* a lease's stop, or the release is out */
+    return s && s->stopping; /* else called off meanwhile */
+}
+
+/* One STOPPED to `coord` at `term` with e[0..n) of `type`. */
+static void send_stopped(struct ms_region *r, int type, uint64_t coord,
+                         uint64_t term, struct ms_plan_entry *e, size_t n)
+{
+    struct ms_plan_msg m;
+    memset(&m, 0, sizeof m);
+    m.kind = MS_PLAN_MSG_STOPPED;
+    m.term = term;
+    snprintf(m.type, sizeof m.type, "%s", ms__region_tname(r, type));
+    m.shard_count = r->cfg->types[type].shard_count;
+    m.entries = e;
+    m.nentries = n;
+    ms__region_send_control(r, coord, &m, RG_FAIL_NONE, 0);
+    r->st.shards_handed_off += n;
+}
+
+/* A stopped shard to report. */
+struct stop_report {
+    uint64_t coord, term, hgen;
+    int type;
+    uint32_t shard;
+};
+
+static int report_cmp(const void *a, const void *b)
+{
+    const struct stop_report *x = a, *y = b;
+    if (x->coord != y->coord)
+        return x->coord < y->coord ? -1 : 1;
+    if (x->term != y->term)
+        return x->term < y->term ? -1 : 1;
+    if (x->type != y->type)
+        return x->type < y->type ? -1 : 1;
+    if (x->shard != y->shard)
+        return x->shard < y->shard ? -1 : 1;
+    return x->hgen > y->hgen ? -1 : x->hgen < y->hgen; /* newest first */
+}
+
+/* Reports q[0..n): one STOPPED per coordinator, term and type (with at
+ * most MS_PLAN_MSG_MAX_ENTRIES entries), so that the coordinator places
+ * the shards of one dispatch round together. */
+static void report_many(struct ms_region *r, struct stop_report *q,
+                        size_t n)
+{
+    struct ms_plan_entry *e = malloc((n + 1) * sizeof *e);
+    qsort(q, n, sizeof *q, report_cmp);
+    for (size_t i = 0; i < n;) {
+        size_t j = i, ne = 0;
+        while (j < n && ne < MS_PLAN_MSG_MAX_ENTRIES &&
+               q[j].coord == q[i].coord && q[j].term == q[i].term &&
+               q[j].type == q[i].type) {
+            /* entries are strictly ascending (plan.h): a shard stopped
+             * twice in one round is reported once, at its newest move */
+            if (e && (!ne || e[ne - 1].shard != q[j].shard))
+                e[ne++] = (struct ms_plan_entry){q[j].shard, r->self,
+                                                 q[j].hgen};
+            j++;
+        }
+        if (!e) { /* one by one */
+            struct rshard *s = ms__region_shard(r, q[i].type, q[i].shard);
+            if (s)
+                ms__region_report_stopped(r, q[i].type, q[i].shard, s);
+            i++;
+            continue;
+        }
+        send_stopped(r, q[i].type, q[i].coord, q[i].term, e, ne);
+        i = j;
+    }
+    free(e);
 }
 
 void ms_region_after_dispatch(struct ms_region *r, uint64_t now_ms)
@@ -343,6 +411,8 @@ void ms_region_after_dispatch(struct ms_region *r, uint64_t now_ms)
     r->now = now_ms;
     int type;
     uint32_t shard;
+    struct stop_report *q = NULL;
+    size_t nq = 0, capq = 0;
     while (ms_dispatch_next_stopped(r->d, &type, &shard)) {
         struct rshard *s = ms__region_shard(r, type, shard);
         if (s && s->hold_wait)
@@ -354,8 +424,24 @@ void ms_region_after_dispatch(struct ms_region *r, uint64_t now_ms)
             r->nhold_wait++;
             continue;
         }
-        stopped_go_on(r, type, shard, s);
+        if (!stopped_go_on(r, type, shard, s))
+            continue;
+        if (nq == capq) {
+            size_t cap = capq ? capq * 2 : 16;
+            struct stop_report *nqp = realloc(q, cap * sizeof *q);
+            if (!nqp) { /* report it alone */
+                ms__region_report_stopped(r, type, shard, s);
+                continue;
+            }
+            q = nqp;
+            capq = cap;
+        }
+        q[nq++] = (struct stop_report){s->stop_coord, s->stop_term,
+                                       s->stop_hgen, type, shard};
     }
+    if (nq)
+        report_many(r, q, nq);
+    free(q);
 }
 
 void ms__region_hold_tick(struct ms_region *r)
@@ -380,7 +466,8 @@ void ms__region_hold_tick(struct ms_region *r)
                        ms__region_tname(r, t), i, (int)most);
             s->hold_wait = 0;
             r->nhold_wait--;
-            stopped_go_on(r, t, i, s);
+            if (stopped_go_on(r, t, i, s))
+                ms__region_report_stopped(r, t, i, s);
         }
     }
 }
@@ -453,17 +540,8 @@ int ms_region_shard_serving(const struct ms_region *r, int type,
 void ms__region_report_stopped(struct ms_region *r, int type, uint32_t shard,
                                struct rshard *s)
 {
-    struct ms_plan_msg m;
     struct ms_plan_entry e = {shard, r->self, s->stop_hgen};
-    memset(&m, 0, sizeof m);
-    m.kind = MS_PLAN_MSG_STOPPED;
-    m.term = s->stop_term;
-    snprintf(m.type, sizeof m.type, "%s", ms__region_tname(r, type));
-    m.shard_count = r->cfg->types[type].shard_count;
-    m.entries = &e;
-    m.nentries = 1;
-    ms__region_send_control(r, s->stop_coord, &m, RG_FAIL_NONE, 0);
-    r->st.shards_handed_off++;
+    send_stopped(r, type, s->stop_coord, s->stop_term, &e, 1);
 }
 
 /* ---- life cycle ---------------------------------------------------------- */
@@ -530,6 +608,7 @@ int ms_region_new(struct ms_region **out, const struct ms_region_config *rc)
         cc.types = ct;
         cc.ntypes = cfg->ntypes;
         cc.allocate = rc->allocate;
+        cc.allocate_many = rc->allocate_many;
         cc.rebalance = rc->rebalance;
         cc.eligible = rc->eligible;
         cc.data = rc->data;

@@ -342,6 +342,12 @@ void ms_router_set_allocator(struct ms_router *r, ms_router_allocate_fn fn,
     r->strat.data = data;
 }
 
+void ms_router_set_allocate_many(struct ms_router *r,
+                                 ms_router_allocate_many_fn mfn)
+{
+    r->strat.allocator_many = mfn;
+}
+
 void ms_router_reconcile(struct ms_router *r)
 {
     ms_coord_reconcile(ms_region_coord(r->rg));
@@ -383,6 +389,7 @@ int ms_router_new(struct ms_router **out, uv_loop_t *loop,
     rc.d = d;
     rc.usable = usable;
     rc.allocate = ms_strategy_allocate;
+    rc.allocate_many = ms_strategy_allocate_many;
     rc.rebalance = ms_strategy_rebalance;
     rc.eligible = ms_strategy_eligible;
     rc.data = &r->strat;

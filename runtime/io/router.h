@@ -76,6 +76,17 @@ typedef int (*ms_router_allocate_fn)(void *data, const char *type_name,
                                      char *name, size_t namelen, char *err,
                                      size_t errlen);
 
+/* Chooses the owners of shards[0..n) of `type_name`, stopped at one old
+ * owner, in order over one `view_json` (ms_coord_allocate_many_cb):
+ * names[i * namelen] is shard i's member, "" with the first reason in err
+ * when it has none. Returns 0, or a negative code (then each shard is
+ * placed with the allocate function). */
+typedef int (*ms_router_allocate_many_fn)(void *data, const char *type_name,
+                                          const uint32_t *shards, size_t n,
+                                          const char *view_json, char *names,
+                                          size_t namelen, char *err,
+                                          size_t errlen);
+
 /* Proposes the shards of `type_name` to move now: at most `max` in out[];
  * returns their number or a negative code with a reason in err. */
 typedef int (*ms_router_rebalance_fn)(void *data, const char *type_name,
@@ -92,6 +103,10 @@ typedef int (*ms_router_eligible_fn)(void *data, const char *type_name,
 void ms_router_set_allocator(struct ms_router *r, ms_router_allocate_fn fn,
                              ms_router_rebalance_fn rfn,
                              ms_router_eligible_fn efn, void *data);
+
+/* Sets the batch allocator (optional; its `data` is the allocator's). */
+void ms_router_set_allocate_many(struct ms_router *r,
+                                 ms_router_allocate_many_fn mfn);
 
 /* Runs a rebalance round soon, if this node coordinates (hot reload). */
 void ms_router_reconcile(struct ms_router *r);

@@ -140,6 +140,42 @@ uint64_t ms_strategy_allocate(void *data, int type, uint32_t shard,
     return uid;
 }
 
+int ms_strategy_allocate_many(void *data, int type, const uint32_t *shards,
+                              size_t n, const struct ms_coord_view *view,
+                              uint64_t *out, char *err, size_t errlen)
+{
+    struct ms_strategy *r = data;
+    (void)type;
+    if (!r->allocator || !r->allocator_many)
+        return -1;
+    size_t namelen = MS_MB_MAX_NAME + 1;
+    char *names = calloc(n, namelen);
+    struct ms_sbuf b = {0};
+    int rc = names ? view_json(r, view, &b) : MS_ENOMEM;
+    if (rc == 0)
+        rc = r->allocator_many(r->data, view->type_name, shards, n, b.p,
+                               names, namelen, err, errlen);
+    free(b.p);
+    if (rc < 0) {
+        free(names);
+        return -1;
+    }
+    struct ms_membership *mb = ms_cluster_membership(r->c);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = names + i * namelen;
+        const struct ms_mb_member *m =
+            name[0] ? ms_mb_find_by_name(mb, name) : NULL;
+        out[i] = m ? m->uid : 0;
+        if (name[0] && !m && !err[0])
+            snprintf(err, errlen, "strategy chose '%s', not a member", name);
+        if (!out[i])
+            ms_log(MS_LOG_WARN, NULL, "allocation of %s shard %u failed: %s",
+                   view->type_name, shards[i], err[0] ? err : "no member");
+    }
+    free(names);
+    return 0;
+}
+
 /* The coordinator's rebalance callback: the type's Lua rebalance. */
 int ms_strategy_rebalance(void *data, int type,
                           const struct ms_coord_view *view, uint32_t *out,

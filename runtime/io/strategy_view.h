@@ -18,6 +18,7 @@ struct ms_strategy {
     struct ms_cluster *c;            /* membership (borrowed) */
     const struct ms_config *cfg;     /* type names (borrowed) */
     ms_router_allocate_fn allocator; /* NULL: fewest shards first */
+    ms_router_allocate_many_fn allocator_many; /* NULL: one by one */
     ms_router_rebalance_fn rebalancer; /* NULL: no voluntary moves */
     ms_router_eligible_fn eligibler; /* NULL: every member */
     void *data;                      /* passed to the three */
@@ -29,6 +30,12 @@ struct ms_strategy {
 uint64_t ms_strategy_allocate(void *data, int type, uint32_t shard,
                               const struct ms_coord_view *view, char *err,
                               size_t errlen);
+
+/* ms_coord_allocate_many_cb over the type's Lua strategy: -1 without an
+ * allocator_many (or with no allocator). */
+int ms_strategy_allocate_many(void *data, int type, const uint32_t *shards,
+                              size_t n, const struct ms_coord_view *view,
+                              uint64_t *out, char *err, size_t errlen);
 
 /* ms_coord_rebalance_cb: the type's Lua rebalance. */
 int ms_strategy_rebalance(void *data, int type,

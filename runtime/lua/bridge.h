@@ -187,6 +187,14 @@ int ms_bridge_allocate(struct ms_bridge *b, const char *type_name,
                        uint32_t shard, const char *view_json, char *name,
                        size_t namelen, char *err, size_t errlen);
 
+/* moonshard.alloc.allocate_many: shards[0..n) placed in order over one
+ * view (ms_router_allocate_many_fn); names[i * namelen] "" where shard i
+ * has no member, with the first reason in err. 0, or a negative code. */
+int ms_bridge_allocate_many(struct ms_bridge *b, const char *type_name,
+                            const uint32_t *shards, size_t n,
+                            const char *view_json, char *names,
+                            size_t namelen, char *err, size_t errlen);
+
 /*
  * Membership events (runtime/core/mbevent.h) and the config's
  * on_member_event hook (lua/moonshard/events.lua, README "Membership

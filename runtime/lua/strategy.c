@@ -6,6 +6,7 @@
  */
 #include "bridge_int.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,50 @@ int ms_bridge_allocate(struct ms_bridge *b, const char *type_name,
     }
     lua_settop(L, top);
     return rc;
+}
+
+int ms_bridge_allocate_many(struct ms_bridge *b, const char *type_name,
+                            const uint32_t *shards, size_t n,
+                            const char *view_json, char *names,
+                            size_t namelen, char *err, size_t errlen)
+{
+    lua_State *L = b->L;
+    int top = lua_gettop(L);
+    if (n > INT_MAX || !lua_checkstack(L, 4))
+        return MS_E2BIG;
+    lua_pushstring(L, type_name);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushinteger(L, shards[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_pushstring(L, view_json);
+    int rc = ms__bridge_call_labelled(b, "moonshard.alloc", "allocate_many",
+                                      type_name, 3, 2, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (!lua_istable(L, -2)) {
+        snprintf(err, errlen, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1)
+                                                        : "no members");
+        lua_settop(L, top);
+        return MS_EINVAL;
+    }
+    if (lua_isstring(L, -1))
+        snprintf(err, errlen, "%s", lua_tostring(L, -1));
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, -2, (int)i + 1);
+        size_t len = 0;
+        const char *s = lua_type(L, -1) == LUA_TSTRING
+                            ? lua_tolstring(L, -1, &len) : NULL;
+        char *out = names + i * namelen;
+        if (s && len < namelen)
+            memcpy(out, s, len + 1);
+        else
+            out[0] = 0;
+        lua_pop(L, 1);
+    }
+    lua_settop(L, top);
+    return 0;
 }
 
 int ms_bridge_eligible(struct ms_bridge *b, const char *type_name,

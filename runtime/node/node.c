@@ -194,6 +194,16 @@ static int allocate_lua(void *data, const char *type_name, uint32_t shard,
                               namelen, err, errlen);
 }
 
+static int allocate_many_lua(void *data, const char *type_name,
+                             const uint32_t *shards, size_t n,
+                             const char *view_json, char *names,
+                             size_t namelen, char *err, size_t errlen)
+{
+    struct ms_node *node = data;
+    return ms_bridge_allocate_many(node->b, type_name, shards, n, view_json,
+                                   names, namelen, err, errlen);
+}
+
 static int eligible_lua(void *data, const char *type_name,
                         const char *member_json)
 {
@@ -543,6 +553,7 @@ int ms_node_new(struct ms_node **out, uv_loop_t *loop,
     ms_router_set_kick(n->router, kick_node, n);
     ms_router_set_allocator(n->router, allocate_lua, rebalance_lua,
                             eligible_lua, n);
+    ms_router_set_allocate_many(n->router, allocate_many_lua);
     struct ms_bridge_reports reports = {n, report_owner, report_stats};
     ms_bridge_set_router(n->b, n->router, &reports);
     struct ms_gateway gw;

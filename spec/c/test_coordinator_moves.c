@@ -5,6 +5,9 @@
  */
 #include "coord_sim.h"
 
+/* The batch allocator moving_cluster gives the coordinator (NULL: none). */
+static ms_coord_allocate_many_cb many_cb;
+
 /* A ready coordinator on N1 over N1, N2 (all 16 shards allocated) and
  * N3 (up, nothing yet). */
 static struct ms_coord *moving_cluster(ms_coord_rebalance_cb rb)
@@ -22,6 +25,7 @@ static struct ms_coord *moving_cluster(ms_coord_rebalance_cb rb)
     cfg.ntypes = 1;
     cfg.view_timeout_ms = 3000;
     cfg.allocate = allocate;
+    cfg.allocate_many = many_cb;
     cfg.eligible = eligible;
     cfg.rebalance = rb;
     cfg.data = &S;
@@ -487,8 +491,147 @@ static void test_move_takeover(void)
     ms_coord_free(b);
 }
 
+/* What the batch allocator saw and does. */
+static int many_calls, many_fail;
+static size_t many_n;
+static uint32_t many_shards[16];
+static uint64_t many_from;
+
+/* Checks the view (each shard still owned by the old owner and moving,
+ * ascending, N3 a host) and places them all on N3, except the second,
+ * which goes to a member that is no host. */
+static int allocate_many(void *data, int type, const uint32_t *shards,
+                         size_t n, const struct ms_coord_view *v,
+                         uint64_t *out, char *err, size_t errlen)
+{
+    (void)data;
+    (void)err;
+    (void)errlen;
+    many_calls++;
+    if (many_fail)
+        return -1;
+    CHECK(v->type == type && n >= 2 && n <= 16);
+    many_n = n;
+    int n3 = 0;
+    for (size_t i = 0; i < v->nhosts; i++) {
+        n3 |= v->hosts[i].uid == N3;
+        CHECK(v->hosts[i].uid != many_from); /* away from the old owner */
+    }
+    CHECK(n3);
+    for (size_t i = 0; i < n; i++) {
+        CHECK(i == 0 || shards[i - 1] < shards[i]);
+        CHECK(v->owners[shards[i]] == many_from && v->moving[shards[i]]);
+        many_shards[i] = shards[i];
+        out[i] = i == 1 ? 0xdead : N3;
+    }
+    return 0;
+}
+
+/* Drains c like pump(), counting the PLAN broadcasts and their entries. */
+static void pump_plans(struct ms_coord *c, int *plans, size_t *entries)
+{
+    struct ms_coord_action a;
+    while (ms_coord_next_action(c, &a)) {
+        if (a.kind == MS_COORD_BROADCAST) {
+            struct ms_plan_msg m;
+            CHECK(ms_plan_msg_decode(a.payload, a.len, &m) == 0);
+            if (m.kind == MS_PLAN_MSG_PLAN) {
+                (*plans)++;
+                *entries += m.nentries;
+            }
+            ms_plan_msg_free(&m);
+            for (int i = 0; i < S.n; i++)
+                deliver(c, &S.r[i], N1, a.payload, a.len, 1);
+        } else if (a.kind == MS_COORD_SEND) {
+            struct region *r = find_region(a.uid);
+            if (r)
+                deliver(c, r, N1, a.payload, a.len, 0);
+        }
+        free(a.payload);
+    }
+}
+
+/* Three shards of one old owner stop and are answered in one STOPPED
+ * (the codec keeps its entries ascending and unique): one allocate_many
+ * places them, a choice that
+ * is no host leaves its shard unassigned, one PLAN publishes all three.
+ * When allocate_many cannot run, allocate places them one by one, each
+ * seeing the ones before it placed. */
+static void test_stopped_batch(void)
+{
+    for (int fail = 0; fail <= 1; fail++) {
+        many_cb = allocate_many;
+        many_calls = 0;
+        many_fail = fail;
+        struct ms_coord *c = moving_cluster(NULL);
+        many_cb = NULL;
+        uint64_t from = ms_coord_owner(c, 0, 0, NULL);
+        many_from = from;
+        uint32_t mine[3];
+        size_t k = 0;
+        for (uint32_t s = 0; s < 16 && k < 3; s++)
+            if (ms_coord_owner(c, 0, s, NULL) == from)
+                mine[k++] = s;
+        CHECK(k == 3);
+        region(from)->nostop = 1;
+        for (size_t i = 0; i < 3; i++)
+            CHECK(ms_coord_move(c, 0, mine[i], 10) == 0);
+        pump(c, N1, NULL, NULL);
+        struct ms_coord_move_stats st;
+        ms_coord_move_stats(c, &st);
+        CHECK(st.in_progress == 3);
+        struct ms_plan_entry e[3];
+        for (size_t i = 0; i < 3; i++) {
+            struct ms_coord_move_info mi;
+            uint64_t hgen = 0;
+            for (size_t j = 0; ms_coord_move_at(c, j, 10, &mi) == 1; j++)
+                if (mi.shard == mine[i])
+                    hgen = mi.hgen;
+            CHECK(hgen != 0);
+            e[i] = (struct ms_plan_entry){mine[i], from, hgen};
+        }
+        struct ms_plan_msg m;
+        memset(&m, 0, sizeof m);
+        m.kind = MS_PLAN_MSG_STOPPED;
+        m.term = 1;
+        snprintf(m.type, sizeof m.type, "Counter");
+        m.shard_count = 16;
+        m.entries = e;
+        m.nentries = 3;
+        int calls = S.alloc_calls;
+        send_from(c, from, &m);
+        int plans = 0;
+        size_t entries = 0;
+        pump_plans(c, &plans, &entries);
+        CHECK(many_calls == 1);
+        CHECK(plans == 1 && entries == 3);
+        ms_coord_move_stats(c, &st);
+        CHECK(st.in_progress == 0);
+        if (!fail) {
+            CHECK(many_n == 3 && S.alloc_calls == calls);
+            for (size_t i = 0; i < 3; i++)
+                CHECK(many_shards[i] == mine[i]);
+            CHECK(ms_coord_owner(c, 0, mine[0], NULL) == N3);
+            CHECK(ms_coord_owner(c, 0, mine[1], NULL) == 0);
+            CHECK(ms_coord_owner(c, 0, mine[2], NULL) == N3);
+            CHECK(st.finished == 2 && st.aborted == 1);
+        } else {
+            /* the sim's allocate checks that each sees its shard
+             * unassigned and the hosts' counts as the owners say */
+            CHECK(S.alloc_calls == calls + 3);
+            for (size_t i = 0; i < 3; i++)
+                CHECK(ms_coord_owner(c, 0, mine[i], NULL) == N3);
+            CHECK(st.finished == 3 && st.aborted == 0);
+        }
+        CHECK(regions_agree(c, "Counter"));
+        CHECK(S.conflicts == 0);
+        ms_coord_free(c);
+    }
+}
+
 int main(void)
 {
+    test_stopped_batch();
     test_move();
     test_move_away();
     test_duplicate_view_during_move();

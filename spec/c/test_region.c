@@ -32,6 +32,9 @@ struct node {
     int nst;
 };
 
+/* the shard count of the nodes added next */
+static uint32_t next_shards = SHARDS;
+
 /* the type of the nodes added next is persistent (leases) */
 static int persist;
 static uint64_t lease_window = 2000;
@@ -234,7 +237,7 @@ static void add_node(uint64_t uid)
     n->uid = uid;
     n->up = 1;
     snprintf(n->tc.name, sizeof n->tc.name, "T");
-    n->tc.shard_count = SHARDS;
+    n->tc.shard_count = next_shards;
     n->tc.max_pending = 100000;
     snprintf(n->tc.partition_id, sizeof n->tc.partition_id, "fnv1a");
     n->cfg.ntypes = 1;
@@ -251,7 +254,7 @@ static void add_node(uint64_t uid)
         n->tc.lease_window_ms = lease_window;
     }
     n->cfg.rebalance_interval_ms = 1000000000;
-    struct ms_dispatch_type t = {"T", SHARDS, 0, 0, 100000, 0};
+    struct ms_dispatch_type t = {"T", next_shards, 0, 0, 100000, 0};
     n->d = ms_dispatch_new(&t, 1, 4096);
     struct ms_region_config rc;
     memset(&rc, 0, sizeof rc);
@@ -1593,8 +1596,69 @@ static void held_newer_gen_not_bounced(void)
     CHECK(a >= 0 && b >= 0 && a < b);
 }
 
+/* STOPPED frames on the network and their entries. */
+static int stopped_frames, stopped_entries;
+
+static int count_stopped(uint64_t from, uint64_t to, const struct ms_frame *f)
+{
+    (void)from, (void)to;
+    struct ms_plan_msg m;
+    if (f->kind == MS_FRAME_CONTROL &&
+        ms_plan_msg_decode(f->payload, f->payload_len, &m) == 0) {
+        if (m.kind == MS_PLAN_MSG_STOPPED) {
+            stopped_frames++;
+            stopped_entries += (int)m.nentries;
+        }
+        ms_plan_msg_free(&m);
+    }
+    return PASS;
+}
+
+/* The shards one dispatch round stopped are reported in one STOPPED
+ * (per coordinator, term and type), and every one moves. */
+static void stopped_reported_together(void)
+{
+    next_shards = 8;
+    boot(3, 0);
+    want_owner = 2;
+    uint32_t shards[8];
+    int ns = 0;
+    char id[16];
+    for (int i = 0; i < 400 && ns < 4; i++) {
+        snprintf(id, sizeof id, "k%d", i);
+        struct ms_dest dst;
+        CHECK(ms_dispatch_resolve(nodes[2].d, 0, id, strlen(id), &dst) == 0);
+        int seen = 0;
+        for (int k = 0; k < ns; k++)
+            seen |= shards[k] == dst.shard;
+        if (seen)
+            continue;
+        shards[ns++] = dst.shard;
+        CHECK(tell_n(3, id, "{\"n\":1}") == 0);
+    }
+    CHECK(ns == 4);
+    run_all();
+    CHECK(nodes[1].ngot == 4);
+    want_owner = 1;
+    for (int k = 0; k < ns; k++)
+        CHECK(ms_coord_move(ms_region_coord(nodes[0].r), 0, shards[k],
+                            now) == 0);
+    pump(100000);
+    CHECK(ms_region_stopping(nodes[1].r) == (uint32_t)ns);
+    stopped_frames = stopped_entries = 0;
+    filter = count_stopped;
+    run_all();
+    filter = NULL;
+    CHECK(stopped_frames == 1 && stopped_entries == ns);
+    for (int k = 0; k < ns; k++)
+        CHECK(ms_region_owner(nodes[2].r, 0, shards[k], NULL) == 1);
+    CHECK(ms_region_stopping(nodes[1].r) == 0);
+    next_shards = SHARDS;
+}
+
 int main(void)
 {
+    stopped_reported_together();
     lease_stop_waits_for_held();
     lost_entry_new_owner_asks();
     lost_entry_sender_asks();
