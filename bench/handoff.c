@@ -34,6 +34,10 @@
 #define AFTER_S 1.0     /* load after the move, for the rate on 3 nodes */
 #define SLICE_MS 100    /* the worst slice of the move window */
 #define MAX_CODES 8
+#define TIMELINE_MARGIN_MS 100 /* before n3 starts, after balanced */
+
+/* --timeline: the slice (ms) of the move's timeline, 0: none */
+static int timeline_ms;
 
 /* What a node's /v1/stats says about shards and moves; the moves fields
  * are the coordinator's (n1's). */
@@ -322,6 +326,43 @@ static void window_figures(const struct phase *ph, uint64_t from,
     }
 }
 
+/* Prints the answers of the join under load in slices of `slice_ms`,
+ * from TIMELINE_MARGIN_MS before n3 started to as long after balanced:
+ * each slice's rate over the steady one and its slowest answer. */
+static void print_timeline(const struct phase *ph, const struct move *m,
+                           double steady, int slice_ms)
+{
+    uint64_t slice = (uint64_t)slice_ms * 1000000;
+    uint64_t margin = (uint64_t)TIMELINE_MARGIN_MS * 1000000;
+    uint64_t from = m->t_start - margin, to = m->t_done + margin;
+    printf("\n  the join under load in %d ms slices, from n3's start: answers "
+           "/ the steady rate,\n  and the slowest answer that ended in the "
+           "slice\n     ms   rate  max ms\n", slice_ms);
+    size_t i = 0;
+    while (i < ph->nsmp && ph->smp[i].at_ns < from)
+        i++;
+    for (uint64_t t = from; t < to; t += slice) {
+        long n = 0;
+        uint32_t worst = 0;
+        for (; i < ph->nsmp && ph->smp[i].at_ns < t + slice; i++) {
+            n++;
+            if (ph->smp[i].lat_us > worst)
+                worst = ph->smp[i].lat_us;
+        }
+        const char *what = "";
+        if (m->t_start >= t && m->t_start < t + slice)
+            what = "  n3 started";
+        else if (m->t_up >= t && m->t_up < t + slice)
+            what = "  n3 Up";
+        else if (m->t_done >= t && m->t_done < t + slice)
+            what = "  balanced";
+        printf("  %5.0f  %5.2f  %6.1f%s\n",
+               ((double)t - (double)m->t_start) / 1e6,
+               steady > 0 ? (double)n * 1e9 / (double)slice / steady : 0,
+               worst / 1000.0, what);
+    }
+}
+
 static void print_window(const char *what, const struct window *w)
 {
     char label[96], bad[160] = "none";
@@ -474,7 +515,6 @@ static int bench_handoff(struct cluster *cl, const struct handoff_args *a,
     window_figures(&ph, lm->t_up, lm->t_done, &moving);
     window_figures(&ph, lm->t_done, lm->t_done + (uint64_t)(AFTER_S * 1e9),
                    &after);
-    free(ph.smp);
     struct snap end;
     long long peak = take_snap(cl, 1, &end) == 0 ? end.n[0].peak : -1;
     f->shards = alloc;
@@ -484,8 +524,10 @@ static int bench_handoff(struct cluster *cl, const struct handoff_args *a,
     f->worst_rate = moving.worst;
     f->after_rate = after.rate;
     f->bad = steady.bad + moving.bad;
-    if (!print)
+    if (!print) {
+        free(ph.smp);
         return 0;
+    }
 
     printf("moonshard bench handoff: n1 + n2, then n3 joins, leaves and "
            "joins under load\n"
@@ -539,6 +581,9 @@ static int bench_handoff(struct cluster *cl, const struct handoff_args *a,
     else
         printf("  (the move was shorter than %d ms: no worst slice)\n",
                SLICE_MS);
+    if (timeline_ms)
+        print_timeline(&ph, lm, steady.rate, timeline_ms);
+    free(ph.smp);
     fflush(stdout);
     return 0;
 }
@@ -546,14 +591,15 @@ static int bench_handoff(struct cluster *cl, const struct handoff_args *a,
 static int handoff_usage(void)
 {
     fprintf(stderr, "usage: moonshard-bench handoff [--entities N] "
-            "[--shards S] [--callers C]\n");
+            "[--shards S] [--callers C] [--timeline MS]\n");
     return 2;
 }
 
 /*
- * `moonshard-bench handoff [--entities N] [--shards S] [--callers C]`;
- * argv[0] is "handoff". Measures shard moves when n3 joins and leaves a
- * cluster of n1 and n2, without load and under load, and prints them.
+ * `moonshard-bench handoff [--entities N] [--shards S] [--callers C]
+ * [--timeline MS]`; argv[0] is "handoff". Measures shard moves when n3
+ * joins and leaves a cluster of n1 and n2, without load and under load,
+ * and prints them (with --timeline, the join under load slice by slice).
  * Returns the exit code: 0, or 1 when a step or check failed.
  */
 int ms_bench_handoff_main(int argc, char **argv)
@@ -572,6 +618,9 @@ int ms_bench_handoff_main(int argc, char **argv)
         else if (strcmp(argv[i], "--callers") == 0 && ok && v >= 1 &&
                  v <= HANDOFF_MAX_CALLERS)
             a.callers = (int)v;
+        else if (strcmp(argv[i], "--timeline") == 0 && ok && v >= 1 &&
+                 v <= 1000)
+            timeline_ms = (int)v;
         else
             return handoff_usage();
         i++;
