@@ -43,6 +43,41 @@ static uint64_t allocate_cb(void *data, int type, uint32_t shard,
     return best ? best->uid : 0;
 }
 
+/* allocate_cb for shards[0..n) in one call, as the coordinator's calls
+ * one by one would choose (each shard unassigned before it is placed, its
+ * choice counted for the next); given to the nodes of odd seeds, so that
+ * both paths run. */
+static int allocate_many_cb(void *data, int type, const uint32_t *shards,
+                            size_t n, const struct ms_coord_view *v,
+                            uint64_t *out, char *err, size_t errlen)
+{
+    (void)data, (void)type;
+    uint32_t *count = malloc((v->nhosts + 1) * sizeof *count);
+    if (!count)
+        return -1;
+    for (size_t i = 0; i < v->nhosts; i++)
+        count[i] = v->hosts[i].shards;
+    for (size_t k = 0; k < n; k++) {
+        size_t best = v->nhosts;
+        for (size_t i = 0; i < v->nhosts; i++) {
+            const struct ms_coord_host *h = &v->hosts[i];
+            if (v->owners[shards[k]] == h->uid && count[i])
+                count[i]--; /* unassigned before it is placed */
+            if (best == v->nhosts || h->leaving < v->hosts[best].leaving ||
+                (h->leaving == v->hosts[best].leaving &&
+                 count[i] < count[best]))
+                best = i;
+        }
+        out[k] = best < v->nhosts ? v->hosts[best].uid : 0;
+        if (best < v->nhosts)
+            count[best]++;
+        else
+            snprintf(err, errlen, "no host for %s", v->type_name);
+    }
+    free(count);
+    return 0;
+}
+
 /* The stand-in of a rebalance strategy: one shard of the most loaded
  * non-leaving host when it has two more than the least loaded. */
 static int rebalance_cb(void *data, int type, const struct ms_coord_view *v,
@@ -621,6 +656,7 @@ void node_start(int s)
     rc.d = n->d;
     rc.usable = usable_cb;
     rc.allocate = allocate_cb;
+    rc.allocate_many = W.o->seed & 1 ? allocate_many_cb : NULL;
     rc.rebalance = rebalance_cb;
     rc.data = n;
     rc.wake = wake_cb;
