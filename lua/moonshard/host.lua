@@ -62,6 +62,9 @@ int32_t ms_lua_reply(void *bridge, uint32_t h, const uint8_t *json,
 const char *ms_lua_entity_id(void *bridge, uint32_t h, uint32_t gen,
                              uint32_t *len);
 int32_t ms_lua_entity_type(void *bridge, uint32_t h, uint32_t *shard);
+const uint32_t *ms_lua_parked(void *bridge, uint32_t *n);
+void ms_lua_release_parked(void *bridge);
+void ms_lua_quiet_stop(void *bridge, int32_t type, int32_t on);
 struct ms_lua_ctx { const uint32_t _h; const uint32_t _g; const uint16_t shard;
                    const uint16_t _t; };
 ]]
@@ -493,6 +496,32 @@ local function forget(h)
     pmeta[h], preplies[h], pdelete[h], pfresh[h] = nil, nil, nil, nil
 end
 
+-- A handoff's stop passes the idle entities of a type whose behavior runs
+-- nothing at a stop without a delivery each (ms_dispatch_set_quiet_stop):
+-- C passivates them and parks their handles, and the driver forgets their
+-- states here before it takes its next delivery.
+local PARKED = core.PARKED
+local parked_n = ffi.new("uint32_t[1]")
+local function forget_parked()
+    local hs = C.ms_lua_parked(BRIDGE, parked_n)
+    for i = 0, parked_n[0] - 1 do
+        local h = hs[i]
+        states[h] = nil -- C forgets the address (ms_lua_release_parked)
+        migrate_from[h] = nil
+        pmeta[h], preplies[h], pdelete[h], pfresh[h] = nil, nil, nil, nil
+    end
+    C.ms_lua_release_parked(BRIDGE)
+end
+
+-- Whether a handoff may stop type idx's idle entities that way: nothing
+-- runs at their stop (no `stopped`, no `migrate` to run before it, no
+-- persistence). Looked at when the behavior is loaded or swapped.
+local function set_quiet_stop(idx, mod)
+    local quiet = mod.stopped == nil and mod.migrate == nil
+        and persist[idx] == nil
+    C.ms_lua_quiet_stop(BRIDGE, idx, quiet and 1 or 0)
+end
+
 local function passivate(h, b, ctx)
     local stopped = b.stopped
     if stopped then stopped(states[h], ctx) end
@@ -820,6 +849,9 @@ function M.driver()
         if h == 0 then
             prev = 0
             yield(IDLE)
+        elseif h == PARKED then
+            prev = 0
+            forget_parked()
         else
             current = me
             local t = dl.type
@@ -957,6 +989,7 @@ function M.start(opts)
         end
         if mod then
             behaviors[idx] = mod
+            set_quiet_stop(idx, mod)
         else
             failed[#failed + 1] = { index = idx, name = t.name,
                                     module = t.module, err = err }
@@ -1013,6 +1046,7 @@ function M.swap_behavior(module_name, mod)
             end
         end
         behaviors[idx] = mod
+        set_quiet_stop(idx, mod)
         loads[idx] = count + 1
         names[i] = protos[idx].type
         version = mod.version

@@ -32,6 +32,9 @@ local FIELDS = {
     limit_passivations = { "counter", "Entities passivated because the "
         .. "node held more than max_active_entities (also in "
         .. "passivations)." },
+    quiet_passivations = { "counter", "Idle entities a handoff passivated "
+        .. "at once, without a delivery: their behavior has no stopped "
+        .. "(also in passivations)." },
     active_entities = { "gauge", "Entities active on this node." },
     max_active_entities = { "gauge", "The node's active-entity limit "
         .. "(0: none)." },

@@ -38,6 +38,9 @@ struct ms_stats {
     uint64_t shards_stopped;  /* shard stops (handoff) finished */
     uint64_t limit_passivations; /* passivations for the active-entity
                                     limit (also in passivations) */
+    uint64_t quiet_passivations; /* idle entities a handoff passivated
+                                    without a delivery (also in
+                                    passivations) */
 };
 
 /*

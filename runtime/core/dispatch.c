@@ -160,7 +160,15 @@ static struct entity *ecreate(struct ms_dispatch *d, uint32_t type,
 }
 
 
+static void edestroy_to(struct ms_dispatch *d, struct entity *e, int park);
+
 static void edestroy(struct ms_dispatch *d, struct entity *e)
+{
+    edestroy_to(d, e, 0);
+}
+
+/* Destroys e; its handle is free again at once, or parked (`park`). */
+static void edestroy_to(struct ms_dispatch *d, struct entity *e, int park)
 {
     list_del(d, e);
     struct shard *sh = &d->types[e->type].shards[e->shard];
@@ -179,7 +187,10 @@ static void edestroy(struct ms_dispatch *d, struct entity *e)
     *pp = e->hnext;
     d->nentities--;
     d->slots[e->h] = NULL;
-    d->freeh[d->nfree++] = e->h;
+    if (park)
+        d->parked[d->nparked++] = e->h;
+    else
+        d->freeh[d->nfree++] = e->h;
     free(e);
 }
 
@@ -813,6 +824,46 @@ static void cancel_timers(struct ms_dispatch *d, struct entity *e)
         free(l);
     }
     e->ntimers = 0;
+}
+
+int ms__dispatch_quiet_stop(struct ms_dispatch *d, struct entity *e)
+{
+    if (d->capparked < d->capslots) {
+        uint32_t *p = realloc(d->parked, d->capslots * sizeof *p);
+        if (!p)
+            return -1;
+        d->parked = p;
+        d->capparked = d->capslots;
+    }
+    /* what ms_dispatch_done does after a handoff's STOP */
+    list_del(d, e);
+    e->active = 0;
+    d->st.passivations++;
+    d->st.quiet_passivations++;
+    d->st.active_entities--;
+    cancel_timers(d, e);
+    edestroy_to(d, e, 1);
+    return 0;
+}
+
+void ms_dispatch_set_quiet_stop(struct ms_dispatch *d, int type, int on)
+{
+    if (type >= 0 && type < d->ntypes)
+        d->types[type].quiet_stop = on != 0;
+}
+
+uint32_t ms_dispatch_parked(const struct ms_dispatch *d, const uint32_t **h)
+{
+    *h = d->parked;
+    return d->nparked;
+}
+
+void ms_dispatch_release_parked(struct ms_dispatch *d)
+{
+    /* freeh holds every free handle at most once: room for all */
+    for (uint32_t i = 0; i < d->nparked; i++)
+        d->freeh[d->nfree++] = d->parked[i];
+    d->nparked = 0;
 }
 
 void ms_dispatch_done(struct ms_dispatch *d, uint32_t h, uint64_t now_ms)

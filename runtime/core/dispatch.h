@@ -284,7 +284,8 @@ int64_t ms_dispatch_next_deadline(struct ms_dispatch *d, uint64_t now_ms);
  * `out` (valid until the next call), or 0. */
 int ms_dispatch_next_resume(struct ms_dispatch *d, struct ms_resume *out);
 
-/* 1 when deliveries or resumes are ready to run now. */
+/* 1 when deliveries or resumes are ready to run now (or handles are
+ * parked: ms_dispatch_set_quiet_stop). */
 int ms_dispatch_has_work(struct ms_dispatch *d);
 
 /* Begins shutdown: refuses new sends (MS_ECANCELED), ends every pending
@@ -305,6 +306,20 @@ uint64_t ms_dispatch_shutdown(struct ms_dispatch *d);
  * or MS_ENOMEM.
  */
 int ms_dispatch_shard_stop(struct ms_dispatch *d, int type, uint32_t shard);
+
+/*
+ * Lets a handoff's stop of `type` (ms_dispatch_shard_stop) passivate the
+ * idle entities of the shard at once, without a delivery each: set by the
+ * host while the type's behavior runs nothing at a stop (no `stopped`, no
+ * pending `migrate`, not persistent). Their records go at once (counted
+ * as passivations, timers cancelled); their handles are parked until the
+ * host has forgotten their states: ms_dispatch_parked lists them, and
+ * ms_dispatch_release_parked frees them for new entities.
+ * ms_dispatch_has_work is 1 while any is parked. Not for observed types.
+ */
+void ms_dispatch_set_quiet_stop(struct ms_dispatch *d, int type, int on);
+uint32_t ms_dispatch_parked(const struct ms_dispatch *d, const uint32_t **h);
+void ms_dispatch_release_parked(struct ms_dispatch *d);
 
 /* Calls a stop off (the move was rolled back): the shard works as before;
  * entities already passivated come back on their next message. */

@@ -130,6 +130,7 @@ void ms_dispatch_free(struct ms_dispatch *d)
     free(d->slots);
     free(d->gens);
     free(d->freeh);
+    free(d->parked);
     free(d->asks.b);
     free(d->etimers.b);
     free(d->etlists.b);
@@ -470,8 +471,19 @@ void ms__dispatch_shard_stop_msg(struct ms_dispatch *d, struct shard *sh,
         if (!mine)
             return; /* a stop that was called off */
         sh->stopping = 2;
-        for (struct entity *e = sh->ents; e; e = elink(d, e->snext))
-            ms__dispatch_entity_stopping(d, e);
+        const struct type *t = &d->types[type];
+        int quiet = t->quiet_stop && !t->observed;
+        struct entity *next;
+        for (struct entity *e = sh->ents; e; e = next) {
+            next = elink(d, e->snext);
+            if (next)
+                __builtin_prefetch(next);
+            /* an idle entity needs no delivery to stop when its
+             * behavior has nothing to run at a stop */
+            if (!quiet || !e->active || e->busy || e->mb || e->in_ready ||
+                ms__dispatch_quiet_stop(d, e) < 0)
+                ms__dispatch_entity_stopping(d, e);
+        }
         ms__dispatch_shard_check_stopped(d, type, shard);
         return;
     }
@@ -533,7 +545,7 @@ int ms_dispatch_next_stopped(struct ms_dispatch *d, int *type,
 
 int ms_dispatch_has_work(struct ms_dispatch *d)
 {
-    return d->rcount || d->rs_head || d->res_head;
+    return d->rcount || d->rs_head || d->res_head || d->nparked;
 }
 
 uint64_t ms_dispatch_shutdown(struct ms_dispatch *d)

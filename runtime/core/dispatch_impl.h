@@ -108,6 +108,8 @@ struct type {
     struct entity *list_head, *list_tail;
     int unavailable;
     int observed;       /* activations and passivations are reported */
+    int quiet_stop;     /* a handoff may passivate its idle entities
+                           without a delivery (ms_dispatch_set_quiet_stop) */
 };
 
 enum { T_ASK = 1, T_ENTITY = 2 };
@@ -171,6 +173,10 @@ struct ms_dispatch {
     uint32_t nslots, capslots;
     uint32_t *freeh;
     uint32_t nfree;
+    /* handles of entities a handoff passivated quietly: free once the
+     * host forgot their states (ms_dispatch_release_parked) */
+    uint32_t *parked;
+    uint32_t nparked, capparked;
 
     struct shard *rs_head, *rs_tail;   /* shards with queued messages */
     /* entities with a runnable mailbox: a ring of handles, rcap (a power
@@ -199,6 +205,11 @@ struct ms_dispatch {
     int limit_short;         /* the last pass left the node above it */
     struct ms_stats st;
 };
+
+/* Passivates idle entity e of a stopping shard and destroys its record
+ * without a delivery, parking its handle (quiet_stop); 0, or -1 when it
+ * cannot (no room to park): then it gets a STOP as usual. */
+int ms__dispatch_quiet_stop(struct ms_dispatch *d, struct entity *e);
 
 /* ---- small maps ---------------------------------------------------- */
 

@@ -54,6 +54,10 @@ void ms__gc_pace_settle(lua_State *L, struct ms_gc_pace *g);
  * such message); their addresses are taken at the round's end
  * (ms__bridge_restated_flush). Once it is full, host.lua calls
  * core.state_at instead. */
+/* ms_lua_next's answer when the dispatcher parked handles: the driver
+ * forgets their states (ms_lua_parked, ms_lua_release_parked) */
+#define MS_LUA_PARKED 0xffffffffu
+
 #define MS_RESTATED_MAX 8192 /* two a delivery (activation, receive) in a
                                 round of node.c's ROUND_BUDGET (4096) */
 struct ms_lua_restated {

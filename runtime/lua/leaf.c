@@ -122,6 +122,9 @@ static uint32_t lua_next_delivery(struct ms_bridge *b, uint32_t prev,
     if (prev)
         finish(b, prev);
     b->cur_h = 0;
+    const uint32_t *parked;
+    if (ms_dispatch_parked(b->d, &parked))
+        return MS_LUA_PARKED; /* forget those states first */
     struct ms_delivery dl;
     if (b->budget <= 0 || !ms_dispatch_next(b->d, &dl)) {
         ms_running_idle(&b->running);
@@ -311,6 +314,45 @@ int32_t ms_lua_reply(void *bridge, uint32_t h, const uint8_t *json,
                      size_t len)
 {
     return reply_json(bridge, h, (const char *)json, len);
+}
+
+/* Exported for the FFI: the handles of the entities a handoff passivated
+ * quietly (ms_dispatch_set_quiet_stop), *n of them, whose states the
+ * driver forgets before ms_lua_release_parked; after ms_lua_next returned
+ * MS_LUA_PARKED. */
+const uint32_t *ms_lua_parked(void *bridge, uint32_t *n);
+
+const uint32_t *ms_lua_parked(void *bridge, uint32_t *n)
+{
+    struct ms_bridge *b = bridge;
+    const uint32_t *h;
+    *n = ms_dispatch_parked(b->d, &h);
+    return h;
+}
+
+/* Exported for the FFI: the parked states are forgotten; their handles
+ * (and addresses) are free for new entities. */
+void ms_lua_release_parked(void *bridge);
+
+void ms_lua_release_parked(void *bridge)
+{
+    struct ms_bridge *b = bridge;
+    const uint32_t *h;
+    uint32_t n = ms_dispatch_parked(b->d, &h);
+    for (uint32_t i = 0; i < n; i++)
+        (void)ms__bridge_state_addr_set(b, h[i], NULL);
+    ms_dispatch_release_parked(b->d);
+}
+
+/* Exported for the FFI: whether a handoff may stop type t's idle entities
+ * without a delivery (ms_dispatch_set_quiet_stop); host.lua says so while
+ * the type's behavior runs nothing at a stop. */
+void ms_lua_quiet_stop(void *bridge, int32_t type, int32_t on);
+
+void ms_lua_quiet_stop(void *bridge, int32_t type, int32_t on)
+{
+    struct ms_bridge *b = bridge;
+    ms_dispatch_set_quiet_stop(b->d, type, on);
 }
 
 /* core.reply_msg(h, msg) -> code: ctx:reply(msg), encoded straight into
@@ -759,5 +801,7 @@ int ms__bridge_open_core(lua_State *L)
     lua_setfield(L, -2, "RESTATED");
     lua_pushinteger(L, MS_RESTATED_MAX);
     lua_setfield(L, -2, "RESTATED_MAX");
+    lua_pushinteger(L, (lua_Integer)MS_LUA_PARKED);
+    lua_setfield(L, -2, "PARKED");
     return 1;
 }

@@ -961,7 +961,7 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         "{\"node\":\"%s\",\"cluster\":\"%s\",\"version\":\"%s\","
         "\"routed\":%llu,\"delivered\":%llu,\"activations\":%llu,"
         "\"passivations\":%llu,\"limit_passivations\":%llu,"
-        "\"active_entities\":%llu,\"max_active_entities\":%llu,"
+        "\"quiet_passivations\":%llu,\"active_entities\":%llu,\"max_active_entities\":%llu,"
         "\"handler_errors\":%llu,\"asks_started\":%llu,"
         "\"asks_timed_out\":%llu,\"overflows\":%llu,"
         "\"slow_handlers\":%llu,\"timers_fired\":%llu,"
@@ -976,6 +976,7 @@ size_t ms_node_stats_json(struct ms_node *n, char *buf, size_t buflen)
         (unsigned long long)s.routed, (unsigned long long)s.delivered,
         (unsigned long long)s.activations, (unsigned long long)s.passivations,
         (unsigned long long)s.limit_passivations,
+        (unsigned long long)s.quiet_passivations,
         (unsigned long long)s.active_entities,
         (unsigned long long)ms_dispatch_max_active(n->d),
         (unsigned long long)s.handler_errors,

@@ -676,6 +676,101 @@ static void observer_reports_starts_and_stop_reasons(void)
     ms_dispatch_free(d);
 }
 
+/* A quiet stop (ms_dispatch_set_quiet_stop): when the marker passes, the
+ * idle entities go at once (counted, their timers cancelled), without a
+ * STOP delivery, and their handles wait, parked, until the host released
+ * them; a busy entity and one with mail get their STOP after their work,
+ * as before. An observed type is never stopped quietly. */
+static void quiet_stop_parks_idle_entities(void)
+{
+    struct ms_dispatch *d = make(1, 100, 0);
+    ms_dispatch_set_quiet_stop(d, 0, 1);
+    struct ms_delivery dl;
+    const uint32_t *parked;
+    int type;
+    uint32_t shard;
+    const char *ids[] = {"a", "b", "c", "d"};
+    uint32_t h[4];
+    for (int i = 0; i < 4; i++) {
+        CHECK(TELL(d, ids[i], "{}") == 0);
+        CHECK(ms_dispatch_next(d, &dl) == 1 && dl.init);
+        h[i] = dl.h;
+        if (i < 3)
+            ms_dispatch_done(d, dl.h, 0);
+    }
+    /* b has a timer, c has mail waiting, d is busy */
+    CHECK(ms_dispatch_after(d, h[1], 0, "{\"t\":1}", 7, 60000) > 0);
+    CHECK(ms_dispatch_next_deadline(d, 0) >= 0);
+    CHECK(TELL(d, "c", "{\"m\":1}") == 0);
+    CHECK(ms_dispatch_shard_stop(d, 0, 0) == 0);
+    /* c's message, before the marker */
+    CHECK(ms_dispatch_next(d, &dl) == 1 && dl.h == h[2]);
+    CHECK(ms_dispatch_parked(d, &parked) == 0);
+    /* c is busy as the marker passes: a and b go quietly */
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    CHECK(ms_dispatch_parked(d, &parked) == 2);
+    CHECK((parked[0] == h[0] && parked[1] == h[1]) ||
+          (parked[0] == h[1] && parked[1] == h[0]));
+    CHECK(ms_dispatch_has_work(d) == 1);
+    uint32_t sh;
+    const char *id;
+    size_t idlen;
+    CHECK(!ms_dispatch_entity(d, h[0], &type, &id, &idlen, &sh));
+    CHECK(!ms_dispatch_entity(d, h[1], &type, &id, &idlen, &sh));
+    struct ms_stats st;
+    ms_dispatch_stats(d, &st);
+    CHECK(st.passivations == 2 && st.active_entities == 2);
+    CHECK(ms_dispatch_next_deadline(d, 0) == -1); /* b's timer is gone */
+    CHECK(ms_dispatch_next_stopped(d, &type, &shard) == 0);
+    /* c and d: their STOP after their work */
+    ms_dispatch_done(d, h[2], 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(dl.kind == MS_KIND_STOP && dl.h == h[2]);
+    ms_dispatch_done(d, h[2], 0);
+    ms_dispatch_done(d, h[3], 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(dl.kind == MS_KIND_STOP && dl.h == h[3]);
+    ms_dispatch_done(d, h[3], 0);
+    CHECK(ms_dispatch_next_stopped(d, &type, &shard) == 1 && shard == 0);
+    ms_dispatch_stats(d, &st);
+    CHECK(st.passivations == 4 && st.active_entities == 0);
+    /* the parked handles are not given to new entities until released */
+    ms_dispatch_shard_resume(d, 0, 0);
+    CHECK(TELL(d, "e", "{}") == 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(dl.h != h[0] && dl.h != h[1]);
+    ms_dispatch_done(d, dl.h, 0);
+    ms_dispatch_release_parked(d);
+    CHECK(ms_dispatch_parked(d, &parked) == 0);
+    CHECK(ms_dispatch_has_work(d) == 0);
+    CHECK(TELL(d, "f", "{}") == 0);
+    CHECK(ms_dispatch_next(d, &dl) == 1);
+    CHECK(dl.h == h[0] || dl.h == h[1]);
+    ms_dispatch_done(d, dl.h, 0);
+    /* without the switch, and for an observed type: STOP deliveries */
+    for (int mode = 0; mode < 2; mode++) {
+        ms_dispatch_set_quiet_stop(d, 0, mode);
+        ms_dispatch_set_observer(d, 0, mode ? observe : NULL, NULL);
+        CHECK(TELL(d, "g", "{}") == 0);
+        while (ms_dispatch_next(d, &dl) == 1)
+            ms_dispatch_done(d, dl.h, 0);
+        ms_dispatch_stats(d, &st);
+        uint64_t active = st.active_entities;
+        CHECK(active == (mode ? 1 : 3)); /* e, f, g; then g */
+        CHECK(ms_dispatch_shard_stop(d, 0, 0) == 0);
+        uint64_t stops = 0;
+        while (ms_dispatch_next(d, &dl) == 1) {
+            stops += dl.kind == MS_KIND_STOP;
+            ms_dispatch_done(d, dl.h, 0);
+        }
+        CHECK(stops == active && ms_dispatch_parked(d, &parked) == 0);
+        CHECK(ms_dispatch_next_stopped(d, &type, &shard) == 1);
+        ms_dispatch_shard_resume(d, 0, 0);
+    }
+    ms_dispatch_set_observer(d, 0, NULL, NULL);
+    ms_dispatch_free(d);
+}
+
 static void a_refused_shard_fails_new_messages(void)
 {
     struct ms_dispatch *d = make(2, 100, 0);
@@ -701,6 +796,7 @@ static void a_refused_shard_fails_new_messages(void)
 
 int main(void)
 {
+    quiet_stop_parks_idle_entities();
     observer_reports_starts_and_stop_reasons();
     a_refused_shard_fails_new_messages();
     a_destination_is_resolved_once();

@@ -6,6 +6,8 @@
  * ctx:after timers and cancels (of its own and of other entities'
  * timers), the idle sweep, the active-entity limit, shard stops and
  * resumes, and a shutdown at the end with handlers still suspended.
+ * Every third seed stops shards quietly (ms_dispatch_set_quiet_stop, no
+ * observer then), releasing the parked handles now and then.
  * Checked at each step: a busy entity never gets a second delivery, a
  * message reaches the entity it names, an entity's tells come in the
  * order they were sent, an ask is answered once and only by the handler
@@ -289,6 +291,14 @@ static void send_some(struct ms_dispatch *d, uint64_t now)
 }
 
 static struct ms_stats total;
+static uint64_t quiet_parked; /* handles parked by quiet stops, released */
+
+static void release_parked(struct ms_dispatch *d)
+{
+    const uint32_t *h;
+    quiet_parked += ms_dispatch_parked(d, &h);
+    ms_dispatch_release_parked(d);
+}
 
 static void walk(uint32_t seed)
 {
@@ -309,7 +319,11 @@ static void walk(uint32_t seed)
     struct ms_dispatch *d = ms_dispatch_new(&t, 1, 1024);
     uint64_t now = 1000;
     ms_dispatch_expire(d, now);
-    ms_dispatch_set_observer(d, 0, on_observe, NULL);
+    int quiet = seed % 3 == 1;
+    if (quiet)
+        ms_dispatch_set_quiet_stop(d, 0, 1);
+    else
+        ms_dispatch_set_observer(d, 0, on_observe, NULL);
     int stopping[4] = {0};
     for (int step = 0; step < 6000; step++) {
         uint32_t op = rnd(100);
@@ -349,6 +363,8 @@ static void walk(uint32_t seed)
             }
         } else {
             resumes(d, now);
+            if (rnd(2))
+                release_parked(d);
         }
     }
     if (seed % 5 == 0) {
@@ -367,6 +383,7 @@ static void walk(uint32_t seed)
                                            ms_dispatch_has_work(d));
          round++) {
         resumes(d, now);
+        release_parked(d);
         struct ms_delivery dl;
         if (ms_dispatch_next(d, &dl) == 1) {
             deliver(d, &dl);
@@ -436,5 +453,6 @@ int main(void)
     CHECK(total.shards_stopped > 0 && total.handoff_drops > 0);
     CHECK(total.shutdown_drops > 0);
     CHECK(nobserved > 0);
+    CHECK(quiet_parked > 0);
     CHECK_DONE();
 }
