@@ -43,6 +43,42 @@ static uint64_t allocate_cb(void *data, int type, uint32_t shard,
     return best ? best->uid : 0;
 }
 
+/* The stand-in of the Lua allocate_many (runtime/io/strategy_view.c): each
+ * shard placed by allocate_cb over the view one allocate per shard would
+ * give (coordinator.h): the hosts' counts as the owners say, with the
+ * shard and the ones after it unassigned at the old owner only once
+ * their turn came, the ones before it on their choice. A run is the same
+ * as with allocate alone. It declines the batches of some first shards,
+ * so that the coordinator's one-by-one path (its fallback) runs too. */
+static int allocate_many_cb(void *data, int type, const uint32_t *shards,
+                            size_t n, const struct ms_coord_view *v,
+                            uint64_t *out, char *err, size_t errlen)
+{
+    if (shards[0] % 3 == 0)
+        return -1;
+    struct ms_coord_host *h = malloc(v->nhosts * sizeof *h);
+    if (!h)
+        return -1;
+    memcpy(h, v->hosts, v->nhosts * sizeof *h);
+    struct ms_coord_view vi = *v;
+    vi.hosts = h;
+    uint64_t from = v->owners[shards[0]];
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < v->nhosts; j++)
+            if (h[j].uid == from && h[j].shards)
+                h[j].shards--; /* shards[i] unassigned */
+        char why[200] = "";
+        out[i] = allocate_cb(data, type, shards[i], &vi, why, sizeof why);
+        if (!out[i] && !err[0])
+            snprintf(err, errlen, "%s", why);
+        for (size_t j = 0; j < v->nhosts; j++)
+            if (h[j].uid == out[i])
+                h[j].shards++;
+    }
+    free(h);
+    return 0;
+}
+
 /* The stand-in of a rebalance strategy: one shard of the most loaded
  * non-leaving host when it has two more than the least loaded. */
 static int rebalance_cb(void *data, int type, const struct ms_coord_view *v,
@@ -621,6 +657,7 @@ void node_start(int s)
     rc.d = n->d;
     rc.usable = usable_cb;
     rc.allocate = allocate_cb;
+    rc.allocate_many = allocate_many_cb;
     rc.rebalance = rebalance_cb;
     rc.data = n;
     rc.wake = wake_cb;
