@@ -67,10 +67,8 @@ static int allocate_many_cb(void *data, int type, const uint32_t *shards,
         for (size_t j = 0; j < v->nhosts; j++)
             if (h[j].uid == from && h[j].shards)
                 h[j].shards--; /* shards[i] unassigned */
-        char why[200] = "";
-        out[i] = allocate_cb(data, type, shards[i], &vi, why, sizeof why);
-        if (!out[i] && !err[0])
-            snprintf(err, errlen, "%s", why);
+        out[i] = allocate_cb(data, type, shards[i], &vi, err + i * errlen,
+                             errlen);
         for (size_t j = 0; j < v->nhosts; j++)
             if (h[j].uid == out[i])
                 h[j].shards++;
