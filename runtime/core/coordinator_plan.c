@@ -482,6 +482,11 @@ int ms__coord_place_many(struct ms_coord *c, int ti, const uint32_t *s,
         memset(out, 0, n * sizeof *out);
         return 0;
     }
+    /* the old owner, leaving, is the only host: the caller leaves each
+     * shard placed there unassigned, which the shards after it must see
+     * (ms__coord_on_stopped), and no batch can know */
+    if (nh == 1 && c->hosts[0].uid == away && c->hosts[0].leaving)
+        return -1;
     struct ms_coord_view v = {ti, t->name, t->shard_count, t->owner,
                               c->hosts, nh, t->moving};
     /* each shard's reason, as ms__coord_place gives it */
