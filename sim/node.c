@@ -43,38 +43,37 @@ static uint64_t allocate_cb(void *data, int type, uint32_t shard,
     return best ? best->uid : 0;
 }
 
-/* allocate_cb for shards[0..n) in one call, as the coordinator's calls
- * one by one would choose (each shard unassigned before it is placed, its
- * choice counted for the next); given to the nodes of odd seeds, so that
- * both paths run. */
+/* The stand-in of the Lua allocate_many (runtime/io/strategy_view.c): each
+ * shard placed by allocate_cb over the view one allocate per shard would
+ * give (coordinator.h): the hosts' counts as the owners say, with the
+ * shard and the ones after it unassigned at the old owner only once
+ * their turn came, the ones before it on their choice. A run is the same
+ * as with allocate alone. It declines the batches of some first shards,
+ * so that the coordinator's one-by-one path (its fallback) runs too. */
 static int allocate_many_cb(void *data, int type, const uint32_t *shards,
                             size_t n, const struct ms_coord_view *v,
                             uint64_t *out, char *err, size_t errlen)
 {
-    (void)data, (void)type;
-    uint32_t *count = malloc((v->nhosts + 1) * sizeof *count);
-    if (!count)
+    if (shards[0] % 3 == 0)
         return -1;
-    for (size_t i = 0; i < v->nhosts; i++)
-        count[i] = v->hosts[i].shards;
-    for (size_t k = 0; k < n; k++) {
-        size_t best = v->nhosts;
-        for (size_t i = 0; i < v->nhosts; i++) {
-            const struct ms_coord_host *h = &v->hosts[i];
-            if (v->owners[shards[k]] == h->uid && count[i])
-                count[i]--; /* unassigned before it is placed */
-            if (best == v->nhosts || h->leaving < v->hosts[best].leaving ||
-                (h->leaving == v->hosts[best].leaving &&
-                 count[i] < count[best]))
-                best = i;
-        }
-        out[k] = best < v->nhosts ? v->hosts[best].uid : 0;
-        if (best < v->nhosts)
-            count[best]++;
-        else
-            snprintf(err, errlen, "no host for %s", v->type_name);
+    struct ms_coord_host *h = malloc(v->nhosts * sizeof *h);
+    if (!h)
+        return -1;
+    memcpy(h, v->hosts, v->nhosts * sizeof *h);
+    struct ms_coord_view vi = *v;
+    vi.hosts = h;
+    uint64_t from = v->owners[shards[0]];
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < v->nhosts; j++)
+            if (h[j].uid == from && h[j].shards)
+                h[j].shards--; /* shards[i] unassigned */
+        out[i] = allocate_cb(data, type, shards[i], &vi, err + i * errlen,
+                             errlen);
+        for (size_t j = 0; j < v->nhosts; j++)
+            if (h[j].uid == out[i])
+                h[j].shards++;
     }
-    free(count);
+    free(h);
     return 0;
 }
 
@@ -656,7 +655,7 @@ void node_start(int s)
     rc.d = n->d;
     rc.usable = usable_cb;
     rc.allocate = allocate_cb;
-    rc.allocate_many = W.o->seed & 1 ? allocate_many_cb : NULL;
+    rc.allocate_many = allocate_many_cb;
     rc.rebalance = rebalance_cb;
     rc.data = n;
     rc.wake = wake_cb;

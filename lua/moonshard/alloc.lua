@@ -134,8 +134,9 @@ end
 -- as one allocate() call each would: shard i sees the shards before it
 -- placed (owned by their choice, no longer moving) and itself unassigned;
 -- each call gets its own copy of that view. Returns a list with each
--- shard's member name, false where it has none, and the first reason; or
--- nil and a reason when nothing can be placed.
+-- shard's member name, false where it has none, and a list with the
+-- reason of each shard that has none (nil at the others); or nil and a
+-- reason when nothing can be placed.
 function M.allocate_many(type_name, shards, view_json)
     local s = strategies[type_name]
     if not s then
@@ -143,18 +144,17 @@ function M.allocate_many(type_name, shards, view_json)
     end
     local view, names = decode_view(view_json)
     if not view then return nil, names end
-    local out, first
-    out = {}
+    local out, whys = {}, {}
     for i, shard in ipairs(shards) do
         view.plan[shard] = nil
         local name, why = check_allocate(s, shard, view_copy(view), names)
         out[i] = name or false
-        first = first or why
+        whys[i] = why
         view.plan[shard] = name
         view.in_progress[shard] = nil
     end
     last_views[type_name] = view
-    return out, first
+    return out, whys
 end
 
 -- Whether the member in `member_json` (DESIGN §3) may own shards of the

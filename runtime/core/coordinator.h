@@ -127,7 +127,8 @@ typedef uint64_t (*ms_coord_allocate_cb)(void *data, int type,
  * would: shard i is chosen over `view` as it is, except that shards[0..i)
  * are owned by out[0..i) (unassigned where 0) and no longer moving, and
  * shards[i] is unassigned. Stores each choice, one of view->hosts, in
- * out[i], or 0 with the reason of the first such shard in `err`. Returns
+ * out[i], or 0 with that shard's reason in err + i * errlen (`err` holds
+ * n strings of errlen bytes, each "" on entry). Returns
  * 0, or -1 when it cannot run at all: then the coordinator places each
  * shard with allocate. One view for a batch is what makes a move of many
  * shards cheap (the Lua strategy decodes it once). It must not call any

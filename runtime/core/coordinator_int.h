@@ -188,9 +188,11 @@ uint64_t ms__coord_place(struct ms_coord *c, int ti, uint32_t s,
 
 /* Places s[0..n) of type ti, stopped at `away`, with one allocate_many
  * call (coordinator.h), over the view as it is now (their old owners,
- * moving): out[i] is shard i's owner, 0 with *code and a reason in err
- * (the first one) when it has none. Returns 0, or -1 when there is no
- * allocate_many, n < 2 or it cannot run: the caller places one by one. */
+ * moving): out[i] is shard i's owner, 0 with *code and its reason in
+ * err + i * errlen when it has none (`err`: n strings of errlen bytes,
+ * "" on entry). Returns 0, or -1 when there is no
+ * allocate_many, n < 2, `away` is leaving and the only host, or it cannot
+ * run: the caller places one by one. */
 int ms__coord_place_many(struct ms_coord *c, int ti, const uint32_t *s,
                          size_t n, uint64_t away, uint64_t *out,
                          const char **code, char *err, size_t errlen);

@@ -319,14 +319,17 @@ static void end_move(struct ms_coord *c, struct move *mv, uint64_t owner,
 int ms__coord_on_stopped(struct ms_coord *c, uint64_t from, int ti,
                          const struct ms_plan_msg *m)
 {
+    enum { ERR = 256 }; /* the bytes of each shard's reason */
     size_t cap = m->nentries + 1;
     struct ms_plan_entry *e = malloc(cap * sizeof *e);
     uint32_t *sh = calloc(cap, sizeof *sh);
     uint64_t *to = malloc(cap * sizeof *to);
-    if (!e || !sh || !to) {
+    char *errs = calloc(cap, ERR);
+    if (!e || !sh || !to || !errs) {
         free(e);
         free(sh);
         free(to);
+        free(errs);
         return MS_ENOMEM;
     }
     /* the moves this answer ends (its entries are ascending and unique:
@@ -339,19 +342,19 @@ int ms__coord_on_stopped(struct ms_coord *c, uint64_t from, int ti,
         mv->phase = PLACING;
         sh[n++] = mv->shard;
     }
-    char err[256] = "";
     const char *code = "strategy";
-    int many = ms__coord_place_many(c, ti, sh, n, from, to, &code, err,
-                                    sizeof err) == 0;
+    int many = ms__coord_place_many(c, ti, sh, n, from, to, &code, errs,
+                                    ERR) == 0;
     const struct member *fm = ms__coord_find_member(c, from);
     for (size_t i = 0; i < n; i++) {
         uint32_t s = sh[i];
         struct move *mv = find_move(c, ti, s);
         /* the strategy sees the shard unassigned */
         ms__coord_set_owner(c, ti, s, 0, c->types[ti].gen[s]);
+        char *err = errs + i * ERR;
         if (!many) {
             err[0] = 0;
-            to[i] = ms__coord_place(c, ti, s, from, &code, err, sizeof err);
+            to[i] = ms__coord_place(c, ti, s, from, &code, err, ERR);
         }
         if (to[i] == from && fm && fm->leaving)
             to[i] = 0;
@@ -370,6 +373,7 @@ int ms__coord_on_stopped(struct ms_coord *c, uint64_t from, int ti,
     free(e);
     free(sh);
     free(to);
+    free(errs);
     return rc;
 }
 

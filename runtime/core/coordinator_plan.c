@@ -476,29 +476,42 @@ int ms__coord_place_many(struct ms_coord *c, int ti, const uint32_t *s,
     size_t nh = place_hosts(c, ti, away);
     if (nh == 0) {
         *code = "no_host";
-        snprintf(err, errlen, "no member can host entity type '%s'",
-                 t->name);
+        for (size_t i = 0; i < n; i++)
+            snprintf(err + i * errlen, errlen, "no member can host entity "
+                     "type '%s'", t->name);
         memset(out, 0, n * sizeof *out);
         return 0;
     }
+    /* the old owner, leaving, is the only host: the caller leaves each
+     * shard placed there unassigned, which the shards after it must see
+     * (ms__coord_on_stopped), and no batch can know */
+    if (nh == 1 && c->hosts[0].uid == away && c->hosts[0].leaving)
+        return -1;
     struct ms_coord_view v = {ti, t->name, t->shard_count, t->owner,
                               c->hosts, nh, t->moving};
-    char why[200] = "";
-    if (c->allocate_many(c->data, ti, s, n, &v, out, why, sizeof why) < 0)
+    /* each shard's reason, as ms__coord_place gives it */
+    enum { WHY = 200 };
+    char *why = calloc(n, WHY);
+    if (!why || c->allocate_many(c->data, ti, s, n, &v, out, why, WHY) < 0) {
+        free(why);
         return -1;
+    }
     *code = "strategy";
     for (size_t i = 0; i < n; i++) {
         if (out[i] && is_host(c, nh, out[i]))
             continue;
-        if (!err[0] && out[i])
-            snprintf(err, errlen, "the allocation strategy of '%s' chose "
-                     "%016llx, which cannot host it", t->name,
+        const char *w = why + i * WHY;
+        if (out[i])
+            snprintf(err + i * errlen, errlen, "the allocation strategy of "
+                     "'%s' chose %016llx, which cannot host it", t->name,
                      (unsigned long long)out[i]);
-        else if (!err[0])
-            snprintf(err, errlen, "the allocation strategy of '%s' "
-                     "failed: %s", t->name, why[0] ? why : "no owner chosen");
+        else
+            snprintf(err + i * errlen, errlen, "the allocation strategy of "
+                     "'%s' failed: %s", t->name,
+                     w[0] ? w : "no owner chosen");
         out[i] = 0;
     }
+    free(why);
     return 0;
 }
 

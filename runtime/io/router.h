@@ -78,9 +78,10 @@ typedef int (*ms_router_allocate_fn)(void *data, const char *type_name,
 
 /* Chooses the owners of shards[0..n) of `type_name`, stopped at one old
  * owner, in order over one `view_json` (ms_coord_allocate_many_cb):
- * names[i * namelen] is shard i's member, "" with the first reason in err
- * when it has none. Returns 0, or a negative code (then each shard is
- * placed with the allocate function). */
+ * names[i * namelen] is shard i's member, "" with its reason in
+ * err[i * errlen] when it has none (`err`: n strings of errlen bytes, ""
+ * on entry). Returns 0, or a negative code with the reason in err[0]
+ * (then each shard is placed with the allocate function). */
 typedef int (*ms_router_allocate_many_fn)(void *data, const char *type_name,
                                           const uint32_t *shards, size_t n,
                                           const char *view_json, char *names,

@@ -163,14 +163,15 @@ int ms_strategy_allocate_many(void *data, int type, const uint32_t *shards,
     struct ms_membership *mb = ms_cluster_membership(r->c);
     for (size_t i = 0; i < n; i++) {
         const char *name = names + i * namelen;
+        char *why = err + i * errlen;
         const struct ms_mb_member *m =
             name[0] ? ms_mb_find_by_name(mb, name) : NULL;
         out[i] = m ? m->uid : 0;
-        if (name[0] && !m && !err[0])
-            snprintf(err, errlen, "strategy chose '%s', not a member", name);
+        if (name[0] && !m)
+            snprintf(why, errlen, "strategy chose '%s', not a member", name);
         if (!out[i])
             ms_log(MS_LOG_WARN, NULL, "allocation of %s shard %u failed: %s",
-                   view->type_name, shards[i], err[0] ? err : "no member");
+                   view->type_name, shards[i], why[0] ? why : "no member");
     }
     free(names);
     return 0;

@@ -189,7 +189,8 @@ int ms_bridge_allocate(struct ms_bridge *b, const char *type_name,
 
 /* moonshard.alloc.allocate_many: shards[0..n) placed in order over one
  * view (ms_router_allocate_many_fn); names[i * namelen] "" where shard i
- * has no member, with the first reason in err. 0, or a negative code. */
+ * has no member, with its reason in err[i * errlen]. 0, or a negative
+ * code with the reason in err[0]. */
 int ms_bridge_allocate_many(struct ms_bridge *b, const char *type_name,
                             const uint32_t *shards, size_t n,
                             const char *view_json, char *names,

@@ -159,8 +159,7 @@ int ms_bridge_allocate_many(struct ms_bridge *b, const char *type_name,
         lua_settop(L, top);
         return MS_EINVAL;
     }
-    if (lua_isstring(L, -1))
-        snprintf(err, errlen, "%s", lua_tostring(L, -1));
+    int whys = lua_istable(L, -1); /* each shard's reason, or nil */
     for (size_t i = 0; i < n; i++) {
         lua_rawgeti(L, -2, (int)i + 1);
         size_t len = 0;
@@ -171,6 +170,12 @@ int ms_bridge_allocate_many(struct ms_bridge *b, const char *type_name,
             memcpy(out, s, len + 1);
         else
             out[0] = 0;
+        lua_pop(L, 1);
+        if (!whys || out[0])
+            continue;
+        lua_rawgeti(L, -1, (int)i + 1);
+        if (lua_type(L, -1) == LUA_TSTRING)
+            snprintf(err + i * errlen, errlen, "%s", lua_tostring(L, -1));
         lua_pop(L, 1);
     }
     lua_settop(L, top);

@@ -75,14 +75,14 @@ describe("moonshard.alloc.allocate_many", function()
         end
         local got, why = alloc.allocate_many("B", shards,
             view_json(start_plan(), { 1, 2, 5, 8 }))
-        assert.is_nil(why)
+        assert.same({}, why)
         assert.same(want, got)
         assert.same(seen_1, seen_b)
         -- the least loaded member is n3 until it has caught up
         assert.same({ "n3", "n3", "n3", "n3" }, got)
     end)
 
-    it("gives false and the first reason for a shard it cannot place", function()
+    it("gives false and its own reason for each shard it cannot place", function()
         local calls = 0
         local s = { id = "picky" }
         function s.allocate(_, shard)
@@ -96,8 +96,16 @@ describe("moonshard.alloc.allocate_many", function()
         local got, why = alloc.allocate_many("P", { 1, 2, 5, 8 },
             view_json(start_plan(), { 1, 2, 5, 8 }))
         assert.same({ "n3", false, false, "n3" }, got)
-        assert.matches("not that one", why)
-        assert.equal(4, calls)
+        -- each as allocate() would give it for that shard (the coordinator
+        -- logs each unplaced shard with it)
+        assert.equal("table", type(why))
+        assert.is_nil(why[1])
+        assert.is_nil(why[4])
+        assert.equal(select(2, alloc.allocate("P", 2,
+            view_json(start_plan(), { 2 }))), why[2])
+        assert.matches("not that one", why[2])
+        assert.matches("unknown member 'nobody'", why[3])
+        assert.equal(5, calls)
     end)
 
     it("refuses an unknown type and a bad view", function()

@@ -629,9 +629,156 @@ static void test_stopped_batch(void)
     }
 }
 
+/* Places four shards: the first fails with a reason, the second goes
+ * to N3, the third to a member that is no host, the fourth fails without
+ * a reason (err holds one reason per shard, coordinator.h). */
+static int allocate_many_mixed(void *data, int type, const uint32_t *shards,
+                               size_t n, const struct ms_coord_view *v,
+                               uint64_t *out, char *err, size_t errlen)
+{
+    (void)data, (void)type, (void)shards, (void)v;
+    CHECK(n == 4);
+    snprintf(err, errlen, "the first cannot go");
+    out[0] = 0;
+    out[1] = N3;
+    out[2] = 0xdead;
+    out[3] = 0;
+    return 0;
+}
+
+/* Each shard of one STOPPED left unassigned is noted with its own reason,
+ * as one-by-one placing notes it, not with the first shard's. */
+static void test_stopped_batch_reasons(void)
+{
+    many_cb = allocate_many_mixed;
+    struct ms_coord *c = moving_cluster(NULL);
+    many_cb = NULL;
+    uint64_t from = ms_coord_owner(c, 0, 0, NULL);
+    uint32_t mine[4];
+    size_t k = 0;
+    for (uint32_t s = 0; s < 16 && k < 4; s++)
+        if (ms_coord_owner(c, 0, s, NULL) == from)
+            mine[k++] = s;
+    CHECK(k == 4);
+    region(from)->nostop = 1;
+    for (size_t i = 0; i < 4; i++)
+        CHECK(ms_coord_move(c, 0, mine[i], 10) == 0);
+    pump(c, N1, NULL, NULL);
+    struct ms_plan_entry e[4];
+    for (size_t i = 0; i < 4; i++) {
+        struct ms_coord_move_info mi;
+        uint64_t hgen = 0;
+        for (size_t j = 0; ms_coord_move_at(c, j, 10, &mi) == 1; j++)
+            if (mi.shard == mine[i])
+                hgen = mi.hgen;
+        CHECK(hgen != 0);
+        e[i] = (struct ms_plan_entry){mine[i], from, hgen};
+    }
+    struct ms_plan_msg m;
+    memset(&m, 0, sizeof m);
+    m.kind = MS_PLAN_MSG_STOPPED;
+    m.term = 1;
+    snprintf(m.type, sizeof m.type, "Counter");
+    m.shard_count = 16;
+    m.entries = e;
+    m.nentries = 4;
+    send_from(c, from, &m);
+    /* the notes, in shard order */
+    char notes[4][512];
+    int nn = 0;
+    struct ms_coord_action a;
+    while (ms_coord_next_action(c, &a)) {
+        if (a.kind == MS_COORD_NOTE && nn < 4)
+            snprintf(notes[nn++], sizeof notes[0], "%.*s", (int)a.len,
+                     (const char *)a.payload);
+        else if (a.kind == MS_COORD_BROADCAST)
+            for (int i = 0; i < S.n; i++)
+                deliver(c, &S.r[i], N1, a.payload, a.len, 1);
+        free(a.payload);
+    }
+    CHECK(nn == 3);
+    char want[64];
+    snprintf(want, sizeof want, "shard %u of", mine[0]);
+    CHECK(strstr(notes[0], want) && strstr(notes[0], "the first cannot go"));
+    snprintf(want, sizeof want, "shard %u of", mine[2]);
+    CHECK(strstr(notes[1], want) &&
+          strstr(notes[1], "chose 000000000000dead, which cannot host it") &&
+          !strstr(notes[1], "the first cannot go"));
+    snprintf(want, sizeof want, "shard %u of", mine[3]);
+    CHECK(strstr(notes[2], want) && strstr(notes[2], "no owner chosen") &&
+          !strstr(notes[2], "the first cannot go"));
+    CHECK(ms_coord_owner(c, 0, mine[1], NULL) == N3);
+    for (size_t i = 0; i < 4; i++)
+        if (i != 1)
+            CHECK(ms_coord_owner(c, 0, mine[i], NULL) == 0);
+    CHECK(regions_agree(c, "Counter"));
+    ms_coord_free(c);
+}
+
+/* The old owner is leaving and the only host left when its STOPPED
+ * comes: each shard that lands there again ends unassigned, so the next
+ * one's strategy call must see it unassigned, as one-by-one placing shows
+ * it. No batch can know that: the shards are placed one by one. */
+static void test_stopped_batch_leaving_alone(void)
+{
+    many_cb = allocate_many;
+    many_calls = 0;
+    many_fail = 0;
+    struct ms_coord *c = moving_cluster(NULL);
+    many_cb = NULL;
+    many_from = N2;
+    uint32_t mine[3];
+    size_t k = 0;
+    for (uint32_t s = 0; s < 16 && k < 3; s++)
+        if (ms_coord_owner(c, 0, s, NULL) == N2)
+            mine[k++] = s;
+    CHECK(k == 3);
+    region(N2)->nostop = 1;
+    for (size_t i = 0; i < 3; i++)
+        CHECK(ms_coord_move(c, 0, mine[i], 10) == 0);
+    pump(c, N1, NULL, NULL);
+    struct ms_plan_entry e[3];
+    for (size_t i = 0; i < 3; i++) {
+        struct ms_coord_move_info mi;
+        uint64_t hgen = 0;
+        for (size_t j = 0; ms_coord_move_at(c, j, 10, &mi) == 1; j++)
+            if (mi.shard == mine[i])
+                hgen = mi.hgen;
+        CHECK(hgen != 0);
+        e[i] = (struct ms_plan_entry){mine[i], N2, hgen};
+    }
+    /* N2 leaves; then N1 may no longer host the type and N3 is gone */
+    ms_coord_member_leaving(c, N2, 20);
+    pump(c, N1, NULL, NULL);
+    S.ineligible = N1;
+    ms_coord_member_removed(c, N3, 20);
+    pump(c, N1, NULL, NULL);
+    struct ms_plan_msg m;
+    memset(&m, 0, sizeof m);
+    m.kind = MS_PLAN_MSG_STOPPED;
+    m.term = 1;
+    snprintf(m.type, sizeof m.type, "Counter");
+    m.shard_count = 16;
+    m.entries = e;
+    m.nentries = 3;
+    int calls = S.alloc_calls;
+    send_from(c, N2, &m);
+    pump(c, N1, NULL, NULL);
+    /* allocate, once per shard, saw the ones before it unassigned (it
+     * checks that the hosts' counts are what the owners say) */
+    CHECK(many_calls == 0);
+    CHECK(S.alloc_calls == calls + 3);
+    for (size_t i = 0; i < 3; i++)
+        CHECK(ms_coord_owner(c, 0, mine[i], NULL) == 0);
+    S.ineligible = 0;
+    ms_coord_free(c);
+}
+
 int main(void)
 {
+    test_stopped_batch_leaving_alone();
     test_stopped_batch();
+    test_stopped_batch_reasons();
     test_move();
     test_move_away();
     test_duplicate_view_during_move();
