@@ -102,14 +102,22 @@ local function check_rebalance(s, view)
     return out
 end
 
--- Returns the chosen member's name, or nil and a reason.
-function M.allocate(type_name, shard, view_json)
+-- The allocation strategy of a type and the decoded view with its member
+-- names; or nil and a reason.
+local function strategy_view(type_name, view_json)
     local s = strategies[type_name]
     if not s then
         return nil, "no allocation strategy for type " .. tostring(type_name)
     end
     local view, names = decode_view(view_json)
     if not view then return nil, names end
+    return s, view, names
+end
+
+-- Returns the chosen member's name, or nil and a reason.
+function M.allocate(type_name, shard, view_json)
+    local s, view, names = strategy_view(type_name, view_json)
+    if not s then return nil, view end
     last_views[type_name] = view
     return check_allocate(s, shard, view, names)
 end
@@ -138,12 +146,8 @@ end
 -- reason of each shard that has none (nil at the others); or nil and a
 -- reason when nothing can be placed.
 function M.allocate_many(type_name, shards, view_json)
-    local s = strategies[type_name]
-    if not s then
-        return nil, "no allocation strategy for type " .. tostring(type_name)
-    end
-    local view, names = decode_view(view_json)
-    if not view then return nil, names end
+    local s, view, names = strategy_view(type_name, view_json)
+    if not s then return nil, view end
     local out, whys = {}, {}
     for i, shard in ipairs(shards) do
         view.plan[shard] = nil

@@ -551,6 +551,46 @@ static void pump_plans(struct ms_coord *c, int *plans, size_t *entries)
     }
 }
 
+/* Starts moves of the first n shards `from` owns, which holds its STOPPED
+ * back; fills mine[] with them and e[] with their STOPPED entries. */
+static void move_held(struct ms_coord *c, uint64_t from, size_t n,
+                      uint32_t *mine, struct ms_plan_entry *e)
+{
+    size_t k = 0;
+    for (uint32_t s = 0; s < 16 && k < n; s++)
+        if (ms_coord_owner(c, 0, s, NULL) == from)
+            mine[k++] = s;
+    CHECK(k == n);
+    region(from)->nostop = 1;
+    for (size_t i = 0; i < n; i++)
+        CHECK(ms_coord_move(c, 0, mine[i], 10) == 0);
+    pump(c, N1, NULL, NULL);
+    for (size_t i = 0; i < n; i++) {
+        struct ms_coord_move_info mi;
+        uint64_t hgen = 0;
+        for (size_t j = 0; ms_coord_move_at(c, j, 10, &mi) == 1; j++)
+            if (mi.shard == mine[i])
+                hgen = mi.hgen;
+        CHECK(hgen != 0);
+        e[i] = (struct ms_plan_entry){mine[i], from, hgen};
+    }
+}
+
+/* `from` answers with one STOPPED of e[0..n). */
+static void stopped_once(struct ms_coord *c, uint64_t from,
+                         struct ms_plan_entry *e, size_t n)
+{
+    struct ms_plan_msg m;
+    memset(&m, 0, sizeof m);
+    m.kind = MS_PLAN_MSG_STOPPED;
+    m.term = 1;
+    snprintf(m.type, sizeof m.type, "Counter");
+    m.shard_count = 16;
+    m.entries = e;
+    m.nentries = n;
+    send_from(c, from, &m);
+}
+
 /* Three shards of one old owner stop and are answered in one STOPPED
  * (the codec keeps its entries ascending and unique): one allocate_many
  * places them, a choice that
@@ -568,38 +608,13 @@ static void test_stopped_batch(void)
         uint64_t from = ms_coord_owner(c, 0, 0, NULL);
         many_from = from;
         uint32_t mine[3];
-        size_t k = 0;
-        for (uint32_t s = 0; s < 16 && k < 3; s++)
-            if (ms_coord_owner(c, 0, s, NULL) == from)
-                mine[k++] = s;
-        CHECK(k == 3);
-        region(from)->nostop = 1;
-        for (size_t i = 0; i < 3; i++)
-            CHECK(ms_coord_move(c, 0, mine[i], 10) == 0);
-        pump(c, N1, NULL, NULL);
+        struct ms_plan_entry e[3];
+        move_held(c, from, 3, mine, e);
         struct ms_coord_move_stats st;
         ms_coord_move_stats(c, &st);
         CHECK(st.in_progress == 3);
-        struct ms_plan_entry e[3];
-        for (size_t i = 0; i < 3; i++) {
-            struct ms_coord_move_info mi;
-            uint64_t hgen = 0;
-            for (size_t j = 0; ms_coord_move_at(c, j, 10, &mi) == 1; j++)
-                if (mi.shard == mine[i])
-                    hgen = mi.hgen;
-            CHECK(hgen != 0);
-            e[i] = (struct ms_plan_entry){mine[i], from, hgen};
-        }
-        struct ms_plan_msg m;
-        memset(&m, 0, sizeof m);
-        m.kind = MS_PLAN_MSG_STOPPED;
-        m.term = 1;
-        snprintf(m.type, sizeof m.type, "Counter");
-        m.shard_count = 16;
-        m.entries = e;
-        m.nentries = 3;
         int calls = S.alloc_calls;
-        send_from(c, from, &m);
+        stopped_once(c, from, e, 3);
         int plans = 0;
         size_t entries = 0;
         pump_plans(c, &plans, &entries);
@@ -655,34 +670,9 @@ static void test_stopped_batch_reasons(void)
     many_cb = NULL;
     uint64_t from = ms_coord_owner(c, 0, 0, NULL);
     uint32_t mine[4];
-    size_t k = 0;
-    for (uint32_t s = 0; s < 16 && k < 4; s++)
-        if (ms_coord_owner(c, 0, s, NULL) == from)
-            mine[k++] = s;
-    CHECK(k == 4);
-    region(from)->nostop = 1;
-    for (size_t i = 0; i < 4; i++)
-        CHECK(ms_coord_move(c, 0, mine[i], 10) == 0);
-    pump(c, N1, NULL, NULL);
     struct ms_plan_entry e[4];
-    for (size_t i = 0; i < 4; i++) {
-        struct ms_coord_move_info mi;
-        uint64_t hgen = 0;
-        for (size_t j = 0; ms_coord_move_at(c, j, 10, &mi) == 1; j++)
-            if (mi.shard == mine[i])
-                hgen = mi.hgen;
-        CHECK(hgen != 0);
-        e[i] = (struct ms_plan_entry){mine[i], from, hgen};
-    }
-    struct ms_plan_msg m;
-    memset(&m, 0, sizeof m);
-    m.kind = MS_PLAN_MSG_STOPPED;
-    m.term = 1;
-    snprintf(m.type, sizeof m.type, "Counter");
-    m.shard_count = 16;
-    m.entries = e;
-    m.nentries = 4;
-    send_from(c, from, &m);
+    move_held(c, from, 4, mine, e);
+    stopped_once(c, from, e, 4);
     /* the notes, in shard order */
     char notes[4][512];
     int nn = 0;
@@ -728,41 +718,16 @@ static void test_stopped_batch_leaving_alone(void)
     many_cb = NULL;
     many_from = N2;
     uint32_t mine[3];
-    size_t k = 0;
-    for (uint32_t s = 0; s < 16 && k < 3; s++)
-        if (ms_coord_owner(c, 0, s, NULL) == N2)
-            mine[k++] = s;
-    CHECK(k == 3);
-    region(N2)->nostop = 1;
-    for (size_t i = 0; i < 3; i++)
-        CHECK(ms_coord_move(c, 0, mine[i], 10) == 0);
-    pump(c, N1, NULL, NULL);
     struct ms_plan_entry e[3];
-    for (size_t i = 0; i < 3; i++) {
-        struct ms_coord_move_info mi;
-        uint64_t hgen = 0;
-        for (size_t j = 0; ms_coord_move_at(c, j, 10, &mi) == 1; j++)
-            if (mi.shard == mine[i])
-                hgen = mi.hgen;
-        CHECK(hgen != 0);
-        e[i] = (struct ms_plan_entry){mine[i], N2, hgen};
-    }
+    move_held(c, N2, 3, mine, e);
     /* N2 leaves; then N1 may no longer host the type and N3 is gone */
     ms_coord_member_leaving(c, N2, 20);
     pump(c, N1, NULL, NULL);
     S.ineligible = N1;
     ms_coord_member_removed(c, N3, 20);
     pump(c, N1, NULL, NULL);
-    struct ms_plan_msg m;
-    memset(&m, 0, sizeof m);
-    m.kind = MS_PLAN_MSG_STOPPED;
-    m.term = 1;
-    snprintf(m.type, sizeof m.type, "Counter");
-    m.shard_count = 16;
-    m.entries = e;
-    m.nentries = 3;
     int calls = S.alloc_calls;
-    send_from(c, N2, &m);
+    stopped_once(c, N2, e, 3);
     pump(c, N1, NULL, NULL);
     /* allocate, once per shard, saw the ones before it unassigned (it
      * checks that the hosts' counts are what the owners say) */
