@@ -345,7 +345,8 @@ static void walk(uint32_t seed)
             resumes(d, now);
         } else if (op < 91) {
             ms_dispatch_set_max_active(d, rnd(3) ? 0 : 1 + rnd(8));
-        } else if (op < 92) {
+        } else if (op < 92 || (quiet && op < 95)) {
+            /* quiet seeds stop shards more often */
             uint32_t s = rnd(4);
             if (!stopping[s]) {
                 if (ms_dispatch_shard_stop(d, 0, s) == 0)
