@@ -427,6 +427,13 @@ void ms__dispatch_shard_check_stopped(struct ms_dispatch *d, uint32_t type,
     if (sh->stopping != 2 || sh->nent || sh->head)
         return;
     sh->stopping = 0;
+    if (d->nstopped == d->capstopped && d->hstopped) {
+        /* the popped front is reused before the queue grows */
+        d->nstopped -= d->hstopped;
+        memmove(d->stopped, d->stopped + d->hstopped,
+                d->nstopped * sizeof *d->stopped);
+        d->hstopped = 0;
+    }
     if (d->nstopped == d->capstopped) {
         size_t cap = d->capstopped ? d->capstopped * 2 : 16;
         struct stopped *n = realloc(d->stopped, cap * sizeof *n);
@@ -535,11 +542,12 @@ int ms_dispatch_shard_stopping(struct ms_dispatch *d, int type,
 int ms_dispatch_next_stopped(struct ms_dispatch *d, int *type,
                              uint32_t *shard)
 {
-    if (!d->nstopped)
+    if (d->hstopped == d->nstopped)
         return 0;
-    *type = d->stopped[0].type;
-    *shard = d->stopped[0].shard;
-    memmove(d->stopped, d->stopped + 1, --d->nstopped * sizeof *d->stopped);
+    *type = d->stopped[d->hstopped].type;
+    *shard = d->stopped[d->hstopped].shard;
+    if (++d->hstopped == d->nstopped) /* a pop is O(1), not a shift */
+        d->hstopped = d->nstopped = 0;
     return 1;
 }
 

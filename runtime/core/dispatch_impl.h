@@ -195,7 +195,7 @@ struct ms_dispatch {
     uint64_t now_ms;         /* latest time the caller told us */
     int closing;             /* shutdown began: accept nothing new */
     struct stopped *stopped; /* shards whose stop finished, not taken */
-    size_t nstopped, capstopped;
+    size_t hstopped, nstopped, capstopped; /* queue: [hstopped, nstopped) */
     struct msg *free_msgs;   /* recycled small messages */
     uint32_t nfree_msgs;
     /* the active-entity limit (ms_dispatch_set_max_active): UINT64_MAX

@@ -794,8 +794,49 @@ static void a_refused_shard_fails_new_messages(void)
     ms_dispatch_free(d);
 }
 
+/* Stopped shards come out in the order they stopped, each once, while
+ * pops and new stops interleave (the queue reuses its popped front). */
+static void stopped_shards_keep_their_order(void)
+{
+    struct ms_dispatch *d = make(64, 100, 0);
+    struct ms_delivery dl;
+    int type, want[128], nwant = 0, got = 0;
+    uint32_t shard;
+    for (int s = 0; s < 40; s++)
+        CHECK(ms_dispatch_shard_stop(d, 0, (uint32_t)s) == 0);
+    CHECK(ms_dispatch_next(d, &dl) == 0); /* the markers pass */
+    for (int s = 0; s < 15; s++) {
+        CHECK(ms_dispatch_next_stopped(d, &type, &shard) == 1);
+        CHECK(type == 0 && shard == (uint32_t)s);
+        ms_dispatch_shard_resume(d, 0, shard);
+    }
+    for (int s = 15; s < 40; s++)
+        want[nwant++] = s;
+    for (int s = 40; s < 64; s++) {
+        CHECK(ms_dispatch_shard_stop(d, 0, (uint32_t)s) == 0);
+        want[nwant++] = s;
+    }
+    for (int s = 0; s < 15; s++) { /* past the capacity: compacts */
+        CHECK(ms_dispatch_shard_stop(d, 0, (uint32_t)s) == 0);
+        want[nwant++] = s;
+    }
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    while (ms_dispatch_next_stopped(d, &type, &shard) == 1) {
+        CHECK(got < nwant && shard == (uint32_t)want[got]);
+        got++;
+    }
+    CHECK(got == nwant && nwant == 64);
+    ms_dispatch_shard_resume(d, 0, 7);
+    CHECK(ms_dispatch_shard_stop(d, 0, 7) == 0);
+    CHECK(ms_dispatch_next(d, &dl) == 0);
+    CHECK(ms_dispatch_next_stopped(d, &type, &shard) == 1 && shard == 7);
+    CHECK(ms_dispatch_next_stopped(d, &type, &shard) == 0);
+    ms_dispatch_free(d);
+}
+
 int main(void)
 {
+    stopped_shards_keep_their_order();
     quiet_stop_parks_idle_entities();
     observer_reports_starts_and_stop_reasons();
     a_refused_shard_fails_new_messages();
