@@ -456,6 +456,35 @@ describe("moonshard-bench", function()
         assert.is_nil(out:find("\n  remote ", 1, true), out)
     end)
 
+    it("all's memory row is the median of five activations, each in a "
+       .. "fresh process", function()
+        local code, out, err = helpers.run({ bench, "all", "--only",
+                                             "memory" }, 300)
+        assert.are.equal(0, code, out .. err)
+        local fig, result = out:match(
+            "\n  memory%s+bytes per idle Counter, 1,000,000 on a node%s+"
+            .. "(%d+)%s+%-%s+%-%s+<= 300%s+([%a ]-)\n")
+        assert.is_truthy(fig, out)
+        fig = tonumber(fig)
+        assert.are.equal(fig <= 300 and "met" or "not met", result)
+        local each = out:match("each in a fresh\n%s+process:([%d ]+) bytes "
+                               .. "an entity\n")
+        assert.is_truthy(each, out)
+        local v = {}
+        for b in each:gmatch("%d+") do v[#v + 1] = tonumber(b) end
+        assert.are.equal(5, #v, out)
+        for _, b in ipairs(v) do
+            -- an idle Counter's RSS: its state, record and id at least
+            assert.is_true(b > 100 and b < 2000, out)
+        end
+        table.sort(v)
+        -- the figures are printed rounded: the median within one byte
+        assert.is_true(math.abs(fig - v[3]) <= 1, out)
+        -- every child said it reached all 1,000,000 ids
+        assert.is_truthy(out:find("1000000 ids (all active after it,", 1,
+                                  true), out)
+    end)
+
     it("all says a row is skipped when its tool is not installed", function()
         -- a PATH without wrk and Redis: an empty folder
         local empty = helpers.tmpdir() .. "/empty-path"
