@@ -18,8 +18,9 @@
  * wrk.c and redis.c, handoff.c, persist.c) and takes its figures from the
  * struct that bench fills. The rows run one after the other, never at
  * the same time; the memory row runs first, each of its activations in a
- * child process of its own that has allocated and freed nothing big. wrk and Redis are optional: a
- * row whose tool is missing says "skipped" and the others run.
+ * child process of its own that has allocated and freed nothing big. wrk
+ * and Redis are optional: a row whose tool is missing says "skipped" and
+ * the others run.
  */
 #include "bench.h"
 #include "cluster.h"
@@ -133,7 +134,9 @@ static void progress(const char *rows)
 /* ---- the rows ---------------------------------------------------------- */
 
 /* One activation of MEMORY_IDS in a child process, a heap that has
- * allocated and freed nothing big. 0 and *f, or -1 (said). */
+ * allocated and freed nothing big. 0 and *f, or -1 (said: by bench local
+ * in the child, or here when the child died of a signal or gave no
+ * figures). */
 static int memory_once(struct ms_bench_local_figures *f)
 {
     int fd[2];
@@ -153,8 +156,11 @@ static int memory_once(struct ms_bench_local_figures *f)
         close(fd[0]);
         struct ms_bench_local_figures cf;
         int rc = ms__bench_local_run(MEMORY_IDS, MEMORY_IDS, 0, 0, 0, &cf);
-        if (rc == 0 && write(fd[1], &cf, sizeof cf) != (ssize_t)sizeof cf)
+        if (rc == 0 && write(fd[1], &cf, sizeof cf) != (ssize_t)sizeof cf) {
+            fprintf(stderr, "moonshard bench all: the memory row's child "
+                    "could not send its figures\n");
             rc = 1;
+        }
         fflush(NULL);
         _exit(rc == 0 ? 0 : 1);
     }
@@ -172,8 +178,18 @@ static int memory_once(struct ms_bench_local_figures *f)
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
         ;
-    return got == sizeof *f && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0
-                                                                    : -1;
+    if (got == sizeof *f && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        return 0;
+    /* a child that exited 1 said why; a signal (the OOM killer, a crash)
+     * or an exit without figures would otherwise go unsaid */
+    if (WIFSIGNALED(st))
+        fprintf(stderr, "moonshard bench all: the memory row's child was "
+                "killed by signal %d (%s)\n", WTERMSIG(st),
+                strsignal(WTERMSIG(st)));
+    else if (!WIFEXITED(st) || WEXITSTATUS(st) == 0)
+        fprintf(stderr, "moonshard bench all: the memory row's child "
+                "exited without its figures\n");
+    return -1;
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -194,7 +210,7 @@ static void row_memory(void)
     progress("memory (bench local, 1,000,000 ids, 5 activations)");
     for (int i = 0; i < MEMORY_RUNS; i++) {
         if (memory_once(&f) != 0) {
-            fail(R_MEMORY, "bench local failed (said above)");
+            fail(R_MEMORY, "an activation failed (said above)");
             return;
         }
         if (f.activated != (unsigned long long)MEMORY_IDS) {

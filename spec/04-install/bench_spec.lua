@@ -485,6 +485,21 @@ describe("moonshard-bench", function()
                                   true), out)
     end)
 
+    it("all says why a memory activation's child died of a signal",
+       function()
+        -- a soft CPU limit of 1 s: the parent only waits, the child (the
+        -- limit is inherited, its CPU time starts at 0) gets SIGXCPU long
+        -- before its 1,000,000 ids are active; no core file
+        local code, out, err = helpers.run({ "sh", "-c",
+            'ulimit -c 0; ulimit -S -t 1; exec "$0" all --only memory',
+            bench }, 120)
+        assert.are.equal(1, code, out .. err)
+        assert.is_truthy(out:find("\n  memory%s+bytes per idle Counter[^\n]-"
+                                  .. "failed: an activation failed"), out)
+        assert.is_truthy(err:find("the memory row's child was killed by "
+                                  .. "signal %d+ %("), err)
+    end)
+
     it("all says a row is skipped when its tool is not installed", function()
         -- a PATH without wrk and Redis: an empty folder
         local empty = helpers.tmpdir() .. "/empty-path"
