@@ -207,7 +207,10 @@ static void row_memory(void)
 {
     struct ms_bench_local_figures f;
     double bytes[MEMORY_RUNS], sorted[MEMORY_RUNS], act = 0;
-    progress("memory (bench local, 1,000,000 ids, 5 activations)");
+    char what[80];
+    snprintf(what, sizeof what, "memory (bench local, 1,000,000 ids, %d "
+             "activations)", MEMORY_RUNS);
+    progress(what);
     for (int i = 0; i < MEMORY_RUNS; i++) {
         if (memory_once(&f) != 0) {
             fail(R_MEMORY, "an activation failed (said above)");
@@ -223,9 +226,9 @@ static void row_memory(void)
     qsort(sorted, MEMORY_RUNS, sizeof *sorted, cmp_double);
     done(R_MEMORY, sorted[MEMORY_RUNS / 2], 0, 0);
     note("  memory: RSS delta over the first message to %ld ids (all "
-         "active after it,\n         %.0f activations/s); the median of %d "
-         "activations, each in a fresh\n         process:", MEMORY_IDS, act,
-         MEMORY_RUNS);
+         "active after it,\n         %.0f activations/s, the mean); the "
+         "median of %d activations, each in a\n         fresh process:",
+         MEMORY_IDS, act, MEMORY_RUNS);
     for (int i = 0; i < MEMORY_RUNS; i++)
         note(" %.0f", bytes[i]);
     note(" bytes an entity\n");

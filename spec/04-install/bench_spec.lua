@@ -467,7 +467,7 @@ describe("moonshard-bench", function()
         assert.is_truthy(fig, out)
         fig = tonumber(fig)
         assert.are.equal(fig <= 300 and "met" or "not met", result)
-        local each = out:match("each in a fresh\n%s+process:([%d ]+) bytes "
+        local each = out:match("each in a\n%s+fresh process:([%d ]+) bytes "
                                .. "an entity\n")
         assert.is_truthy(each, out)
         local v = {}
