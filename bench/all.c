@@ -165,15 +165,7 @@ static int memory_once(struct ms_bench_local_figures *f)
         _exit(rc == 0 ? 0 : 1);
     }
     close(fd[1]);
-    size_t got = 0;
-    while (got < sizeof *f) {
-        ssize_t r = read(fd[0], (char *)f + got, sizeof *f - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
+    size_t got = ms__bench_read_full(fd[0], f, sizeof *f);
     close(fd[0]);
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
@@ -192,12 +184,6 @@ static int memory_once(struct ms_bench_local_figures *f)
     return -1;
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
-}
-
 /* The RSS an idle entity takes varies from run to run with where the
  * collector's cycles fell during the activation: the VM's allocator keeps
  * the peak of the garbage (README "The memory row's spread"). So the row
@@ -206,7 +192,7 @@ static int cmp_double(const void *x, const void *y)
 static void row_memory(void)
 {
     struct ms_bench_local_figures f;
-    double bytes[MEMORY_RUNS], sorted[MEMORY_RUNS], act = 0;
+    double bytes[MEMORY_RUNS], act = 0;
     char what[80];
     snprintf(what, sizeof what, "memory (bench local, 1,000,000 ids, %d "
              "activations)", MEMORY_RUNS);
@@ -220,11 +206,10 @@ static void row_memory(void)
             fail(R_MEMORY, "not every id was active after its first message");
             return;
         }
-        bytes[i] = sorted[i] = f.bytes_per_entity;
+        bytes[i] = f.bytes_per_entity;
         act += f.act_rate / MEMORY_RUNS;
     }
-    qsort(sorted, MEMORY_RUNS, sizeof *sorted, cmp_double);
-    done(R_MEMORY, sorted[MEMORY_RUNS / 2], 0, 0);
+    done(R_MEMORY, ms__bench_median(bytes, MEMORY_RUNS), 0, 0);
     note("  memory: RSS delta over the first message to %ld ids (all "
          "active after it,\n         %.0f activations/s, the mean); the "
          "median of %d activations, each in a\n         fresh process:",

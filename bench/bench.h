@@ -17,6 +17,9 @@ static inline double ms__bench_ratio(double a, double b)
     return b > 0 ? a / b : 0;
 }
 
+/* The median of n values, 1 <= n <= 16 (sorts a copy; local.c). */
+double ms__bench_median(const double *v, int n);
+
 /* Runs `moonshard-bench local [--ids N] [--messages N]`; argv[0] is
  * "local". Prints the figures; returns the exit code. */
 int ms_bench_local_main(int argc, char **argv);

@@ -47,6 +47,10 @@ pid_t ms__bench_spawn(char *const argv[], int search, int out_fd,
  * on every fd without FD_CLOEXEC. Returns 0 or -1 (errno set). */
 int ms__bench_out_pipe(int pfd[2]);
 
+/* Reads fd until len bytes, its end or an error (EINTR is retried).
+ * Returns the bytes read. */
+size_t ms__bench_read_full(int fd, void *buf, size_t len);
+
 /* Records `pid` as the child in `slot` (CH_*), stopped on every way out;
  * pid 0 forgets it (the caller reaped it). */
 void ms__bench_track(int slot, pid_t pid);

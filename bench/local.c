@@ -25,8 +25,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median of n values (sorts a copy). */
-static double median(const double *v, int n)
+double ms__bench_median(const double *v, int n)
 {
     double c[16];
     memcpy(c, v, (size_t)n * sizeof *c);
@@ -389,15 +388,17 @@ static int limit_rows(struct bench *b, long nids, long messages,
            "medians of %d rounds:\n", max_active, nids, LIMIT_ROUNDS);
     printf("    tells to %ld hot ids, within the limit:      %12.0f msg/s"
            "  without a limit %.0f msg/s, ratio %.2f (rounds:", hot,
-           median(hl, LIMIT_ROUNDS), median(hb, LIMIT_ROUNDS),
-           median(hr, LIMIT_ROUNDS));
+           ms__bench_median(hl, LIMIT_ROUNDS),
+           ms__bench_median(hb, LIMIT_ROUNDS),
+           ms__bench_median(hr, LIMIT_ROUNDS));
     for (int r = 0; r < LIMIT_ROUNDS; r++)
         printf(" %.2f", hr[r]);
     printf(")\n");
     printf("    first messages to %ld new ids, each evicting:%9.0f /s"
            "     plain activations %.0f /s, ratio %.2f (rounds:", share,
-           median(al, LIMIT_ROUNDS), median(ab, LIMIT_ROUNDS),
-           median(ar, LIMIT_ROUNDS));
+           ms__bench_median(al, LIMIT_ROUNDS),
+           ms__bench_median(ab, LIMIT_ROUNDS),
+           ms__bench_median(ar, LIMIT_ROUNDS));
     for (int r = 0; r < LIMIT_ROUNDS; r++)
         printf(" %.2f", ar[r]);
     printf(")\n");
@@ -556,18 +557,18 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
         pratios[r] = tells[r] / pfloors[r];
         ms_node_lua_gc(b.node);
     }
-    double floor_rate = rounds ? median(floors, rounds) : 0;
-    double tell_rate = rounds ? median(tells, rounds) : 0;
-    double tell_ratio = rounds ? median(ratios, rounds) : 0;
-    fig->bytes_rate = rounds ? median(bfloors, rounds) : 0;
-    fig->tell_bytes_ratio = rounds ? median(bratios, rounds) : 0;
-    fig->queue_rate = rounds ? median(qfloors, rounds) : 0;
-    fig->tell_queue_ratio = rounds ? median(qratios, rounds) : 0;
-    fig->act_queue_rate = rounds ? median(afloors, rounds) : 0;
-    fig->tell_act_queue_ratio = rounds ? median(aratios, rounds) : 0;
+    double floor_rate = rounds ? ms__bench_median(floors, rounds) : 0;
+    double tell_rate = rounds ? ms__bench_median(tells, rounds) : 0;
+    double tell_ratio = rounds ? ms__bench_median(ratios, rounds) : 0;
+    fig->bytes_rate = rounds ? ms__bench_median(bfloors, rounds) : 0;
+    fig->tell_bytes_ratio = rounds ? ms__bench_median(bratios, rounds) : 0;
+    fig->queue_rate = rounds ? ms__bench_median(qfloors, rounds) : 0;
+    fig->tell_queue_ratio = rounds ? ms__bench_median(qratios, rounds) : 0;
+    fig->act_queue_rate = rounds ? ms__bench_median(afloors, rounds) : 0;
+    fig->tell_act_queue_ratio = rounds ? ms__bench_median(aratios, rounds) : 0;
     fig->gc_headroom_mb = pace;
-    fig->paced_floor_rate = rounds ? median(pfloors, rounds) : 0;
-    fig->tell_paced_ratio = rounds ? median(pratios, rounds) : 0;
+    fig->paced_floor_rate = rounds ? ms__bench_median(pfloors, rounds) : 0;
+    fig->tell_paced_ratio = rounds ? ms__bench_median(pratios, rounds) : 0;
     /* the floor from bytes with an ask's payload: it encodes the reply */
     if (rounds && nasks) {
         char aarg[256], qarg[sizeof aarg + 32];
@@ -610,9 +611,9 @@ int ms__bench_local_run(long nids, long messages, long nasks, int rounds,
             sratios[r] = stells[r] / sqfloors[r];
             ms_node_lua_gc(b.node);
         }
-        fig->shuffled_queue_rate = median(sqfloors, rounds);
-        fig->shuffled_tell_rate = median(stells, rounds);
-        fig->tell_shuffled_ratio = median(sratios, rounds);
+        fig->shuffled_queue_rate = ms__bench_median(sqfloors, rounds);
+        fig->shuffled_tell_rate = ms__bench_median(stells, rounds);
+        fig->tell_shuffled_ratio = ms__bench_median(sratios, rounds);
     }
 
     ms_node_stats(b.node, &st);

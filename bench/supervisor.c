@@ -187,6 +187,20 @@ int ms__bench_out_pipe(int pfd[2])
     return 0;
 }
 
+size_t ms__bench_read_full(int fd, void *buf, size_t len)
+{
+    size_t n = 0;
+    while (n < len) {
+        ssize_t got = read(fd, (char *)buf + n, len - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        n += (size_t)got;
+    }
+    return n;
+}
+
 int ms__bench_on_path(const char *name)
 {
     const char *path = getenv("PATH");

@@ -61,20 +61,6 @@ static int write_script(const char *path, char ids[][24], int n,
     return fclose(f) == 0 ? 0 : -1;
 }
 
-/* Reads all of fd into out (at most len-1 bytes, NUL-terminated). */
-static void read_all(int fd, char *out, size_t len)
-{
-    size_t n = 0;
-    for (;;) {
-        ssize_t got = read(fd, out + n, len - 1 - n);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0 || (n += (size_t)got) == len - 1)
-            break;
-    }
-    out[n] = 0;
-}
-
 int ms__bench_wrk(int port, char ids[][24], int n, const char *action,
                   const char *body, int connections, int threads,
                   int seconds, struct wrk_figures *w)
@@ -116,7 +102,7 @@ int ms__bench_wrk(int port, char ids[][24], int n, const char *action,
      * the end does not block wrk, and the status comes after */
     char out[16384];
     double until = ms__bench_now_s() + seconds + WRK_GRACE_S;
-    read_all(pfd[0], out, sizeof out);
+    out[ms__bench_read_full(pfd[0], out, sizeof out - 1)] = 0;
     close(pfd[0]);
     int status = -1;
     while (waitpid(pid, &status, WNOHANG) == 0) {
